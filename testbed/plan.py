@@ -1,0 +1,436 @@
+"""The network plan: a PURE function from a validated scenario to every object the kernel will hold.
+
+Topology (one testbed, address block 10.<slot>.0.0/16):
+
+* cluster ``c`` (index k): gateway namespace ``<prefix>-c-gw`` with bridge ``br0`` at 10.S.k.1/24;
+  host ``c-h<i>`` is namespace ``<prefix>-c-h<i>`` with ``eth0`` at 10.S.k.(10+i)/24, default
+  route via the gateway, its veth peer ``h<i>`` enslaved to ``br0``.
+* WAN link between clusters a and b: a *wire* namespace ``<prefix>-wan-<a>-<b>`` joined to each
+  gateway by a veth (gateway side ``w-<other>``, wire side ``to-<cluster>``), one /30 per side
+  from 10.S.128.0/17. The wire routes; gateways route other clusters' subnets over the shortest
+  WAN path.
+
+Per WAN direction a->b: the bottleneck is HTB (rate, explicit burst/quantum) with a byte-limited
+bfifo leaf (the buffer) on gateway a's egress ``w-b``; propagation (delay, jitter, loss, reorder)
+happens in the wire, after a veth crossing: a netem qdisc on the wire's egress ``to-b`` (kernel
+backend) or the userspace delay line on the wire's ingress ``to-a``. Fabric links are shaped with
+HTB on both ends of each host veth.
+
+Nothing here touches the kernel: the plan is data, and ``testbed.render`` turns it into iproute2
+batch input.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from testbed.errors import PlanError
+from testbed.scenario import Scenario, TcpSettings
+
+# Frame accounting: HTB on a veth counts the 14-byte Ethernet header but no preamble/FCS, and TCP
+# with timestamps carries 1448 payload bytes in a 1514-byte frame.
+MTU = 1500
+FRAME_BYTES = MTU + 14
+TCP_PAYLOAD = MTU - 20 - 20 - 12
+GOODPUT_FACTOR = TCP_PAYLOAD / FRAME_BYTES
+# A GSO packet can be up to 64 KiB; a byte-limited queue smaller than two of them would drop
+# every large packet, so buffers get this floor (and the plan says so).
+MIN_BUFFER = 2 * 65536
+WAN_BLOCK_OFFSET = 128  # WAN /30s start at 10.S.128.0
+HOST_OFFSET = 10  # hosts start at .10 in their cluster's /24
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str  # full kernel name, prefix included
+    role: str  # host | gateway | wire
+    label: str  # name without the prefix (east-h0, east-gw, wan-east-west)
+    cluster: str | None
+    sysctls: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Veth:
+    ns_a: str
+    if_a: str
+    ns_b: str
+    if_b: str
+
+
+@dataclass(frozen=True)
+class Address:
+    ns: str
+    ifname: str
+    cidr: str
+
+
+@dataclass(frozen=True)
+class Route:
+    ns: str
+    dst: str  # "default" or a CIDR
+    via: str
+
+
+@dataclass(frozen=True)
+class Bridge:
+    ns: str
+    name: str
+    ports: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Shaper:
+    """HTB + byte-limited bfifo on one interface's egress."""
+
+    ns: str
+    ifname: str
+    rate: int  # bit/s
+    burst: int  # bytes
+    quantum: int  # bytes
+    buffer: int  # bytes (bfifo limit)
+
+
+@dataclass(frozen=True)
+class FabricPort:
+    """One end of a host<->gateway link: optional HTB rate, optional one-way delay (netem)."""
+
+    ns: str
+    ifname: str
+    rate: int | None
+    delay: float
+    buffer: int  # bytes: bfifo limit when shaped without delay
+    netem_limit: int  # packets: when delayed
+
+
+@dataclass(frozen=True)
+class Impairment:
+    """Propagation of one direction: delay/jitter/loss/reorder, applied in a wire namespace."""
+
+    ns: str
+    ingress_if: str  # where packets of this direction enter the wire (userspace line hooks here)
+    egress_if: str  # where they leave it (kernel netem sits here)
+    delay: float
+    jitter: float
+    loss: float
+    reorder: float
+    netem_limit: int  # packets
+
+    @property
+    def active(self) -> bool:
+        return bool(self.delay or self.jitter or self.loss or self.reorder)
+
+
+@dataclass(frozen=True)
+class WanDirection:
+    name: str  # "east->west"
+    src: str
+    dst: str
+    rate: int
+    delay: float
+    jitter: float
+    loss: float
+    reorder: float
+    buffer: int  # bytes, resolved
+    bdp: int  # bytes: rate x RTT of this link (forward + reverse delay)
+    shaper: Shaper
+    impairment: Impairment
+
+    @property
+    def goodput_ceiling(self) -> float:
+        """TCP payload bit/s the HTB rate allows with full-size frames."""
+        return self.rate * GOODPUT_FACTOR
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str  # east-h0
+    cluster: str
+    index: int
+    ns: str
+    ifname: str
+    address: str
+    tcp: TcpSettings
+
+
+@dataclass(frozen=True)
+class Gateway:
+    name: str  # east-gw
+    cluster: str
+    ns: str
+    address: str
+    subnet: str
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    scenario: str
+    prefix: str
+    slot: int
+    namespaces: tuple[Namespace, ...]
+    veths: tuple[Veth, ...]
+    bridges: tuple[Bridge, ...]
+    addresses: tuple[Address, ...]
+    routes: tuple[Route, ...]
+    shapers: tuple[Shaper, ...]  # WAN bottlenecks
+    fabric: tuple[FabricPort, ...]  # shaped or delayed host<->gateway link ends
+    wan: tuple[WanDirection, ...]
+    hosts: tuple[Host, ...]
+    gateways: tuple[Gateway, ...]
+    congestion: tuple[str, ...]  # every algorithm some namespace selects
+    warnings: tuple[str, ...]
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def names(self) -> dict[str, str]:
+        """Every resolvable name (hosts and gateways) -> address."""
+        out = {h.name: h.address for h in self.hosts}
+        out.update({g.name: g.address for g in self.gateways})
+        return out
+
+    def hosts_file(self) -> str:
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        lines += [f"{addr}\t{name}" for name, addr in self.names().items()]
+        return "\n".join(lines) + "\n"
+
+    def needs_propagation_emulation(self) -> bool:
+        return any(d.impairment.active for d in self.wan) or any(p.delay for p in self.fabric)
+
+
+def htb_burst(rate: int) -> int:
+    """Bucket size: at least one 64 KiB GSO packet, or 1 ms at the rate, whichever is larger."""
+    return max(65536 + FRAME_BYTES, math.ceil(rate / 8 * 1e-3))
+
+
+def htb_quantum(rate: int) -> int:
+    """HTB's default quantum (rate/r2q) overflows at high rates; pin it to one 64 KiB packet."""
+    return 65536 + FRAME_BYTES
+
+
+def netem_limit(rate: int, reverse_rate: int, delay: float, jitter: float, buffer: int) -> int:
+    """Packets netem must be able to hold: everything in flight during the delay, plus the ACKs
+    of the opposite direction's data, plus the buffer; counted in full-size frames, doubled for
+    small packets, never below netem's default of 1000 (the classic long-fat-link pitfall)."""
+    hold = delay + 4 * jitter
+    in_flight = (rate + reverse_rate / 2) / 8 * hold + buffer
+    return max(1000, math.ceil(2 * in_flight / FRAME_BYTES))
+
+
+def tcp_buffer_max(bdp: int) -> int:
+    """tcp_rmem/tcp_wmem maximum for 'auto': room for 4 x the largest path BDP (Linux keeps
+    about half of the buffer for payload), never below the kernel defaults."""
+    return max(6 * 1024 * 1024, 4 * bdp)
+
+
+def _shortest_next_hops(scenario: Scenario) -> dict[tuple[str, str], str]:
+    """(from cluster, to cluster) -> next cluster on a shortest WAN path (BFS, ties by order)."""
+    neighbours: dict[str, list[str]] = {c: [] for c in scenario.clusters}
+    for link in scenario.wan:
+        a, b = link.between
+        neighbours[a].append(b)
+        neighbours[b].append(a)
+    hops: dict[tuple[str, str], str] = {}
+    for src in scenario.clusters:
+        first: dict[str, str] = {}
+        queue = deque()
+        for n in neighbours[src]:
+            if n not in first:
+                first[n] = n
+                queue.append(n)
+        while queue:
+            here = queue.popleft()
+            for n in neighbours[here]:
+                if n != src and n not in first:
+                    first[n] = first[here]
+                    queue.append(n)
+        for dst, nxt in first.items():
+            hops[(src, dst)] = nxt
+    return hops
+
+
+def _distances(scenario: Scenario) -> dict[tuple[str, str], int]:
+    hops = _shortest_next_hops(scenario)
+    dist: dict[tuple[str, str], int] = {}
+    for src in scenario.clusters:
+        for dst in scenario.clusters:
+            n, here = 0, src
+            while here != dst:
+                here = hops[(here, dst)]
+                n += 1
+            dist[(src, dst)] = n
+    return dist
+
+
+def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
+    """Scenario -> plan. ``prefix`` names every kernel object; ``slot`` picks 10.<slot>.0.0/16."""
+    if not 1 <= slot <= 254:
+        raise PlanError(f"address slot {slot} outside 1..254")
+    net = f"10.{slot}"
+    cluster_index = {c: k for k, c in enumerate(scenario.clusters)}
+    warnings: list[str] = []
+
+    namespaces: list[Namespace] = []
+    veths: list[Veth] = []
+    bridges: list[Bridge] = []
+    addresses: list[Address] = []
+    routes: list[Route] = []
+    shapers: list[Shaper] = []
+    hosts: list[Host] = []
+    gateways: list[Gateway] = []
+
+    def ns_name(label: str) -> str:
+        return f"{prefix}-{label}"
+
+    # WAN directions first: host TCP buffers depend on the largest path BDP.
+    wan: list[WanDirection] = []
+    wire_routes: list[Route] = []
+    gw_wan_addr: dict[tuple[str, str], str] = {}  # (gateway cluster, peer cluster) -> wire addr
+    wan_base = ipaddress.IPv4Address(f"{net}.{WAN_BLOCK_OFFSET}.0")
+    max_bdp = 0
+    hops = _shortest_next_hops(scenario)
+    dist = _distances(scenario)
+    for i, link in enumerate(scenario.wan):
+        a, b = link.between
+        wire = ns_name(f"wan-{a}-{b}")
+        namespaces.append(
+            Namespace(wire, "wire", f"wan-{a}-{b}", None, {"net.ipv4.ip_forward": "1"})
+        )
+        side = {}
+        for j, (here, there) in enumerate(((a, b), (b, a))):
+            block = wan_base + 8 * i + 4 * j
+            gw_ip, wire_ip = str(block + 1), str(block + 2)
+            gw_ns = ns_name(f"{here}-gw")
+            veths.append(Veth(gw_ns, f"w-{there}", wire, f"to-{here}"))
+            addresses.append(Address(gw_ns, f"w-{there}", f"{gw_ip}/30"))
+            addresses.append(Address(wire, f"to-{here}", f"{wire_ip}/30"))
+            gw_wan_addr[(here, there)] = wire_ip
+            side[here] = gw_ip
+        # The wire forwards each destination cluster toward the nearer end.
+        for dst, k in cluster_index.items():
+            toward = a if dist[(a, dst)] <= dist[(b, dst)] else b
+            wire_routes.append(Route(wire, f"{net}.{k}.0/24", side[toward]))
+        fwd, rev = link.direction(False), link.direction(True)
+        rtt = fwd["delay"] + rev["delay"]
+        for src, dst, d, other in ((a, b, fwd, rev), (b, a, rev, fwd)):
+            bdp = math.ceil(d["rate"] / 8 * rtt)
+            max_bdp = max(max_bdp, bdp)
+            kind, amount = d["buffer"]
+            buffer = math.ceil(amount * bdp) if kind == "bdp" else int(amount)
+            if buffer < MIN_BUFFER:
+                warnings.append(
+                    f"wan[{i}] {src}->{dst}: buffer {buffer} B raised to {MIN_BUFFER} B "
+                    "(two 64 KiB GSO packets)"
+                )
+                buffer = MIN_BUFFER
+            shaper = Shaper(
+                ns_name(f"{src}-gw"),
+                f"w-{dst}",
+                d["rate"],
+                htb_burst(d["rate"]),
+                htb_quantum(d["rate"]),
+                buffer,
+            )
+            impairment = Impairment(
+                wire,
+                f"to-{src}",
+                f"to-{dst}",
+                d["delay"],
+                d["jitter"],
+                d["loss"],
+                d["reorder"],
+                netem_limit(d["rate"], other["rate"], d["delay"], d["jitter"], buffer),
+            )
+            if d["reorder"] and not d["delay"]:
+                warnings.append(f"wan[{i}] {src}->{dst}: reorder has no effect without delay")
+            shapers.append(shaper)
+            wan.append(
+                WanDirection(
+                    f"{src}->{dst}",
+                    src,
+                    dst,
+                    d["rate"],
+                    d["delay"],
+                    d["jitter"],
+                    d["loss"],
+                    d["reorder"],
+                    buffer,
+                    bdp,
+                    shaper,
+                    impairment,
+                )
+            )
+
+    fabric: list[FabricPort] = []
+    congestion: set[str] = set()
+    for cluster, k in cluster_index.items():
+        spec = scenario.clusters[cluster]
+        gw_ns = ns_name(f"{cluster}-gw")
+        subnet = f"{net}.{k}.0/24"
+        gw_ip = f"{net}.{k}.1"
+        namespaces.append(
+            Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, {"net.ipv4.ip_forward": "1"})
+        )
+        gateways.append(Gateway(f"{cluster}-gw", cluster, gw_ns, gw_ip, subnet))
+        addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
+        tcp = scenario.cluster_tcp(cluster)
+        congestion.add(tcp.congestion)
+        sysctls = _tcp_sysctls(tcp, max_bdp)
+        ports = []
+        for i in range(spec.hosts):
+            label = f"{cluster}-h{i}"
+            hns = ns_name(label)
+            addr = f"{net}.{k}.{HOST_OFFSET + i}"
+            namespaces.append(Namespace(hns, "host", label, cluster, sysctls))
+            veths.append(Veth(hns, "eth0", gw_ns, f"h{i}"))
+            ports.append(f"h{i}")
+            addresses.append(Address(hns, "eth0", f"{addr}/24"))
+            routes.append(Route(hns, "default", gw_ip))
+            hosts.append(Host(label, cluster, i, hns, "eth0", addr, tcp))
+            if spec.fabric.rate or spec.fabric.delay:
+                rate, delay = spec.fabric.rate, spec.fabric.delay
+                bdp = math.ceil((rate or 0) / 8 * 2 * delay)
+                limit = netem_limit(rate or 100_000_000_000, rate or 0, delay, 0, bdp)
+                for ns, ifname in ((hns, "eth0"), (gw_ns, f"h{i}")):
+                    fabric.append(FabricPort(ns, ifname, rate, delay, max(MIN_BUFFER, bdp), limit))
+        bridges.append(Bridge(gw_ns, "br0", tuple(ports)))
+        for dst, m in cluster_index.items():
+            if dst != cluster:
+                nxt = hops[(cluster, dst)]
+                routes.append(Route(gw_ns, f"{net}.{m}.0/24", gw_wan_addr[(cluster, nxt)]))
+    routes.extend(wire_routes)
+
+    return NetworkPlan(
+        scenario=scenario.name,
+        prefix=prefix,
+        slot=slot,
+        namespaces=tuple(namespaces),
+        veths=tuple(veths),
+        bridges=tuple(bridges),
+        addresses=tuple(addresses),
+        routes=tuple(routes),
+        shapers=tuple(shapers),
+        wan=tuple(wan),
+        hosts=tuple(hosts),
+        gateways=tuple(gateways),
+        fabric=tuple(fabric),
+        congestion=tuple(sorted(congestion)),
+        warnings=tuple(warnings),
+    )
+
+
+def _tcp_sysctls(tcp: TcpSettings, max_bdp: int) -> dict[str, str]:
+    auto = tcp_buffer_max(max_bdp)
+    rmem = auto if tcp.rmem == "auto" else tcp.rmem
+    wmem = auto if tcp.wmem == "auto" else tcp.wmem
+    return {
+        "net.ipv4.tcp_congestion_control": tcp.congestion,
+        "net.ipv4.tcp_ecn": "1" if tcp.ecn else "0",
+        "net.ipv4.tcp_rmem": f"4096 131072 {rmem}",
+        "net.ipv4.tcp_wmem": f"4096 16384 {wmem}",
+    }

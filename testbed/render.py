@@ -1,0 +1,106 @@
+"""Plan -> iproute2 batch input. PURE: strings out, no kernel access.
+
+iproute2 batch input measured fastest for building topologies (FIELD-NOTES: 0.2-0.4 s for 34
+namespaces against 1.0-1.6 s with pyroute2). One batch runs in the initial namespace to create
+the namespaces and the veth pairs directly inside them (nothing ever appears in the initial
+namespace); then one ``ip -n NS -batch`` and one ``tc -n NS -batch`` per namespace configure
+addresses, routes and qdiscs. Every token comes from the validated plan, never from raw text.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from testbed.plan import FabricPort, Impairment, NetworkPlan, Shaper, htb_burst, htb_quantum
+
+
+def root_batch(plan: NetworkPlan) -> list[str]:
+    lines = [f"netns add {ns.name}" for ns in plan.namespaces]
+    lines += [
+        f"link add {v.if_a} netns {v.ns_a} type veth peer name {v.if_b} netns {v.ns_b}"
+        for v in plan.veths
+    ]
+    return lines
+
+
+def teardown_batch(namespaces: list[str]) -> list[str]:
+    return [f"netns del {ns}" for ns in namespaces]
+
+
+def ip_batches(plan: NetworkPlan) -> dict[str, list[str]]:
+    """Namespace -> ``ip`` batch lines (links up, bridges, addresses, routes)."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for ns in plan.namespaces:
+        out[ns.name].append("link set lo up")
+    for br in plan.bridges:
+        # No STP and no forwarding delay: ports forward as soon as they are up.
+        out[br.ns].append(f"link add {br.name} type bridge stp_state 0 forward_delay 0")
+        out[br.ns] += [f"link set {port} master {br.name}" for port in br.ports]
+    for a in plan.addresses:
+        out[a.ns].append(f"addr add {a.cidr} dev {a.ifname}")
+    ifaces: dict[str, list[str]] = defaultdict(list)
+    for v in plan.veths:
+        ifaces[v.ns_a].append(v.if_a)
+        ifaces[v.ns_b].append(v.if_b)
+    for br in plan.bridges:
+        ifaces[br.ns].append(br.name)
+    for ns, names in ifaces.items():
+        out[ns] += [f"link set {name} up" for name in names]
+    for r in plan.routes:
+        out[r.ns].append(f"route add {r.dst} via {r.via}")
+    return dict(out)
+
+
+def shaper_lines(s: Shaper) -> list[str]:
+    dev = s.ifname
+    return [
+        f"qdisc add dev {dev} root handle 1: htb default 1",
+        f"class add dev {dev} parent 1: classid 1:1 htb rate {s.rate}bit ceil {s.rate}bit "
+        f"burst {s.burst}b cburst {s.burst}b quantum {s.quantum}",
+        f"qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {s.buffer}",
+    ]
+
+
+def fabric_lines(p: FabricPort, kernel_propagation: bool) -> list[str]:
+    """A fabric link end: HTB for the rate, netem for the delay (as HTB's leaf when both)."""
+    dev = p.ifname
+    delay = p.delay if kernel_propagation else 0.0
+    netem = f"netem limit {p.netem_limit} delay {round(delay * 1e6)}us"
+    if p.rate is None:
+        return [f"qdisc add dev {dev} root handle 1: {netem}"] if delay else []
+    shaper = Shaper(p.ns, dev, p.rate, htb_burst(p.rate), htb_quantum(p.rate), p.buffer)
+    lines = shaper_lines(shaper)
+    if delay:
+        lines[-1] = f"qdisc add dev {dev} parent 1:1 handle 10: {netem}"
+    return lines
+
+
+def netem_args(imp: Impairment) -> str:
+    """netem parameters of one direction (microsecond resolution, as netem keeps them)."""
+    parts = [f"limit {imp.netem_limit}", f"delay {round(imp.delay * 1e6)}us"]
+    if imp.jitter:
+        parts.append(f"{round(imp.jitter * 1e6)}us distribution normal")
+    if imp.loss:
+        parts.append(f"loss random {imp.loss * 100:.6g}%")
+    if imp.reorder:
+        parts.append(f"reorder {imp.reorder * 100:.6g}%")
+    return " ".join(parts)
+
+
+def netem_lines(imp: Impairment) -> list[str]:
+    return [f"qdisc add dev {imp.egress_if} root handle 1: netem {netem_args(imp)}"]
+
+
+def tc_batches(plan: NetworkPlan, kernel_propagation: bool) -> dict[str, list[str]]:
+    """Namespace -> ``tc`` batch lines. With ``kernel_propagation`` the wires get netem; without,
+    propagation is left to the userspace delay line and only HTB shaping is rendered."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for s in plan.shapers:
+        out[s.ns] += shaper_lines(s)
+    for p in plan.fabric:
+        out[p.ns] += fabric_lines(p, kernel_propagation)
+    if kernel_propagation:
+        for d in plan.wan:
+            if d.impairment.active:
+                out[d.impairment.ns] += netem_lines(d.impairment)
+    return dict(out)

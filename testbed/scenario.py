@@ -1,0 +1,353 @@
+"""Scenario files: the pydantic schema, loading from YAML, and user-facing validation errors.
+
+A scenario is parsed once at the edge: every unit string becomes an SI number here ("25ms" ->
+0.025, "1gbit" -> 1e9), so later layers never see text. Unknown keys are errors. Errors name the
+file, the field path (``wan[0].delay``), the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from testbed.errors import ScenarioError
+from testbed.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
+
+MAX_CLUSTERS = 16
+MAX_HOSTS_PER_CLUSTER = 64
+SCENARIO_NAME = re.compile(r"^[a-z0-9-]{1,32}$")
+# Cluster names become host names (east-h0) and interface names (w-east), which the kernel limits
+# to 15 characters: so DNS-label style, at most 12 characters.
+CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+CLUSTER_NAME_MAX = 12
+CONGESTION_NAME = re.compile(r"^[a-z0-9_]{1,16}$")
+
+
+def _positive_rate(v: int) -> int:
+    if v <= 0:
+        raise ValueError("a rate must be positive; examples: 100mbit, 1gbit")
+    return v
+
+
+def _nonnegative_duration(v: float) -> float:
+    if v < 0:
+        raise ValueError("a duration must not be negative; examples: 0ms, 25ms, 100us")
+    return v
+
+
+def _percentage(v: float) -> float:
+    if not 0 <= v <= 1:
+        raise ValueError(f"{v * 100:g}% is out of range; allowed: 0% to 100%")
+    return v
+
+
+Rate = Annotated[int, BeforeValidator(parse_rate), AfterValidator(_positive_rate)]
+Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_nonnegative_duration)]
+Fraction = Annotated[float, BeforeValidator(parse_percent), AfterValidator(_percentage)]
+Buffer = Annotated[tuple[str, float], BeforeValidator(parse_buffer)]
+Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Fabric(_Strict):
+    """Host <-> cluster-gateway links. Unshaped unless a rate is given."""
+
+    rate: Rate | None = None
+    delay: Duration = 0.0
+
+
+class TcpSettings(_Strict):
+    """TCP stack settings of a host namespace. ``None`` in a cluster override means 'inherit'."""
+
+    congestion: str = "cubic"
+    ecn: bool = False
+    rmem: Literal["auto"] | Size = "auto"
+    wmem: Literal["auto"] | Size = "auto"
+
+    @field_validator("congestion")
+    @classmethod
+    def _congestion_name(cls, v: str) -> str:
+        if not CONGESTION_NAME.match(v):
+            raise ValueError(f"{v!r} is not a congestion control name; examples: cubic, bbr, reno")
+        return v
+
+
+class TcpOverride(_Strict):
+    congestion: str | None = None
+    ecn: bool | None = None
+    rmem: Literal["auto"] | Size | None = None
+    wmem: Literal["auto"] | Size | None = None
+
+    _congestion_name = field_validator("congestion")(
+        lambda cls, v: v if v is None else TcpSettings._congestion_name(v)
+    )
+
+    def apply(self, base: TcpSettings) -> TcpSettings:
+        changes = {k: v for k, v in self.model_dump().items() if v is not None}
+        return base.model_copy(update=changes)
+
+
+class Cluster(_Strict):
+    hosts: int = Field(ge=1, le=MAX_HOSTS_PER_CLUSTER)
+    fabric: Fabric = Fabric()
+    tcp: TcpOverride | None = None
+
+
+class DirectionOverride(_Strict):
+    """Settings of the second->first direction of a WAN link that differ from the first->second."""
+
+    rate: Rate | None = None
+    delay: Duration | None = None
+    jitter: Duration | None = None
+    loss: Fraction | None = None
+    reorder: Fraction | None = None
+    buffer: Buffer | None = None
+
+
+class WanLink(_Strict):
+    between: tuple[str, str]
+    rate: Rate = 1_000_000_000
+    delay: Duration = 0.0
+    jitter: Duration = 0.0
+    loss: Fraction = 0.0
+    reorder: Fraction = 0.0
+    buffer: Buffer = ("bdp", 1.0)
+    reverse: DirectionOverride | None = None
+
+    @field_validator("buffer")
+    @classmethod
+    def _positive_buffer(cls, v: tuple[str, float]) -> tuple[str, float]:
+        if v[1] <= 0:
+            raise ValueError("buffer must be positive; examples: 1bdp, 0.5bdp, 4MiB")
+        return v
+
+    @model_validator(mode="after")
+    def _distinct_ends(self) -> WanLink:
+        if self.between[0] == self.between[1]:
+            raise ValueError(f"a WAN link joins two different clusters, got {list(self.between)}")
+        return self
+
+    def direction(self, reverse: bool) -> dict[str, Any]:
+        """The settings of one direction: forward as written, reverse with ``reverse`` applied."""
+        fields = ("rate", "delay", "jitter", "loss", "reorder", "buffer")
+        settings = {f: getattr(self, f) for f in fields}
+        if reverse and self.reverse is not None:
+            overrides = {f: getattr(self.reverse, f) for f in fields}
+            settings.update({f: v for f, v in overrides.items() if v is not None})
+        return settings
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    clusters: dict[str, Cluster] = Field(min_length=1, max_length=MAX_CLUSTERS)
+    wan: list[WanLink] = []
+    tcp: TcpSettings = TcpSettings()
+    backend: Literal["auto", "kernel", "userspace"] = "auto"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not SCENARIO_NAME.match(v):
+            raise ValueError(
+                f"{v!r} is not a valid scenario name; allowed: a-z, 0-9 and '-', 1 to 32 characters"
+            )
+        return v
+
+    @field_validator("clusters")
+    @classmethod
+    def _cluster_names(cls, v: dict[str, Cluster]) -> dict[str, Cluster]:
+        for name in v:
+            if not CLUSTER_NAME.match(name) or len(name) > CLUSTER_NAME_MAX:
+                raise ValueError(
+                    f"{name!r} is not a valid cluster name; allowed: a lowercase letter, then "
+                    f"a-z, 0-9 and single '-' inside, at most {CLUSTER_NAME_MAX} characters"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _wan_topology(self) -> Scenario:
+        seen: dict[frozenset[str], int] = {}
+        for i, link in enumerate(self.wan):
+            for end in link.between:
+                if end not in self.clusters:
+                    raise _FieldError(
+                        f"wan[{i}].between",
+                        f"unknown cluster {end!r}; clusters are: {', '.join(self.clusters)}",
+                    )
+            pair = frozenset(link.between)
+            if pair in seen:
+                raise _FieldError(
+                    f"wan[{i}].between",
+                    f"the pair {list(link.between)} already appears in wan[{seen[pair]}]; "
+                    "a cluster pair appears at most once",
+                )
+            seen[pair] = i
+        # Every cluster must reach every other one, possibly over several WAN hops.
+        names = list(self.clusters)
+        reached = {names[0]}
+        frontier = [names[0]]
+        while frontier:
+            here = frontier.pop()
+            for pair in seen:
+                if here in pair:
+                    (other,) = pair - {here}
+                    if other not in reached:
+                        reached.add(other)
+                        frontier.append(other)
+        missing = [n for n in names if n not in reached]
+        if missing:
+            raise _FieldError(
+                "wan",
+                f"cluster(s) {', '.join(missing)} have no WAN path to {names[0]}; "
+                "add a `between` entry that connects them",
+            )
+        return self
+
+    def cluster_tcp(self, cluster: str) -> TcpSettings:
+        override = self.clusters[cluster].tcp
+        return override.apply(self.tcp) if override else self.tcp
+
+
+class _FieldError(ValueError):
+    """A cross-field check that knows which field path is at fault."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def _loc_to_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("function-after", "function-before") or str(part).startswith(
+            ("function-", "lax-", "literal[", "nullable")
+        ):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def _describe(error: dict[str, Any]) -> tuple[str, str]:
+    """(field path, message) of one pydantic error, worded for a user."""
+    ctx = error.get("ctx") or {}
+    inner = ctx.get("error")
+    if isinstance(inner, _FieldError):
+        return inner.path, inner.message
+    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
+    path = _loc_to_path(loc)
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        return path, f"unknown key {str(loc[-1])!r}"
+    if kind == "missing":
+        return path, "missing required field"
+    if kind == "value_error":
+        message = str(inner) if inner else error["msg"]
+        shown = repr(value)
+        if not isinstance(value, dict | list) and shown not in message:
+            message = f"{shown}: {message}"
+        return path, message
+    if kind == "literal_error":
+        return path, f"{value!r} is not allowed; allowed: {ctx.get('expected')}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = {
+            "greater_than": f"greater than {ctx.get('gt')}",
+            "greater_than_equal": f"at least {ctx.get('ge')}",
+            "less_than": f"less than {ctx.get('lt')}",
+            "less_than_equal": f"at most {ctx.get('le')}",
+        }[kind]
+        return path, f"{value!r} is out of range; must be {bound}"
+    return path, f"{value!r}: {error['msg']}"
+
+
+def _with_allowed_keys(path: str, message: str, model: type[BaseModel] | None) -> str:
+    if message.startswith("unknown key") and model is not None:
+        return f"{message}; allowed: {', '.join(model.model_fields)}"
+    return message
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model whose keys apply at the parent of ``loc`` (for 'allowed keys' hints)."""
+    model: Any = Scenario
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        if isinstance(part, int):
+            continue
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return None
+        if model is Scenario and part == "clusters":
+            parts = parts[1:]  # skip the cluster's name
+            model = Cluster
+            continue
+        model = _first_model(fields[part].annotation)
+        if model is None:
+            return None
+    return model
+
+
+def _first_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate already-loaded YAML data. Raises ScenarioError naming ``source`` and the field."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a mapping of keys (name, clusters, wan, ...)")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            path, message = _describe(error)
+            message = _with_allowed_keys(path, message, _model_at(tuple(error["loc"])))
+            lines.append(f"{source}: {path}: {message}")
+        raise ScenarioError("\n".join(dict.fromkeys(lines))) from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(f"{path}:{where}: YAML syntax error: {problem}") from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    return parse_scenario(load_yaml(path), str(path))

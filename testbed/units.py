@@ -1,0 +1,145 @@
+"""Unit parsing and printing: the one place where "25ms", "1gbit", "4MiB", "0.1%" become numbers.
+
+Inside the project every quantity is an SI number: rates in bit/s (int), durations in seconds
+(float), sizes in bytes (int), fractions in 0..1 (float). Parsers raise ``ValueError`` with a
+message that shows the bad value and examples of good ones; the schema turns that into a
+user-facing error naming the file and field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+
+# tc style: kbit/mbit/gbit are powers of 1000, bare integers are bit/s.
+_RATE_UNITS = {
+    "": 1,
+    "bit": 1,
+    "bps": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+}
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+
+
+_QUANTITY = re.compile(r"\s*(?P<value>-?" + _NUMBER + r")\s*(?P<unit>[A-Za-z%]*)\s*")
+
+
+def _split(text: str) -> tuple[float, str] | None:
+    """'25 ms' -> (25.0, 'ms'); None when the text is not a number with an optional unit."""
+    m = _QUANTITY.fullmatch(text)
+    if not m:
+        return None
+    return float(m.group("value")), m.group("unit").lower()
+
+
+def _parse(value: object, units: dict[str, float], kind: str, examples: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a {kind}; examples: {examples}")
+    if isinstance(value, int | float):
+        number, unit = float(value), ""
+    elif isinstance(value, str):
+        parts = _split(value)
+        if parts is None:
+            raise ValueError(f"{value!r} is not a {kind}; examples: {examples}")
+        number, unit = parts
+    else:
+        raise ValueError(f"{value!r} is not a {kind}; examples: {examples}")
+    if unit not in units:
+        raise ValueError(f"{value!r} is not a {kind}; examples: {examples}")
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite {kind}")
+    return number * units[unit]
+
+
+def parse_rate(value: object) -> int:
+    """'100mbit' -> 100_000_000 bit/s. A bare number is bit/s (as in tc)."""
+    bits = _parse(value, _RATE_UNITS, "rate", "100mbit, 1gbit, 500kbit")
+    return round(bits)
+
+
+def parse_duration(value: object) -> float:
+    """'25ms' -> 0.025 s. A bare YAML number is seconds; a string needs a unit."""
+    parts = _split(value) if isinstance(value, str) else None
+    if parts is not None and parts[1] == "":
+        raise ValueError(f"{value!r} is not a duration (unit missing); examples: 25ms, 100us, 1.5s")
+    units = {**_DURATION_UNITS, "": 1.0}
+    return _parse(value, units, "duration", "25ms, 100us, 1.5s")
+
+
+def parse_size(value: object) -> int:
+    """'4MiB' -> 4194304 bytes. A bare number is bytes."""
+    return round(_parse(value, _SIZE_UNITS, "size", "64KB, 4MiB, 1500B"))
+
+
+def parse_percent(value: object) -> float:
+    """'0.1%' -> 0.001. A bare number is already a fraction (0.001)."""
+    if isinstance(value, str):
+        parts = _split(value)
+        if parts is None or parts[1] not in ("%", ""):
+            raise ValueError(f"{value!r} is not a percentage; examples: 0%, 0.1%, 1%")
+        number, unit = parts
+        return number / 100 if unit == "%" else number
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{value!r} is not a percentage; examples: 0%, 0.1%, 1%")
+    return float(value)
+
+
+def parse_buffer(value: object) -> tuple[str, float]:
+    """A queue size: bytes ('4MiB') or a multiple of the bandwidth-delay product ('0.5bdp').
+
+    Returns ('bytes', n) or ('bdp', factor); the plan resolves BDP multiples once the rate and
+    delay are known.
+    """
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(?P<value>" + _NUMBER + r")\s*x?\s*bdp\s*", value, re.IGNORECASE)
+        if m:
+            return "bdp", float(m.group("value"))
+    try:
+        return "bytes", float(parse_size(value))
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a buffer size; examples: 1bdp, 0.5bdp, 2bdp, 4MiB, 256KB"
+        ) from None
+
+
+def format_rate(bps: float) -> str:
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.4g} {unit}"
+    return f"{bps:.4g} bit/s"
+
+
+def format_duration(seconds: float) -> str:
+    if seconds == 0:
+        return "0"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.4g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.4g} ms"
+    return f"{seconds:.4g} s"
+
+
+def format_size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def format_percent(fraction: float) -> str:
+    return f"{fraction * 100:.4g}%"
