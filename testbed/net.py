@@ -1,0 +1,209 @@
+"""Realize a NetworkPlan in the kernel and tear it down: the only module that builds topology.
+
+Building runs the rendered iproute2 batches (one in the initial namespace, then one ``ip`` and one
+``tc`` batch per namespace, started in parallel), writes per-namespace sysctls from a worker thread
+and the ``/etc/netns/<ns>/hosts`` files that ``ip netns exec`` mounts. Teardown stops the
+testbed's processes (recorded pids, and any process living in its namespaces), deletes its
+namespaces (which removes every veth, bridge, qdisc and iptables rule inside them) and its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from testbed import netns, registry
+from testbed.errors import NetError, UnsupportedError
+from testbed.kernel import KernelFeatures
+from testbed.plan import NetworkPlan
+from testbed.registry import Record
+from testbed.render import ip_batches, root_batch, tc_batches, teardown_batch
+
+ETC_NETNS = Path("/etc/netns")
+INIT_ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+ALLOWED_CC_BACKUP = "allowed_congestion.orig"
+
+
+def _batch_error(tool: list[str], lines: list[str], stderr: str) -> NetError:
+    detail = stderr.strip().splitlines()
+    failed = ""
+    for text in detail:
+        if "Command failed -:" in text:
+            with contextlib.suppress(ValueError, IndexError):
+                failed = lines[int(text.rsplit(":", 1)[1]) - 1]
+    where = f" at `{failed}`" if failed else ""
+    return NetError(f"{' '.join(tool)} failed{where}: {' / '.join(detail[:3])}")
+
+
+def run_batches(jobs: list[tuple[list[str], list[str]]]) -> None:
+    """Run iproute2 batch jobs (argv, lines) in parallel; raise NetError on the first failure."""
+    procs = []
+    for argv, lines in jobs:
+        p = subprocess.Popen(
+            [*argv, "-batch", "-"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # Batches are a few KiB: they fit in the pipe buffer, so this never blocks.
+        assert p.stdin is not None
+        p.stdin.write("\n".join(lines) + "\n")
+        p.stdin.close()
+        procs.append((p, argv, lines))
+    errors = []
+    for p, argv, lines in procs:
+        assert p.stderr is not None
+        stderr = p.stderr.read()
+        if p.wait() != 0:
+            errors.append(_batch_error(argv, lines, stderr))
+    if errors:
+        raise errors[0]
+
+
+def ensure_congestion_allowed(wanted: tuple[str, ...], feats: KernelFeatures) -> None:
+    """A non-initial namespace may only select algorithms in the init namespace's allowed list."""
+    missing = [c for c in wanted if not feats.congestion_supported(c)]
+    if missing:
+        raise UnsupportedError(
+            f"tcp.congestion: unsupported on this kernel: {', '.join(missing)} "
+            f"(available: {', '.join(feats.congestion_available)}); "
+            "`testbed doctor` lists what this kernel has"
+        )
+    allowed = INIT_ALLOWED_CC.read_text().split()
+    needed = [c for c in wanted if c not in allowed]
+    if not needed:
+        return
+    backup = registry.STATE_DIR / ALLOWED_CC_BACKUP
+    if not backup.exists():
+        registry.STATE_DIR.mkdir(parents=True, exist_ok=True)
+        backup.write_text(" ".join(allowed))
+    try:
+        INIT_ALLOWED_CC.write_text(" ".join(allowed + needed))
+    except OSError as exc:
+        raise UnsupportedError(
+            f"cannot allow congestion control {', '.join(needed)} in namespaces: {exc.strerror}"
+        ) from None
+
+
+def restore_congestion_allowed() -> None:
+    """Put back the init namespace's allowed list once no testbed needs it any more."""
+    backup = registry.STATE_DIR / ALLOWED_CC_BACKUP
+    if backup.exists() and not registry.records():
+        with contextlib.suppress(OSError):
+            INIT_ALLOWED_CC.write_text(backup.read_text())
+        backup.unlink(missing_ok=True)
+
+
+def write_hosts_files(plan: NetworkPlan) -> None:
+    text = plan.hosts_file()
+    for ns in plan.namespaces:
+        d = ETC_NETNS / ns.name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "hosts").write_text(text)
+
+
+def build(plan: NetworkPlan, rec: Record, feats: KernelFeatures, kernel_propagation: bool) -> None:
+    """Create every kernel object of ``plan``. The record must already be saved (for clean)."""
+    ensure_congestion_allowed(plan.congestion, feats)
+    rec.namespaces = [ns.name for ns in plan.namespaces]
+    rec.hosts = plan.names()
+    rec.save()
+    run_batches([(["ip"], root_batch(plan))])
+    run_batches([(["ip", "-n", ns], lines) for ns, lines in ip_batches(plan).items()])
+    tc = tc_batches(plan, kernel_propagation)
+    if tc:
+        run_batches([(["tc", "-n", ns], lines) for ns, lines in tc.items()])
+    try:
+        netns.write_sysctls({ns.name: ns.sysctls for ns in plan.namespaces})
+    except OSError as exc:
+        raise NetError(f"writing sysctls failed: {exc}") from None
+    write_hosts_files(plan)
+
+
+def stop_processes(rec: Record, grace: float = 2.0) -> None:
+    """SIGTERM the testbed's processes, SIGKILL what is left after ``grace`` seconds.
+
+    Targets are the recorded (pid, start time) pairs and the processes living in the testbed's
+    namespaces; nothing is ever found by name."""
+    targets = {
+        pid for pid, start, _ in rec.processes if registry.process_alive(pid, start)
+    } | set(netns.pids_in(rec.namespaces))
+    targets.discard(os.getpid())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 1.0)
+        while targets and time.monotonic() < deadline:
+            targets = {p for p in targets if registry.process_start(p) is not None}
+            _reap(targets)
+            if targets:
+                time.sleep(0.02)
+        if not targets:
+            return
+
+
+def _reap(pids: set[int]) -> None:
+    """Collect our own exited children so they do not linger as zombies (and count as alive)."""
+    for pid in list(pids):
+        with contextlib.suppress(ChildProcessError, OSError):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                pids.discard(pid)
+
+
+def destroy(rec: Record) -> None:
+    """Remove everything of one testbed: processes, namespaces, files, then its record."""
+    rec.phase = "down"
+    namespaces = sorted(set(rec.namespaces) | set(registry.namespaces_with_prefix(rec.prefix)))
+    rec.namespaces = namespaces
+    stop_processes(rec)
+    existing = [ns for ns in namespaces if (netns.NETNS_DIR / ns).exists()]
+    if existing:
+        r = subprocess.run(
+            ["ip", "-batch", "-", "-force"],
+            input="\n".join(teardown_batch(existing)) + "\n",
+            capture_output=True,
+            text=True,
+        )
+        left = [ns for ns in existing if (netns.NETNS_DIR / ns).exists()]
+        if left:
+            raise NetError(f"could not delete namespaces {left}: {r.stderr.strip()}")
+    for ns in namespaces:
+        shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
+    rec.remove()
+    restore_congestion_allowed()
+
+
+def clean(include_persistent: bool = False) -> list[str]:
+    """Remove every testbed without a live owner (and, if asked, the persistent ones too).
+
+    Returns the prefixes removed. Objects of live testbeds (another test run, a `testbed up`
+    network) are left alone unless ``include_persistent``."""
+    removed = []
+    by_prefix = {r.prefix: r for r in registry.records()}
+    targets = registry.orphan_prefixes()
+    if include_persistent:
+        targets |= {
+            r.prefix
+            for r in by_prefix.values()
+            if r.persistent and not registry.process_alive(r.owner_pid, r.owner_start)
+        }
+    for prefix in sorted(targets):
+        rec = by_prefix.get(prefix) or Record(
+            name=prefix, prefix=prefix, slot=0, owner_pid=0, owner_start=None
+        )
+        destroy(rec)
+        removed.append(prefix)
+    for leftover in ETC_NETNS.glob("mctb*"):
+        m = registry.NAMESPACE.match(leftover.name)
+        if m and m.group(1) in targets:
+            shutil.rmtree(leftover, ignore_errors=True)
+    restore_congestion_allowed()
+    return removed

@@ -1,0 +1,105 @@
+"""Entering network namespaces from Python (3.11 has no ``os.setns``), for sysctls and sockets.
+
+``setns(CLONE_NEWNET)`` changes the namespace of the calling *thread* only, so work inside a
+namespace runs in a short-lived worker thread: the main thread never leaves the initial namespace,
+even if the work raises.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+CLONE_NEWNET = 0x40000000
+NETNS_DIR = Path("/run/netns")
+T = TypeVar("T")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def enter(ns: str) -> None:
+    """Move the calling thread (or a freshly forked child, as ``preexec_fn``) into ``ns``.
+
+    Opens the namespace file without creating anything: a missing namespace is an error here,
+    never silently made (the pyroute2 pitfall in FIELD-NOTES)."""
+    fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        setns(fd)
+    finally:
+        os.close(fd)
+
+
+def run_in(ns_work: list[tuple[str, Callable[[], T]]]) -> list[T]:
+    """Run each callable inside its namespace, in order, in one worker thread; return results."""
+    results: list[T] = []
+    error: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for ns, fn in ns_work:
+                enter(ns)
+                results.append(fn())
+        except BaseException as exc:  # re-raised in the caller's thread
+            error.append(exc)
+
+    t = threading.Thread(target=worker, name="netns-worker")
+    t.start()
+    t.join()
+    if error:
+        raise error[0]
+    return results
+
+
+def write_sysctls(per_ns: dict[str, dict[str, str]]) -> None:
+    """Write ``net.*`` sysctls inside each namespace (``/proc/sys/net`` follows the thread's ns)."""
+
+    def writer(settings: dict[str, str]) -> Callable[[], None]:
+        def write() -> None:
+            for key, value in settings.items():
+                Path("/proc/sys", *key.split(".")).write_text(value)
+
+        return write
+
+    run_in([(ns, writer(s)) for ns, s in per_ns.items() if s])
+
+
+def read_sysctls(ns: str, keys: list[str]) -> dict[str, str]:
+    def read() -> dict[str, str]:
+        return {k: Path("/proc/sys", *k.split(".")).read_text().strip() for k in keys}
+
+    return run_in([(ns, read)])[0]
+
+
+def netns_inode(ns: str) -> int | None:
+    try:
+        return os.stat(NETNS_DIR / ns).st_ino
+    except OSError:
+        return None
+
+
+def pids_in(namespaces: list[str]) -> list[int]:
+    """Processes whose network namespace is one of ``namespaces`` (like ``ip netns pids``)."""
+    inodes = {i for ns in namespaces if (i := netns_inode(ns)) is not None}
+    if not inodes:
+        return []
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            link = os.readlink(f"/proc/{entry}/ns/net")
+        except OSError:
+            continue
+        if int(link[5:-1]) in inodes:  # "net:[4026532300]"
+            found.append(int(entry))
+    return found

@@ -1,0 +1,172 @@
+"""The registry of testbeds on this machine: who owns which prefix, address block and processes.
+
+One JSON record per testbed in ``/run/testbed`` (tmpfs: it vanishes with the namespaces on
+reboot). A record is written *before* the first kernel object exists, so a testbed killed half-way
+through its construction is still found by ``testbed clean``. A testbed is *live* while it is
+persistent (made by ``testbed up``) or while its owner process is alive; everything else is a
+leftover. Processes are identified by (pid, start time) so a reused pid is never mistaken for ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed.errors import RegistryError
+
+STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
+PREFIX_STEM = "mctb"
+PREFIX = re.compile(r"^mctb[0-9a-f]{4}$")
+NAMESPACE = re.compile(r"^(mctb[0-9a-f]{4})-")
+SLOTS = range(64, 192)  # 10.<slot>.0.0/16 per testbed
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
+
+
+def process_start(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if it does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def process_alive(pid: int, start: int | None) -> bool:
+    now = process_start(pid)
+    return now is not None and (start is None or now == start)
+
+
+@dataclass
+class Record:
+    name: str
+    prefix: str
+    slot: int
+    owner_pid: int
+    owner_start: int | None
+    persistent: bool = False
+    phase: str = "building"  # building | up | down
+    created: float = field(default_factory=time.time)
+    scenario: str = ""
+    backend: str = ""
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[tuple[int, int | None, str]] = field(default_factory=list)  # pid, start, what
+    hosts: dict[str, str] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return STATE_DIR / f"{self.prefix}.json"
+
+    def live(self) -> bool:
+        return self.persistent or process_alive(self.owner_pid, self.owner_start)
+
+    def save(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, self.path)
+
+    def add_process(self, pid: int, what: str) -> None:
+        self.processes.append((pid, process_start(pid), what))
+        self.save()
+
+    def remove(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def records() -> list[Record]:
+    out = []
+    if not STATE_DIR.is_dir():
+        return out
+    for path in sorted(STATE_DIR.glob("mctb*.json")):
+        try:
+            data = json.loads(path.read_text())
+            data["processes"] = [tuple(p) for p in data.get("processes", [])]
+            out.append(Record(**data))
+        except (OSError, ValueError, TypeError):
+            continue  # a record being replaced right now, or corrupt: clean handles the kernel side
+    return out
+
+
+def find(name: str) -> Record:
+    for rec in records():
+        if rec.name == name or rec.prefix == name:
+            return rec
+    live = ", ".join(r.name for r in records() if r.live()) or "none"
+    raise RegistryError(f"no testbed named {name!r} (live testbeds: {live})")
+
+
+def claim(name: str, scenario: str = "", persistent: bool = False) -> Record:
+    """Reserve a unique prefix, address slot and name for a new testbed owned by this process."""
+    if not NAME.match(name):
+        raise RegistryError(
+            f"{name!r} is not a valid testbed name; allowed: a-z, 0-9 and '-', at most 48 chars"
+        )
+    with _locked():
+        existing = records()
+        for rec in existing:
+            if rec.name == name and rec.live():
+                raise RegistryError(
+                    f"a testbed named {name!r} is already up (prefix {rec.prefix}); "
+                    f"choose another --name or run `testbed down {name}`"
+                )
+        # Leftovers keep their slot and prefix until cleaned, so they never collide either.
+        used_slots = {r.slot for r in existing}
+        used_prefixes = {r.prefix for r in existing} | _prefixes_in_kernel()
+        free = [s for s in SLOTS if s not in used_slots]
+        if not free:
+            raise RegistryError(
+                f"all {len(SLOTS)} address blocks are taken; run `testbed clean` or take some down"
+            )
+        while True:
+            prefix = f"{PREFIX_STEM}{secrets.token_hex(2)}"
+            if prefix not in used_prefixes:
+                break
+        pid = os.getpid()
+        rec = Record(name, prefix, free[0], pid, process_start(pid), persistent, scenario=scenario)
+        rec.save()
+        return rec
+
+
+def _prefixes_in_kernel() -> set[str]:
+    try:
+        names = os.listdir("/run/netns")
+    except OSError:
+        return set()
+    return {m.group(1) for n in names if (m := NAMESPACE.match(n))}
+
+
+def namespaces_with_prefix(prefix: str) -> list[str]:
+    try:
+        names = os.listdir("/run/netns")
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(prefix + "-"))
+
+
+def orphan_prefixes() -> set[str]:
+    """Prefixes with kernel objects but no live owner: what ``testbed clean`` removes."""
+    live = {r.prefix for r in records() if r.live()}
+    recorded = {r.prefix for r in records()}
+    return (recorded | _prefixes_in_kernel()) - live
