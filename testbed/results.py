@@ -1,0 +1,96 @@
+"""Results on disk: one directory per invocation with ``manifest.json`` and Parquet tables.
+
+Every file is written atomically (temporary file + rename), so a crash never leaves half a table,
+and the manifest is rewritten as the run progresses so a failed run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for dist in ("multicluster-testbed", "torch", "pydantic", "pyroute2", "pandas"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+@dataclass
+class ResultsDir:
+    path: Path
+
+    @classmethod
+    def create(cls, root: str | Path, scenario: str) -> ResultsDir:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path(root) / f"{scenario}-{stamp}"
+        n = 1
+        while path.exists():
+            n += 1
+            path = Path(root) / f"{scenario}-{stamp}-{n}"
+        path.mkdir(parents=True)
+        return cls(path)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def read_manifest(self) -> dict[str, Any]:
+        if self.manifest_path.exists():
+            return json.loads(self.manifest_path.read_text())
+        return {}
+
+    def _save_manifest(self, data: dict[str, Any]) -> None:
+        text = json.dumps(data, indent=2, default=str)
+        _atomic_write(self.manifest_path, lambda p: p.write_text(text))
+
+    def write_manifest(self, tb, status: str) -> None:
+        """Record the scenario as resolved, the backend actually used and the environment."""
+        data = self.read_manifest()
+        data.update(
+            {
+                "scenario": tb.scenario.model_dump(mode="json"),
+                "scenario_file": tb.source,
+                "testbed": tb.name,
+                "prefix": tb.record.prefix if tb.record else None,
+                "backend": tb.backend.backend if tb.backend else None,
+                "backend_reason": tb.backend.reason if tb.backend else None,
+                "kernel": platform.release(),
+                "versions": versions(),
+                "warnings": list(tb.plan.warnings) if tb.plan else [],
+                "status": status,
+                "started": data.get("started", time.time()),
+            }
+        )
+        self._save_manifest(data)
+
+    def update_manifest(self, **fields: Any) -> None:
+        data = self.read_manifest()
+        data.update(fields)
+        data["finished"] = time.time()
+        self._save_manifest(data)
+
+    def write_table(self, name: str, rows: list[dict[str, Any]]) -> Path:
+        path = self.path / f"{name}.parquet"
+        frame = pd.DataFrame(rows)
+        _atomic_write(path, lambda p: frame.to_parquet(p, index=False))
+        return path

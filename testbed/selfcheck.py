@@ -1,0 +1,174 @@
+"""The link self-check: per WAN direction, measured RTT and TCP goodput against the configuration.
+
+RTT is measured idle with ping (median and p99 of ``pings`` echoes) between the first host of each
+cluster; goodput with one bulk TCP flow for ``duration`` seconds, counted by the receiver after a
+warm-up (slow start excluded). The configured goodput is the HTB ceiling: rate x 1448/1514, the
+TCP payload share of a full-size frame. Any run can call it; its rows go to ``links.parquet``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+from dataclasses import asdict, dataclass
+
+from testbed.api import Testbed
+from testbed.errors import NetError
+from testbed.plan import GOODPUT_FACTOR, NetworkPlan, WanDirection
+
+PING_TIME = re.compile(r"time=([0-9.]+) ms")
+SELFCHECK_PORT = 5299
+TOLERANCE = 0.10  # a direction is flagged when RTT or goodput is off by more than this
+
+
+@dataclass
+class LinkCheck:
+    direction: str
+    src_host: str
+    dst_host: str
+    rtt_configured_s: float
+    rtt_median_s: float | None
+    rtt_p99_s: float | None
+    rtt_samples: int
+    goodput_configured_bps: float
+    goodput_bps: float | None
+    goodput_ratio: float | None
+    congestion: str
+    ok: bool
+    problem: str = ""
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def configured_rtt(plan: NetworkPlan, d: WanDirection) -> float:
+    """Round trip between hosts of ``d.src`` and ``d.dst``: both WAN directions and the fabric
+    delays of both clusters, each crossed twice."""
+    back = next(w for w in plan.wan if w.src == d.dst and w.dst == d.src)
+    fabric = {p.ns: p.delay for p in plan.fabric}
+    host_delays = sum(
+        fabric.get(plan.host(f"{c}-h0").ns, 0.0) + fabric.get(f"{plan.prefix}-{c}-gw", 0.0)
+        for c in (d.src, d.dst)
+    )
+    return d.delay + back.delay + host_delays
+
+
+def configured_goodput(plan: NetworkPlan, d: WanDirection) -> float:
+    """The HTB ceiling of the slowest hop between the two checked hosts."""
+    ends = {plan.host(f"{c}-h0").ns for c in (d.src, d.dst)}
+    rates = [d.rate] + [p.rate for p in plan.fabric if p.rate and p.ns in ends]
+    return min(rates) * GOODPUT_FACTOR
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def measure_rtt(tb: Testbed, src: str, dst: str, pings: int) -> list[float]:
+    r = tb.run(src, ["ping", "-n", "-c", str(pings), "-i", "0.05", "-W", "5", dst], timeout=60)
+    return [float(x) / 1e3 for x in PING_TIME.findall(r.stdout)]
+
+
+def measure_goodput(tb: Testbed, src: str, dst: str, duration: float) -> dict:
+    warmup = min(1.0, duration / 3)
+    server = tb.python(
+        dst,
+        "traffic.bulk",
+        "serve",
+        "--port",
+        str(SELFCHECK_PORT),
+        "--warmup",
+        str(warmup),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline().strip()
+        if ready != "READY":
+            raise NetError(f"self-check receiver on {dst} did not start: {server.stderr.read()}")
+        sender = tb.python(
+            src,
+            "traffic.bulk",
+            "send",
+            "--host",
+            dst,
+            "--port",
+            str(SELFCHECK_PORT),
+            "--duration",
+            str(duration),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _, err = sender.communicate(timeout=duration + 60)
+        if sender.returncode != 0:
+            raise NetError(f"self-check sender {src}->{dst} failed: {err.strip()[-300:]}")
+        line, err = server.communicate(timeout=30)
+        return json.loads(line)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def check_direction(
+    tb: Testbed, d: WanDirection, duration: float = 3.0, pings: int = 20
+) -> LinkCheck:
+    plan = tb.plan
+    assert plan is not None
+    src, dst = f"{d.src}-h0", f"{d.dst}-h0"
+    rtt_conf = configured_rtt(plan, d)
+    good_conf = configured_goodput(plan, d)
+    problems = []
+    samples = measure_rtt(tb, src, dst, pings)
+    median = statistics.median(samples) if samples else None
+    p99 = _percentile(samples, 0.99) if samples else None
+    if not samples:
+        problems.append("no ping replies")
+    elif abs(median - rtt_conf) > max(TOLERANCE * rtt_conf, 0.001):
+        problems.append(f"RTT {median * 1e3:.2f} ms vs configured {rtt_conf * 1e3:.2f} ms")
+    goodput = ratio = None
+    congestion = ""
+    try:
+        result = measure_goodput(tb, src, dst, duration)
+        goodput = result["steady_goodput_bps"] or result["goodput_bps"]
+        congestion = result["receiver_congestion"]
+        ratio = goodput / good_conf
+        if ratio < 1 - TOLERANCE:
+            problems.append(f"goodput {ratio:.0%} of the configured ceiling")
+    except (NetError, ValueError, OSError) as exc:
+        problems.append(str(exc))
+    return LinkCheck(
+        direction=d.name,
+        src_host=src,
+        dst_host=dst,
+        rtt_configured_s=rtt_conf,
+        rtt_median_s=median,
+        rtt_p99_s=p99,
+        rtt_samples=len(samples),
+        goodput_configured_bps=good_conf,
+        goodput_bps=goodput,
+        goodput_ratio=ratio,
+        congestion=congestion,
+        ok=not problems,
+        problem="; ".join(problems),
+    )
+
+
+def check_links(
+    tb: Testbed, duration: float = 3.0, pings: int = 20, progress=None
+) -> list[LinkCheck]:
+    """Check every WAN direction one after the other (so they do not share the CPU)."""
+    assert tb.plan is not None
+    out = []
+    for d in tb.plan.wan:
+        out.append(check_direction(tb, d, duration, pings))
+        if progress:
+            progress(d)
+    return out
