@@ -131,9 +131,7 @@ class BackendChoice:
     reason: str
 
 
-def choose_backend(
-    requested: str, needs_propagation: bool, feats: KernelFeatures
-) -> BackendChoice:
+def choose_backend(requested: str, needs_propagation: bool, feats: KernelFeatures) -> BackendChoice:
     """Pick how delay/jitter/loss/reorder are emulated. ``none`` = nothing to emulate (HTB only)."""
     netem = feats.has_qdisc("netem")
     if requested == "kernel":

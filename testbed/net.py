@@ -131,9 +131,9 @@ def stop_processes(rec: Record, grace: float = 2.0) -> None:
 
     Targets are the recorded (pid, start time) pairs and the processes living in the testbed's
     namespaces; nothing is ever found by name."""
-    targets = {
-        pid for pid, start, _ in rec.processes if registry.process_alive(pid, start)
-    } | set(netns.pids_in(rec.namespaces))
+    targets = {pid for pid, start, _ in rec.processes if registry.process_alive(pid, start)} | set(
+        netns.pids_in(rec.namespaces)
+    )
     targets.discard(os.getpid())
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in targets:
