@@ -72,6 +72,7 @@ class Route:
     ns: str
     dst: str  # "default" or a CIDR
     via: str
+    src: str | None = None  # preferred source: gateways speak from their cluster address
 
 
 @dataclass(frozen=True)
@@ -402,7 +403,8 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         for dst, m in cluster_index.items():
             if dst != cluster:
                 nxt = hops[(cluster, dst)]
-                routes.append(Route(gw_ns, f"{net}.{m}.0/24", gw_wan_addr[(cluster, nxt)]))
+                via = gw_wan_addr[(cluster, nxt)]
+                routes.append(Route(gw_ns, f"{net}.{m}.0/24", via, src=gw_ip))
     routes.extend(wire_routes)
 
     return NetworkPlan(

@@ -47,7 +47,8 @@ def ip_batches(plan: NetworkPlan) -> dict[str, list[str]]:
     for ns, names in ifaces.items():
         out[ns] += [f"link set {name} up" for name in names]
     for r in plan.routes:
-        out[r.ns].append(f"route add {r.dst} via {r.via}")
+        src = f" src {r.src}" if r.src else ""
+        out[r.ns].append(f"route add {r.dst} via {r.via}{src}")
     return dict(out)
 
 

@@ -106,11 +106,11 @@ def measure_goodput(tb: Testbed, src: str, dst: str, duration: float) -> dict:
             stderr=subprocess.PIPE,
             text=True,
         )
-        _, err = sender.communicate(timeout=duration + 60)
+        sent, err = sender.communicate(timeout=duration + 60)
         if sender.returncode != 0:
             raise NetError(f"self-check sender {src}->{dst} failed: {err.strip()[-300:]}")
         line, err = server.communicate(timeout=30)
-        return json.loads(line)
+        return {**json.loads(line), "sender": json.loads(sent)}
     finally:
         if server.poll() is None:
             server.kill()
@@ -138,7 +138,7 @@ def check_direction(
     try:
         result = measure_goodput(tb, src, dst, duration)
         goodput = result["steady_goodput_bps"] or result["goodput_bps"]
-        congestion = result["receiver_congestion"]
+        congestion = result["sender"]["congestion"]
         ratio = goodput / good_conf
         if ratio < 1 - TOLERANCE:
             problems.append(f"goodput {ratio:.0%} of the configured ceiling")

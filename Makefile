@@ -1,0 +1,23 @@
+# The two Quickstart commands. Both set everything up themselves (scripts/setup.sh is idempotent).
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint clean bench
+
+setup:
+	scripts/setup.sh
+
+demo: setup
+	$(SUDO) .venv/bin/testbed run scenarios/quickstart.yaml
+
+test: setup
+	$(SUDO) .venv/bin/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+clean:
+	$(SUDO) .venv/bin/testbed clean
+
+bench: setup
+	$(SUDO) .venv/bin/python benchmarks/setup_speed.py

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# THE install script of multicluster-testbed: system packages, a virtualenv in .venv and the
+# project with its dev extras. Idempotent and quick when nothing changed. Used by `make demo`,
+# `make test`, .ci/run and the Vagrantfile's provisioner. Debian 12 / Ubuntu 24.04.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+# iproute2: ip/tc; iptables: the delay line's NFQUEUE rules; iperf3: bulk TCP benchmarks;
+# ethtool: offloads; iputils-ping: RTT checks; procps: sysctl/ps.
+PACKAGES=(iproute2 iptables iperf3 ethtool iputils-ping procps python3 python3-venv python3-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+# A python3 outside dpkg (pyenv, a distribution build) is fine if it can make venvs.
+if command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  missing=("${missing[@]/python3}"); missing=("${missing[@]/python3-venv}"); missing=("${missing[@]/python3-dev}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing system packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq || echo "setup: apt-get update failed; trying with the current lists"
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: Python >= 3.11 is needed, $("$PY" --version) found" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+# Reinstall only when the project's dependencies changed.
+stamp=.venv/.setup-stamp
+want=$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing the project into .venv"
+  log=.venv/setup-pip.log
+  if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+         .venv/bin/python -m pip install -q -e '.[dev]'; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: pip install failed (log above, also in $log)" >&2
+    exit 1
+  fi
+  echo "$want" > "$stamp"
+fi
+echo "setup: ready ($(.venv/bin/python --version), $(.venv/bin/testbed --help >/dev/null && echo testbed ok))"
