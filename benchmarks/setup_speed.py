@@ -1,0 +1,71 @@
+"""Benchmark: time to bring up and tear down 4 clusters x 8 hosts (32 hosts + 4 gateways + a
+full WAN mesh of 6 wires), median of 5. Goal on a 2-core machine: up <= 0.5 s, down <= 0.2 s.
+
+    sudo .venv/bin/python benchmarks/setup_speed.py [--repeat 5] [--markdown]
+
+"up" is ``Testbed.up()`` as a user calls it (registry claim, plan, kernel probe on first use
+excluded by a warm-up run, namespaces, veths, bridges, addresses, routes, HTB/bfifo, sysctls,
+hosts files); "down" is ``Testbed.down()`` (process sweep, namespace deletion, files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import statistics
+import time
+
+from testbed.api import Testbed
+from testbed.scenario import parse_scenario
+
+CLUSTERS = ["east", "west", "north", "south"]
+
+
+def scenario():
+    return parse_scenario(
+        {
+            "name": "bench-setup",
+            "clusters": {c: {"hosts": 8} for c in CLUSTERS},
+            "wan": [
+                {"between": [a, b], "rate": "1gbit"} for a, b in itertools.combinations(CLUSTERS, 2)
+            ],
+        }
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeat", type=int, default=5)
+    args = p.parse_args()
+    sc = scenario()
+    Testbed(sc, name="bench-warmup").up().down()  # kernel probe and imports out of the timing
+    ups, downs = [], []
+    for i in range(args.repeat):
+        tb = Testbed(sc, name=f"bench-setup-{i}")
+        t0 = time.perf_counter()
+        tb.up()
+        t1 = time.perf_counter()
+        tb.down()
+        t2 = time.perf_counter()
+        ups.append(t1 - t0)
+        downs.append(t2 - t1)
+    n_ns = len(tb.plan.namespaces) if tb.plan else 0
+    print(f"## Setup speed ({platform.release()}, {time.strftime('%Y-%m-%d')})")
+    print()
+    print(
+        f"4 clusters x 8 hosts + 4 gateways + 6 WAN wires = {n_ns} namespaces; "
+        f"median of {args.repeat}."
+    )
+    print()
+    print("| phase | median | min | max | goal |")
+    print("|---|---|---|---|---|")
+    for name, xs, goal in (("up", ups, 0.5), ("down", downs, 0.2)):
+        med = statistics.median(xs)
+        verdict = "met" if med <= goal else "MISSED"
+        spread = f"{min(xs):.3f} s | {max(xs):.3f} s"
+        print(f"| {name} | {med:.3f} s | {spread} | <= {goal} s ({verdict}) |")
+
+
+if __name__ == "__main__":
+    main()
