@@ -181,6 +181,7 @@ class NetworkPlan:
     hosts: tuple[Host, ...]
     gateways: tuple[Gateway, ...]
     congestion: tuple[str, ...]  # every algorithm some namespace selects
+    wire_sized_packets: bool  # loss > 0 somewhere: senders emit MTU-sized packets, not GSO
     warnings: tuple[str, ...]
 
     def host(self, name: str) -> Host:
@@ -202,6 +203,12 @@ class NetworkPlan:
 
     def needs_propagation_emulation(self) -> bool:
         return any(d.impairment.active for d in self.wan) or any(p.delay for p in self.fabric)
+
+
+def bdp_bytes(rate: int, rtt: float) -> int:
+    """rate x RTT in bytes; rounded to the nearest byte so float noise (10 Mbit/s x 35 ms =
+    43750.000000001) does not add one."""
+    return round(rate * rtt / 8)
 
 
 def htb_burst(rate: int) -> int:
@@ -319,7 +326,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         fwd, rev = link.direction(False), link.direction(True)
         rtt = fwd["delay"] + rev["delay"]
         for src, dst, d, other in ((a, b, fwd, rev), (b, a, rev, fwd)):
-            bdp = math.ceil(d["rate"] / 8 * rtt)
+            bdp = bdp_bytes(d["rate"], rtt)
             max_bdp = max(max_bdp, bdp)
             kind, amount = d["buffer"]
             buffer = math.ceil(amount * bdp) if kind == "bdp" else int(amount)
@@ -395,7 +402,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
             hosts.append(Host(label, cluster, i, hns, "eth0", addr, tcp))
             if spec.fabric.rate or spec.fabric.delay:
                 rate, delay = spec.fabric.rate, spec.fabric.delay
-                bdp = math.ceil((rate or 0) / 8 * 2 * delay)
+                bdp = bdp_bytes(rate or 0, 2 * delay)
                 limit = netem_limit(rate or 100_000_000_000, rate or 0, delay, 0, bdp)
                 for ns, ifname in ((hns, "eth0"), (gw_ns, f"h{i}")):
                     fabric.append(FabricPort(ns, ifname, rate, delay, max(MIN_BUFFER, bdp), limit))
@@ -422,6 +429,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         gateways=tuple(gateways),
         fabric=tuple(fabric),
         congestion=tuple(sorted(congestion)),
+        wire_sized_packets=any(d.loss > 0 for d in wan),
         warnings=tuple(warnings),
     )
 

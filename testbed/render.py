@@ -46,6 +46,11 @@ def ip_batches(plan: NetworkPlan) -> dict[str, list[str]]:
         ifaces[br.ns].append(br.name)
     for ns, names in ifaces.items():
         out[ns] += [f"link set {name} up" for name in names]
+    if plan.wire_sized_packets:
+        # Loss applies per queued packet, in netem as in the delay line; a 64 KiB GSO packet
+        # would lose 44 wire packets at once. One segment per packet makes loss per wire packet.
+        for h in plan.hosts:
+            out[h.ns].append(f"link set dev {h.ifname} gso_max_segs 1")
     for r in plan.routes:
         src = f" src {r.src}" if r.src else ""
         out[r.ns].append(f"route add {r.dst} via {r.via}{src}")

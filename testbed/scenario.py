@@ -29,9 +29,10 @@ from testbed.units import parse_buffer, parse_duration, parse_percent, parse_rat
 MAX_CLUSTERS = 16
 MAX_HOSTS_PER_CLUSTER = 64
 SCENARIO_NAME = re.compile(r"^[a-z0-9-]{1,32}$")
-# Cluster names become host names (east-h0) and interface names (w-east), which the kernel limits
-# to 15 characters: so DNS-label style, at most 12 characters.
-CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+# Cluster names become host names (east-h0), namespace labels (wan-east-west) and interface names
+# (w-east, at most 15 characters in the kernel): so a letter then letters and digits, no '-' (which
+# would make wan-a-b-c ambiguous), at most 12 characters.
+CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9]*$")
 CLUSTER_NAME_MAX = 12
 CONGESTION_NAME = re.compile(r"^[a-z0-9_]{1,16}$")
 
@@ -58,7 +59,19 @@ Rate = Annotated[int, BeforeValidator(parse_rate), AfterValidator(_positive_rate
 Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_nonnegative_duration)]
 Fraction = Annotated[float, BeforeValidator(parse_percent), AfterValidator(_percentage)]
 Buffer = Annotated[tuple[str, float], BeforeValidator(parse_buffer)]
-Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+def _auto_or_size(v: Any) -> Any:
+    if v == "auto":
+        return v
+    try:
+        size = parse_size(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is neither auto nor a size; examples: auto, 4MiB, 64MB") from None
+    if size <= 0:
+        raise ValueError("a buffer size must be positive; examples: auto, 4MiB, 64MB")
+    return size
+
+
+AutoSize = Annotated[Any, BeforeValidator(_auto_or_size)]
 
 
 class _Strict(BaseModel):
@@ -77,8 +90,8 @@ class TcpSettings(_Strict):
 
     congestion: str = "cubic"
     ecn: bool = False
-    rmem: Literal["auto"] | Size = "auto"
-    wmem: Literal["auto"] | Size = "auto"
+    rmem: AutoSize = "auto"
+    wmem: AutoSize = "auto"
 
     @field_validator("congestion")
     @classmethod
@@ -91,8 +104,8 @@ class TcpSettings(_Strict):
 class TcpOverride(_Strict):
     congestion: str | None = None
     ecn: bool | None = None
-    rmem: Literal["auto"] | Size | None = None
-    wmem: Literal["auto"] | Size | None = None
+    rmem: AutoSize | None = None
+    wmem: AutoSize | None = None
 
     _congestion_name = field_validator("congestion")(
         lambda cls, v: v if v is None else TcpSettings._congestion_name(v)
@@ -137,11 +150,14 @@ class WanLink(_Strict):
             raise ValueError("buffer must be positive; examples: 1bdp, 0.5bdp, 4MiB")
         return v
 
-    @model_validator(mode="after")
-    def _distinct_ends(self) -> WanLink:
-        if self.between[0] == self.between[1]:
-            raise ValueError(f"a WAN link joins two different clusters, got {list(self.between)}")
-        return self
+    @field_validator("between", mode="before")
+    @classmethod
+    def _two_clusters(cls, v: Any) -> Any:
+        if not isinstance(v, list | tuple) or len(v) != 2:
+            raise ValueError("`between` names two clusters, e.g. [east, west]")
+        if v[0] == v[1]:
+            raise ValueError(f"a WAN link joins two different clusters, got {list(v)}")
+        return v
 
     def direction(self, reverse: bool) -> dict[str, Any]:
         """The settings of one direction: forward as written, reverse with ``reverse`` applied."""
@@ -156,7 +172,7 @@ class WanLink(_Strict):
 class Scenario(_Strict):
     name: str
     description: str = ""
-    clusters: dict[str, Cluster] = Field(min_length=1, max_length=MAX_CLUSTERS)
+    clusters: dict[str, Cluster]
     wan: list[WanLink] = []
     tcp: TcpSettings = TcpSettings()
     backend: Literal["auto", "kernel", "userspace"] = "auto"
@@ -170,15 +186,26 @@ class Scenario(_Strict):
             )
         return v
 
-    @field_validator("clusters")
+    @field_validator("clusters", mode="before")
     @classmethod
-    def _cluster_names(cls, v: dict[str, Cluster]) -> dict[str, Cluster]:
+    def _cluster_names(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
         for name in v:
-            if not CLUSTER_NAME.match(name) or len(name) > CLUSTER_NAME_MAX:
-                raise ValueError(
+            if not isinstance(name, str) or not CLUSTER_NAME.match(name) or (
+                len(name) > CLUSTER_NAME_MAX
+            ):
+                raise _FieldError(
+                    f"clusters.{name}",
                     f"{name!r} is not a valid cluster name; allowed: a lowercase letter, then "
-                    f"a-z, 0-9 and single '-' inside, at most {CLUSTER_NAME_MAX} characters"
+                    f"a-z and 0-9, at most {CLUSTER_NAME_MAX} characters",
                 )
+        if not v:
+            raise _FieldError("clusters", "at least one cluster is needed")
+        if len(v) > MAX_CLUSTERS:
+            raise _FieldError(
+                "clusters", f"{len(v)} clusters given; at most {MAX_CLUSTERS} are allowed"
+            )
         return v
 
     @model_validator(mode="after")
@@ -333,19 +360,49 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         raise ScenarioError("\n".join(dict.fromkeys(lines))) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"{path}: cannot read scenario: not UTF-8 text (byte {exc.start})"
+        ) from None
+    if not text.strip():
+        raise ScenarioError(f"{path}: the scenario file is empty")
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(f"{path}:{where}: YAML syntax error: {problem}") from None
+        if mark is not None:
+            where = f" line {mark.line + 1}, column {mark.column + 1}:"
+        elif isinstance(exc, yaml.reader.ReaderError):
+            line = text.count("\n", 0, exc.position) + 1
+            column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+            where = f" line {line}, column {column}:"
+        else:
+            where = ""
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
+        if isinstance(exc, yaml.reader.ReaderError):
+            problem = f"unacceptable character #x{exc.character:04x}: {exc.reason}"
+        raise ScenarioError(f"{path}:{where} YAML syntax error: {problem}") from None
 
 
 def load_scenario(path: str | Path) -> Scenario:

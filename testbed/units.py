@@ -73,9 +73,11 @@ def parse_rate(value: object) -> int:
 
 
 def parse_duration(value: object) -> float:
-    """'25ms' -> 0.025 s. A bare YAML number is seconds; a string needs a unit."""
+    """'25ms' -> 0.025 s. A unit is required (a bare 25 would silently mean 25 s); only 0 may go
+    without one."""
+    bare = isinstance(value, int | float) and not isinstance(value, bool)
     parts = _split(value) if isinstance(value, str) else None
-    if parts is not None and parts[1] == "":
+    if (bare and value != 0) or (parts is not None and parts[1] == "" and parts[0] != 0):
         raise ValueError(f"{value!r} is not a duration (unit missing); examples: 25ms, 100us, 1.5s")
     units = {**_DURATION_UNITS, "": 1.0}
     return _parse(value, units, "duration", "25ms, 100us, 1.5s")
@@ -87,16 +89,23 @@ def parse_size(value: object) -> int:
 
 
 def parse_percent(value: object) -> float:
-    """'0.1%' -> 0.001. A bare number is already a fraction (0.001)."""
+    """'0.1%' -> 0.001. The % sign is required (is a bare 1 one percent, as in tc, or 100%?);
+    only 0 may go without it."""
+    examples = "examples: 0%, 0.1%, 1%"
     if isinstance(value, str):
         parts = _split(value)
         if parts is None or parts[1] not in ("%", ""):
-            raise ValueError(f"{value!r} is not a percentage; examples: 0%, 0.1%, 1%")
+            raise ValueError(f"{value!r} is not a percentage; {examples}")
         number, unit = parts
-        return number / 100 if unit == "%" else number
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{value!r} is not a percentage; examples: 0%, 0.1%, 1%")
-    return float(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number, unit = float(value), ""
+    else:
+        raise ValueError(f"{value!r} is not a percentage; {examples}")
+    if unit == "" and number != 0:
+        raise ValueError(f"{value!r} is not a percentage (% sign missing); {examples}")
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite percentage; {examples}")
+    return number / 100
 
 
 def parse_buffer(value: object) -> tuple[str, float]:
@@ -108,7 +117,10 @@ def parse_buffer(value: object) -> tuple[str, float]:
     if isinstance(value, str):
         m = re.fullmatch(r"\s*(?P<value>" + _NUMBER + r")\s*x?\s*bdp\s*", value, re.IGNORECASE)
         if m:
-            return "bdp", float(m.group("value"))
+            factor = float(m.group("value"))
+            if not math.isfinite(factor):
+                raise ValueError(f"{value!r} is not a finite multiple of the BDP")
+            return "bdp", factor
     try:
         return "bytes", float(parse_size(value))
     except ValueError:
