@@ -23,6 +23,7 @@ from typing import Any
 from testbed import kernel, net, registry
 from testbed.errors import RegistryError, TestbedError
 from testbed.plan import NetworkPlan, build_plan
+from testbed.propagation import DelayLineSupervisor
 from testbed.scenario import Scenario, load_scenario
 
 
@@ -50,6 +51,8 @@ class Testbed:
         self.plan: NetworkPlan | None = None
         self.backend: kernel.BackendChoice | None = None
         self.features: kernel.KernelFeatures | None = None
+        self.delay_line: DelayLineSupervisor | None = None
+        self.delay_line_stats: list[dict] = []
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
@@ -64,6 +67,7 @@ class Testbed:
         tb = cls.__new__(cls)
         tb.scenario, tb.name, tb.persistent, tb.source = None, rec.name, rec.persistent, ""  # type: ignore[assignment]
         tb.record, tb.plan, tb.backend, tb.features = rec, None, None, None
+        tb.delay_line, tb.delay_line_stats = None, []
         return tb
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -78,8 +82,10 @@ class Testbed:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
             self.record.backend = self.backend.backend
             self.record.save()
-            self._start_propagation_check()
             net.build(self.plan, self.record, self.features, self.backend.backend == "kernel")
+            if self.backend.backend == "userspace":
+                self.delay_line = DelayLineSupervisor(self.plan, self.record)
+                self.delay_line.start()
             self.record.phase = "up"
             self.record.persistent = self.persistent
             self.record.save()
@@ -88,21 +94,26 @@ class Testbed:
             raise
         return self
 
-    def _start_propagation_check(self) -> None:
-        assert self.backend is not None
-        if self.backend.backend == "userspace":
-            from testbed.errors import UnsupportedError
-
-            raise UnsupportedError(
-                "this scenario needs delay/jitter/loss/reorder, which need netem or the "
-                "userspace delay line; this kernel has no netem and the userspace backend is "
-                "not available yet"
-            )
-
     def down(self) -> None:
-        if self.record is not None:
-            net.destroy(self.record)
-            self.record = None
+        try:
+            if self.delay_line is not None:
+                self.delay_line.stop()
+                self.delay_line_stats = self.delay_line.stats()
+                self.delay_line = None
+        finally:
+            if self.record is not None:
+                net.destroy(self.record)
+                self.record = None
+
+    def problems(self) -> list[str]:
+        """What is broken in the emulation right now (a dead delay line, queue overflow)."""
+        return self.delay_line.problems() if self.delay_line is not None else []
+
+    def link_stats(self) -> list[dict]:
+        """Counters of the propagation emulation per WAN direction (userspace backend)."""
+        if self.delay_line is not None:
+            return self.delay_line.stats()
+        return list(self.delay_line_stats)
 
     def __enter__(self) -> Testbed:
         self._old_term = signal.getsignal(signal.SIGTERM)

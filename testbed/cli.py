@@ -279,9 +279,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     _need_root("run")
     results = ResultsDir.create(args.out, load_scenario(args.file).name)
-    status, checks = "failed", []
+    status, checks, problems = "failed", [], []
+    tb = Testbed.from_file(args.file, name=args.name)
     try:
-        with Testbed.from_file(args.file, name=args.name) as tb:
+        with tb:
             _announce(tb)
             _print_hosts(tb)
             with out.status("link self-check: RTT and bulk TCP per WAN direction") as st:
@@ -289,12 +290,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                     tb, duration=args.duration, progress=lambda d: st.update(f"checked {d.name}")
                 )
             results.write_manifest(tb, status="running")
-        status = "ok" if all(c.ok for c in checks) else "failed"
+            problems = tb.problems()
+        status = "ok" if all(c.ok for c in checks) and not problems else "failed"
     finally:
         if checks:
             results.write_table("links", [c.row() for c in checks])
-        results.update_manifest(status=status)
+        if tb.delay_line_stats:
+            results.write_table("delayline", tb.delay_line_stats)
+        results.update_manifest(status=status, problems=problems)
     print_checks(checks)
+    for problem in problems:
+        err.print(f"[red]link failure:[/] {problem}")
     out.print(f"results: {results.path}")
     return 0 if status == "ok" else 1
 

@@ -177,6 +177,7 @@ def destroy(rec: Record) -> None:
             raise NetError(f"could not delete namespaces {left}: {r.stderr.strip()}")
     for ns in namespaces:
         shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
+    shutil.rmtree(registry.STATE_DIR / rec.prefix, ignore_errors=True)
     rec.remove()
     restore_congestion_allowed()
 

@@ -9,17 +9,17 @@ TCP payload share of a full-size frame. Any run can call it; its rows go to ``li
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import subprocess
+import sys
 from dataclasses import asdict, dataclass
 
 from testbed.api import Testbed
 from testbed.errors import NetError
 from testbed.plan import GOODPUT_FACTOR, NetworkPlan, WanDirection
 
-PING_TIME = re.compile(r"time=([0-9.]+) ms")
 SELFCHECK_PORT = 5299
+RTT_PORT = 5298
 TOLERANCE = 0.10  # a direction is flagged when RTT or goodput is off by more than this
 
 
@@ -68,9 +68,51 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def measure_rtt(tb: Testbed, src: str, dst: str, pings: int) -> list[float]:
-    r = tb.run(src, ["ping", "-n", "-c", str(pings), "-i", "0.05", "-W", "5", dst], timeout=60)
-    return [float(x) / 1e3 for x in PING_TIME.findall(r.stdout)]
+def measure_rtt(tb: Testbed, src: str, dst: str, pings: int, interval: float = 0.05) -> list[float]:
+    """Round-trip times in seconds of ``pings`` UDP probes (microsecond resolution)."""
+    return probe_rtt(tb, src, dst, pings, interval)["rtts"]
+
+
+def probe_rtt(tb: Testbed, src: str, dst: str, count: int, interval: float) -> dict:
+    """Run the UDP prober ``src`` -> echo server on ``dst``; its JSON result (see udpping)."""
+    server = tb.python(
+        dst,
+        "traffic.udpping",
+        "serve",
+        "--port",
+        str(RTT_PORT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        if server.stdout.readline().strip() != "READY":
+            raise NetError(f"UDP echo server on {dst} did not start")
+        r = tb.run(
+            src,
+            [
+                sys.executable,
+                "-m",
+                "traffic.udpping",
+                "probe",
+                "--host",
+                dst,
+                "--port",
+                str(RTT_PORT),
+                "--count",
+                str(count),
+                "--interval",
+                str(interval),
+            ],
+            timeout=60 + count * interval,
+        )
+        if r.returncode != 0:
+            raise NetError(f"UDP prober {src}->{dst} failed: {r.stderr.strip()[-300:]}")
+        return json.loads(r.stdout)
+    finally:
+        server.kill()
+        server.wait()
 
 
 def measure_goodput(tb: Testbed, src: str, dst: str, duration: float) -> dict:

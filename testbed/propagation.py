@@ -1,0 +1,220 @@
+"""Supervision of the userspace delay line: one process per wire namespace, started, watched and
+stopped like a real component.
+
+Order matters (FIELD-NOTES): the process binds its queues and prints READY *before* any iptables
+rule sends packets to it; at shutdown the rules go *before* the process, because the kernel drops
+whatever a dying listener held. There is no ``--queue-bypass``: if the process dies, packets of its
+directions are dropped, never passed through undelayed, and ``problems()`` reports the link failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed import registry
+from testbed.delayline import iptables_delete_rules, iptables_rules, read_stats
+from testbed.errors import NetError
+from testbed.plan import NetworkPlan, WanDirection
+from testbed.registry import Record
+
+READY_TIMEOUT = 15.0
+STATS_INTERVAL = 0.5
+
+
+@dataclass
+class LineProcess:
+    """One delay-line process serving the directions of one wire namespace."""
+
+    ns: str
+    directions: list[WanDirection]
+    config_path: Path
+    stats_path: Path
+    proc: subprocess.Popen | None = None
+    rules: list[list[str]] = field(default_factory=list)
+    rules_installed: bool = False
+    exit_code: int | None = None
+    stderr_tail: str = ""
+
+    @property
+    def log_path(self) -> Path:
+        return self.config_path.with_suffix(".log")
+
+
+def queue_number(index: int) -> int:
+    """Queues are per namespace; the first direction of a wire is queue 1, the second queue 2."""
+    return index + 1
+
+
+def _ns_exec(ns: str, argv: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+class DelayLineSupervisor:
+    def __init__(self, plan: NetworkPlan, record: Record) -> None:
+        self.plan = plan
+        self.record = record
+        self.dir = registry.STATE_DIR / record.prefix
+        self.lines: list[LineProcess] = []
+        by_wire: dict[str, list[WanDirection]] = {}
+        for d in plan.wan:
+            if d.impairment.active:
+                by_wire.setdefault(d.impairment.ns, []).append(d)
+        for ns, dirs in by_wire.items():
+            label = ns.removeprefix(f"{plan.prefix}-")
+            self.lines.append(
+                LineProcess(ns, dirs, self.dir / f"{label}.json", self.dir / f"{label}.stats.json")
+            )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for line in self.lines:
+            self._start_one(line)
+
+    def _config(self, line: LineProcess) -> dict:
+        queues = []
+        for i, d in enumerate(line.directions):
+            imp = d.impairment
+            queues.append(
+                {
+                    "num": queue_number(i),
+                    "name": d.name,
+                    "delay": imp.delay,
+                    "jitter": imp.jitter,
+                    "loss": imp.loss,
+                    "reorder": imp.reorder,
+                    # Reproducible per direction, different between directions.
+                    "seed": zlib.crc32(f"{self.plan.scenario}/{d.name}".encode()),
+                }
+            )
+        return {
+            "queues": queues,
+            "stats_file": str(line.stats_path),
+            "stats_interval": STATS_INTERVAL,
+        }
+
+    def _start_one(self, line: LineProcess) -> None:
+        line.config_path.write_text(json.dumps(self._config(line), indent=1))
+        argv = [sys.executable, "-m", "testbed.delayline", "--config", str(line.config_path)]
+        # stderr goes to a file: the line must outlive a `testbed up` that started it.
+        with open(line.log_path, "w") as log:
+            line.proc = subprocess.Popen(
+                _ns_exec(line.ns, argv),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                # Its own process group: a Ctrl-C in the terminal must not kill the line before
+                # the rules are gone (that would drop what it holds and fail the run spuriously).
+                start_new_session=True,
+            )
+        self.record.add_process(line.proc.pid, f"delay line {line.ns}")
+        if not self._wait_ready(line):
+            self._collect_exit(line)
+            raise NetError(
+                f"delay line in {line.ns} did not start: exit code {line.exit_code}; "
+                f"{line.stderr_tail or 'no output'}"
+            )
+        for i, d in enumerate(line.directions):
+            line.rules += iptables_rules(d.impairment.ingress_if, queue_number(i))
+        for rule in line.rules:
+            r = subprocess.run(_ns_exec(line.ns, rule), capture_output=True, text=True)
+            if r.returncode != 0:
+                raise NetError(f"iptables rule in {line.ns} failed: {r.stderr.strip()}")
+        line.rules_installed = True
+
+    def _wait_ready(self, line: LineProcess) -> bool:
+        assert line.proc is not None and line.proc.stdout is not None
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([line.proc.stdout], [], [], 0.1)
+            if ready:
+                text = line.proc.stdout.readline()
+                if text.strip() == "READY":
+                    return True
+                if not text:  # EOF: the process ended
+                    return False
+            elif line.proc.poll() is not None:
+                return False
+        return False
+
+    def _collect_exit(self, line: LineProcess) -> None:
+        if line.proc is None:
+            return
+        if line.proc.poll() is None:
+            line.proc.kill()
+        line.exit_code = line.proc.wait()
+        with contextlib.suppress(OSError):
+            line.stderr_tail = line.log_path.read_text().strip()[-500:]
+
+    def stop(self) -> None:
+        """Rules first, then SIGTERM; the line writes its final stats and exits."""
+        for line in self.lines:
+            if line.rules_installed:
+                for i, d in enumerate(line.directions):
+                    for rule in iptables_delete_rules(d.impairment.ingress_if, queue_number(i)):
+                        subprocess.run(_ns_exec(line.ns, rule), capture_output=True)
+                line.rules_installed = False
+        for line in self.lines:
+            if line.proc is not None and line.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(line.proc.pid, signal.SIGTERM)
+        for line in self.lines:
+            if line.proc is None:
+                continue
+            try:
+                line.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                line.proc.kill()
+            self._collect_exit(line)
+
+    # -- watching ----------------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Why links are broken right now: a dead line, or overflow it reported."""
+        out = []
+        for line in self.lines:
+            names = ", ".join(d.name for d in line.directions)
+            if line.proc is not None and line.proc.poll() is not None and line.rules_installed:
+                out.append(
+                    f"link {names} failed: its delay line (pid {line.proc.pid}) died with exit "
+                    f"code {line.proc.returncode}; the kernel drops its packets"
+                )
+            for err in self._stats(line).get("errors", []) or []:
+                out.append(f"link {names}: delay line error: {err}")
+        return out
+
+    def _stats(self, line: LineProcess) -> dict:
+        try:
+            return read_stats(line.stats_path)
+        except (OSError, ValueError):
+            return {}
+
+    def stats(self) -> list[dict]:
+        """One row per direction: the line's counters (flattened), plus its process' CPU."""
+        rows = []
+        for line in self.lines:
+            data = self._stats(line)
+            per_queue = {q.get("name"): q for q in (data.get("queues") or {}).values()}
+            for d in line.directions:
+                q = per_queue.get(d.name, {})
+                row = {"direction": d.name, "namespace": line.ns}
+                for key, value in q.items():
+                    if isinstance(value, dict):
+                        row.update({f"{key}_{k}": v for k, v in value.items()})
+                    elif not isinstance(value, list):
+                        row[key] = value
+                for key in ("cpu_seconds", "cpu_percent_avg", "uptime_s", "final"):
+                    if key in data:
+                        row[f"process_{key}"] = data[key]
+                row["errors"] = "; ".join(data.get("errors", []) or [])
+                rows.append(row)
+        return rows

@@ -1,0 +1,157 @@
+"""Live tests of WAN propagation through the testbed (delay, jitter, loss, reordering, failure).
+
+They run on whichever backend ``auto`` picks (the userspace delay line on kernels without netem);
+the supervision tests force ``backend: userspace``. Probes are UDP with microsecond timestamps
+(``traffic.udpping``); all namespaces share CLOCK_MONOTONIC, so one-way delays are measurable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+from conftest import scenario
+
+from testbed import netns
+from testbed.selfcheck import check_direction, probe_rtt
+
+pytestmark = pytest.mark.live
+
+
+def wan(**link) -> dict:
+    return scenario(wan=[{"between": ["east", "west"], "rate": "1gbit", **link}])
+
+
+@pytest.mark.parametrize("delay_ms", [10, 50])
+def test_rtt_median_within_1ms_of_configured(make_testbed, delay_ms):
+    tb = make_testbed(wan(delay=f"{delay_ms}ms"))
+    r = probe_rtt(tb, "east-h0", "west-h0", count=100, interval=0.01)
+    assert r["lost"] == 0
+    median = statistics.median(r["rtts"])
+    assert median == pytest.approx(2 * delay_ms / 1e3, abs=1e-3), r["rtts"][:10]
+
+
+def test_asymmetric_delays_are_honoured_per_direction(make_testbed):
+    tb = make_testbed(wan(delay="10ms", reverse={"delay": "30ms"}))
+    r = probe_rtt(tb, "east-h0", "west-h0", count=60, interval=0.01)
+    assert statistics.median(r["forward"]) == pytest.approx(0.010, abs=1e-3)
+    assert statistics.median(r["reverse"]) == pytest.approx(0.030, abs=1e-3)
+    back = probe_rtt(tb, "west-h0", "east-h0", count=60, interval=0.01)
+    assert statistics.median(back["forward"]) == pytest.approx(0.030, abs=1e-3)
+
+
+def test_bulk_goodput_at_100mbit_25ms_is_at_least_85_percent(make_testbed):
+    tb = make_testbed(
+        scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "25ms"}])
+    )
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    c = check_direction(tb, d, duration=5.0, pings=5)
+    assert c.goodput_bps >= 0.85 * 100e6, c
+    assert not tb.problems()
+
+
+def test_one_percent_loss_is_per_wire_packet(make_testbed):
+    tb = make_testbed(wan(delay="5ms", loss="1%", reverse={"loss": "0%"}))
+    # UDP probes: one packet each way, loss only on the forward direction.
+    r = probe_rtt(tb, "east-h0", "west-h0", count=4000, interval=0.0015)
+    assert 0.005 <= r["lost"] / r["sent"] <= 0.015, r["lost"]
+    # Bulk TCP: senders emit wire-sized packets when loss > 0, so the line's drops are
+    # per wire packet, not per 64 KiB GSO packet.
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    check_direction(tb, d, duration=2.0, pings=2)
+    stats = {row["direction"]: row for row in tb.link_stats()}["east->west"]
+    assert stats["bytes"] / stats["packets"] <= 1514, stats
+    assert 0.005 <= stats["dropped_loss"] / stats["packets"] <= 0.015, stats
+
+
+def test_jitter_std_matches_the_model_and_keeps_order(make_testbed):
+    tb = make_testbed(wan(delay="20ms", jitter="5ms", reverse={"jitter": "0ms"}))
+    # 50 ms apart, far more than the jitter: order preservation never binds, so the one-way
+    # delay's standard deviation should be the configured jitter.
+    r = probe_rtt(tb, "east-h0", "west-h0", count=100, interval=0.05)
+    std = statistics.pstdev(r["forward"])
+    assert std == pytest.approx(0.005, rel=0.30), std
+    assert r["reordered"] == 0
+    # Closely spaced probes under the same jitter still arrive in order (order-preserving).
+    dense = probe_rtt(tb, "east-h0", "west-h0", count=500, interval=0.001)
+    assert dense["reordered"] == 0
+
+
+def test_reordering_only_when_asked(make_testbed):
+    tb = make_testbed(wan(delay="20ms", reorder="20%", reverse={"reorder": "0%"}))
+    r = probe_rtt(tb, "east-h0", "west-h0", count=300, interval=0.002)
+    assert r["reordered"] > 0
+    assert r["lost"] == 0
+
+
+def _delay_line_pids(tb) -> list[int]:
+    return [pid for pid, _, what in tb.record.processes if what.startswith("delay line")]
+
+
+def test_killed_delay_line_fails_the_link_loudly_and_nothing_passes_undelayed(make_testbed):
+    tb = make_testbed({**wan(delay="10ms"), "backend": "userspace"})
+    assert not tb.problems()
+    (pid,) = _delay_line_pids(tb)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    problems = tb.problems()
+    assert problems and "died" in problems[0] and "east->west" in problems[0], problems
+    # No silent pass-through: with its listener gone the kernel drops the queued packets.
+    r = probe_rtt(tb, "east-h0", "west-h0", count=20, interval=0.01)
+    assert r["lost"] == 20
+    wire = tb.plan.wan[0].impairment.ns
+    tb.down()
+    assert not (netns.NETNS_DIR / wire).exists()
+    assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
+
+
+def test_teardown_removes_rules_and_processes(make_testbed):
+    tb = make_testbed({**wan(delay="10ms"), "backend": "userspace"})
+    wire = tb.plan.wan[0].impairment.ns
+    rules = subprocess.run(
+        ["ip", "netns", "exec", wire, "iptables-save", "-t", "mangle"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert rules.count("NFQUEUE") == 2  # one rule per direction
+    pids = _delay_line_pids(tb)
+    tb.down()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or _is_zombie_of_others(pid)
+    assert not (netns.NETNS_DIR / wire).exists()
+
+
+def _is_zombie_of_others(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_link_stats_have_counters(make_testbed):
+    tb = make_testbed({**wan(delay="5ms"), "backend": "userspace"})
+    probe_rtt(tb, "east-h0", "west-h0", count=50, interval=0.005)
+    time.sleep(0.6)  # the line writes its counters twice a second
+    rows = {r["direction"]: r for r in tb.link_stats()}
+    assert set(rows) == {"east->west", "west->east"}
+    fwd = rows["east->west"]
+    for key in (
+        "packets",
+        "bytes",
+        "dropped_loss",
+        "queue_dropped",
+        "user_dropped",
+        "max_held",
+        "lateness_us_p50",
+        "lateness_us_p99",
+        "process_cpu_seconds",
+    ):
+        assert key in fwd, key
+    assert fwd["packets"] >= 50
+    assert fwd["queue_dropped"] == 0 and fwd["user_dropped"] == 0
+    assert fwd["errors"] == ""
