@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from testbed import kernel, net, registry
-from testbed.errors import RegistryError, TestbedError
+from testbed.errors import RegistryError, TestbedError, UnsupportedError
 from testbed.plan import NetworkPlan, build_plan
 from testbed.propagation import DelayLineSupervisor
 from testbed.scenario import Scenario, load_scenario
@@ -77,6 +77,12 @@ class Testbed:
         self.backend = kernel.choose_backend(
             self.scenario.backend, probe_plan.needs_propagation_emulation(), self.features
         )
+        if self.backend.backend == "userspace" and any(p.delay for p in probe_plan.fabric):
+            raise UnsupportedError(
+                "clusters.*.fabric.delay needs netem (backend: kernel); the userspace delay "
+                "line emulates WAN links only (unsupported on this kernel: netem). Remove the "
+                "fabric delay or run in the Vagrant VM"
+            )
         self.record = registry.claim(self.name, self.source)
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)

@@ -123,7 +123,9 @@ def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
 def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
     before = _root_namespace_state()
     path = tmp_path / "s.yaml"
-    path.write_text(json.dumps(scenario()))
+    # With delay, so that a delay line runs too (in its own session: it survives the kill).
+    data = scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}])
+    path.write_text(json.dumps(data))
     name = unique_name("kill")
     up = subprocess.Popen(
         [*CLI, "up", str(path), "--name", name, "--foreground"],
@@ -135,6 +137,7 @@ def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
     try:
         _wait_for_line(up, "press Ctrl-C", timeout=30)
         rec = registry.find(name)
+        helpers = [pid for pid, start, _ in rec.processes if registry.process_alive(pid, start)]
         sleeper = subprocess.Popen(["ip", "netns", "exec", f"{rec.prefix}-east-h0", "sleep", "300"])
         time.sleep(0.2)
         up.send_signal(signal.SIGKILL)
@@ -145,6 +148,8 @@ def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
         assert r.returncode == 0, r.stderr
         assert rec.prefix in r.stdout
         sleeper.wait(timeout=5)  # it was stopped by clean (found in the testbed's namespace)
+        for pid in helpers:  # e.g. the delay line: stopped by its recorded pid
+            assert registry.process_start(pid) is None, f"process {pid} survived clean"
         assert registry.namespaces_with_prefix(rec.prefix) == []
         assert not list(Path("/etc/netns").glob(f"{rec.prefix}-*"))
         assert not rec.path.exists()
@@ -196,7 +201,7 @@ def test_cli_up_exec_ls_down(root, tmp_path):
     assert not any(r.name == name for r in registry.records())
 
 
-def test_delay_without_netem_or_delay_line_is_a_clear_error(root, tmp_path):
+def test_backend_kernel_without_netem_is_a_clear_error(root, tmp_path):
     from testbed import kernel
 
     if kernel.probe().has_qdisc("netem"):
@@ -211,6 +216,17 @@ def test_delay_without_netem_or_delay_line_is_a_clear_error(root, tmp_path):
     assert r.returncode == 1
     assert "backend: kernel needs sch_netem" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_fabric_delay_on_the_userspace_backend_is_a_clear_error(root):
+    from testbed.api import Testbed
+    from testbed.errors import UnsupportedError
+    from testbed.scenario import parse_scenario
+
+    data = scenario(backend="userspace")
+    data["clusters"]["east"]["fabric"] = {"delay": "50us"}
+    with pytest.raises(UnsupportedError, match="fabric.delay needs netem"):
+        Testbed(parse_scenario(data), name=unique_name()).up()
 
 
 def test_validate_cli_exit_codes(tmp_path):
