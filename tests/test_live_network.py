@@ -225,7 +225,7 @@ def test_fabric_delay_on_the_userspace_backend_is_a_clear_error(root):
 
     data = scenario(backend="userspace")
     data["clusters"]["east"]["fabric"] = {"delay": "50us"}
-    with pytest.raises(UnsupportedError, match="fabric.delay needs netem"):
+    with pytest.raises(UnsupportedError, match=r"fabric\.delay needs netem"):
         Testbed(parse_scenario(data), name=unique_name()).up()
 
 
