@@ -1,7 +1,7 @@
 """Userspace WAN delay line: NFQUEUE + raw nfnetlink, standard library only.
 
 This kernel has no ``sch_netem``, so one-way delay, jitter, loss and reordering on the emulated WAN
-come from this process. It runs inside the router namespace (``ip netns exec NS python -m
+come from this process. It runs inside the router (wire) namespace (``ip netns exec NS python -m
 testbed.delayline --config FILE.json``), binds one NFQUEUE per WAN direction, holds every queued
 packet *inside the kernel* and issues its verdict when the packet is due. Rate limiting is not done
 here: the kernel's HTB (with a bfifo leaf) on the router's egress does that.
@@ -10,7 +10,8 @@ What this module owns
     * the delay-line process: binding queues, holding packets, verdicts, statistics file;
     * the argv of the iptables rules that feed it (:func:`iptables_rules`,
       :func:`iptables_delete_rules`) and the stats reader (:func:`read_stats`).
-    It does not create namespaces, qdiscs or rules; the supervisor (``testbed.net``) does.
+    It does not create namespaces, qdiscs or rules, and never touches interface offloads; the
+    supervisor does.
 
 Config (JSON)::
 
@@ -18,63 +19,82 @@ Config (JSON)::
                  "loss": 0.0, "reorder": 0.0, "seed": 1}],
      "stats_file": "/run/.../stats.json", "stats_interval": 0.5}
 
-    delay/jitter in seconds, loss/reorder as fractions 0..1. Optional per queue: ``maxlen``
-    (kernel queue length, default 262144), ``copy_mode`` ("header", default, or "meta").
-    Optional top level: ``rcvbuf`` (bytes, default 64 MiB), ``rt_priority`` (SCHED_FIFO priority,
-    default 10, 0 = don't ask), ``flush_grace`` (seconds, default 1.0).
+    delay/jitter in seconds, loss/reorder as fractions 0..1, seed optional (None = random).
+    Optional per queue: ``maxlen`` (kernel queue length, default 262144), ``copy_mode``
+    ("header", default, or "meta"). Optional top level: ``rcvbuf`` (bytes, default 64 MiB),
+    ``rt_priority`` (SCHED_FIFO priority, default 10, 0 = don't ask), ``flush_grace`` (s, default
+    1.0), ``release_gap`` (s, default 0.0002, see below). Unknown keys are rejected (exit 2).
 
 Protocol with the supervisor
     1. start the process inside the namespace; wait for the single line ``READY`` on stdout
-       (everything else goes to stderr). A non-zero exit before READY means the config or a
-       queue bind failed (e.g. EBUSY: queue number already bound in that namespace).
-    2. add the rules (:func:`iptables_rules`); only then traffic is queued.
-    3. to stop: delete the rules first (:func:`iptables_delete_rules`), then SIGTERM. The process
-       releases what it still holds at the packets' deadlines (or at once if a deadline is more
-       than ``flush_grace`` away), writes the final stats (``"final": true``) and exits 0.
+       (nothing else is ever written to stdout; diagnostics go to stderr). Exit 2 before READY:
+       bad config; exit 1: a queue could not be bound (e.g. EBUSY: that queue number is already
+       bound in this namespace) or the socket setup failed.
+    2. add the rules (:func:`iptables_rules`, run inside the namespace); only then is traffic
+       queued.
+    3. to stop: delete the rules first (:func:`iptables_delete_rules`), then SIGTERM (or SIGINT).
+       The process keeps delaying what it still holds (and what was queued before the rules went)
+       until the deadlines, or accepts at once if a deadline is more than ``flush_grace`` away,
+       writes the final stats (``"final": true``) and exits 0.
     If the process dies while the rules are installed, the kernel drops every packet for those
     queues (no ``--queue-bypass``, no fail-open): traffic stops instead of silently flowing
     undelayed.
+    With loss > 0, the supervisor should turn GSO/TSO/GRO off (``ethtool -K IF gso off tso off
+    gro off``) on the interfaces the WAN traffic crosses - the senders' and the router's - so that
+    a queued packet is one wire packet (see Loss below).
 
 Design choices
-    * Copy mode: no payload goes to userspace. The kernel only reports a packet's length
-      (``NFQA_CAP_LEN``) when a copy range is set, so the default ``copy_mode: "header"`` is
-      ``NFQNL_COPY_PACKET`` with a 1-byte copy range: META-like cost, but the bytes counter works.
-      ``copy_mode: "meta"`` gives true ``NFQNL_COPY_META`` (``bytes`` is then reported as null).
-    * ``NFQA_CFG_F_GSO`` is set (and ``NFQA_CFG_F_FAIL_OPEN`` explicitly cleared): without GSO the
+    * Copy mode: no payload goes to userspace. The kernel reports a packet's length
+      (``NFQA_CAP_LEN``) only when a copy range is set, so the default ``copy_mode: "header"`` is
+      ``NFQNL_COPY_PACKET`` with a 1-byte copy range: same cost as META (measured), but the bytes
+      counter works. ``copy_mode: "meta"`` is true ``NFQNL_COPY_META`` (``bytes`` is then null).
+    * ``NFQA_CFG_F_GSO`` is set and ``NFQA_CFG_F_FAIL_OPEN`` explicitly cleared: without GSO the
       kernel segments 64 KB super-packets before queueing and throughput collapses.
     * Kernel arrival timestamps (``NFQA_TIMESTAMP``): a dummy UDP socket with ``SO_TIMESTAMPNS``
-      turns on kernel RX timestamping for the whole host; a packet's deadline is
-      arrival + delay, not recv time + delay. Falls back to recv time when absent.
-    * Order-preserving jitter (default): release = max(arrival + max(0, delay + N(0, jitter)),
-      previous release of the same queue). A packet is never released before its arrival.
-      The resulting one-way delay distribution is therefore skewed upwards when packets are
-      closer together than a few jitter standard deviations.
-    * Reordering only when ``reorder`` > 0: with that probability a packet skips the delay queue and
-      is accepted at once (netem-like), overtaking the held ones.
-    * Loss: per queued packet, ``NF_DROP`` verdict at arrival. A queued "packet" is a GSO
-      super-packet unless GSO/TSO/GRO are off, so for netem-like per-wire-packet loss the
-      supervisor must turn GSO/TSO (and GRO) off on the interfaces the WAN traffic crosses
-      (senders' and router's) whenever loss > 0.
-    * Deadlines within a queue are non-decreasing, so each queue keeps a FIFO; due packets are
-      released with one ``NFQNL_MSG_VERDICT_BATCH`` ("accept all ids <= N"). Per-packet verdicts
-      are used only for drops and reordered packets, and are sent before any batch covering them.
-    * One netlink socket per queue, 64 MiB receive buffer (``SO_RCVBUFFORCE``), queue maxlen
-      262144; ``select`` with a microsecond timeout to the next deadline; many messages drained per
-      wakeup. SCHED_FIFO if allowed.
-    * Overflow is never silent: kernel ``queue_dropped``/``user_dropped`` (from
-      ``/proc/net/netfilter/nfnetlink_queue`` of this namespace), ENOBUFS on a socket and rejected
-      verdicts are reported in the stats' ``errors`` list and on stderr.
+      turns on kernel RX timestamping (a host-wide switch); a packet's deadline is
+      arrival + delay, not recv time + delay. Falls back to recv time when absent
+      (``timestamp_fallbacks`` counts it).
+    * Order-preserving jitter: release = max(arrival + max(0, delay + N(0, jitter)), previous
+      release of the same queue); never before arrival. The one-way delay distribution is
+      therefore skewed upwards (std below ``jitter``, mean above ``delay``) when packets are closer
+      together than a few jitter standard deviations; with sparse packets the std is ``jitter``.
+    * Reordering only when ``reorder`` > 0: with that probability a packet skips the delay and is
+      accepted at once (netem-like), overtaking the held ones.
+    * Loss: ``NF_DROP`` at arrival with probability ``loss`` per *queued packet*. With GSO/GRO on,
+      a queued packet can be a 64 KB super-packet (up to ~45 wire packets), hence the
+      offloads-off rule above for netem-like per-wire-packet loss.
+    * Each queue's deadlines are non-decreasing, so a queue is a FIFO (deque). Due packets are
+      released with one ``NFQNL_MSG_VERDICT_BATCH`` ("accept all ids <= N") per queue per wakeup;
+      per-packet verdicts only for drops and reordered packets, always sent before a batch that
+      covers their ids.
+    * One netlink socket for all queues, 64 MiB receive buffer (``SO_RCVBUFFORCE``), queue maxlen
+      262144. ``select`` with a microsecond timeout to the next deadline (learning the VM's timer
+      oversleep and waking up that much earlier); all pending messages are read at every
+      wakeup. While every queue holds packets, arrivals don't wake the process (a new packet is
+      never due before its queue's head); idle queues and reordering ones do.
+    * ``release_gap``: under load the process wakes (and sends verdicts) at most about every
+      ``release_gap`` seconds. That roughly halves the CPU at 5 Gbit/s and adds at most
+      ``release_gap`` of lateness to packets closer together than that; sparse traffic is not
+      affected. SCHED_FIFO if allowed; the garbage collector is frozen after setup.
+    * Overflow is never silent: kernel ``queue_dropped``/``user_dropped`` (read from
+      ``/proc/net/netfilter/nfnetlink_queue``, which is per namespace), ENOBUFS on the socket and
+      rejected verdicts are reported in the stats' ``errors`` list and on stderr.
 
 Stats file (JSON, replaced atomically every ``stats_interval`` s and at exit)::
 
-    {"version": 1, "pid", "time", "uptime_s", "cpu_seconds", "cpu_percent" (last interval),
-     "cpu_percent_avg", "sched_fifo", "rcvbuf", "final", "errors": [str, ...],
-     "queues": {"1001": {"num", "name", "delay", "jitter", "loss", "reorder", "packets", "bytes",
-                         "accepted", "dropped_loss", "reordered", "held", "max_held",
-                         "lateness_us": {"p50", "p99", "max", "count"}, "queue_dropped",
-                         "user_dropped", "enobufs", "verdict_errors", "timestamp_fallbacks"}}}
+    {"version": 1, "pid", "time" (unix), "uptime_s", "cpu_seconds", "cpu_user_seconds",
+     "cpu_system_seconds", "cpu_percent" (since the previous write), "cpu_percent_avg",
+     "sched_fifo", "rcvbuf", "enobufs", "wakeups", "verdict_sends", "final",
+     "errors": [str, ...],
+     "queues": {"1001": {"num", "name", "delay", "jitter", "loss", "reorder", "copy_mode",
+                         "packets", "bytes", "accepted", "dropped_loss", "reordered", "held",
+                         "max_held", "lateness_us": {"p50", "p99", "max", "count"},
+                         "queue_dropped", "user_dropped", "verdict_errors",
+                         "timestamp_fallbacks"}}}
 
-    lateness = time the verdict was sent - intended release time, for delayed packets.
+    lateness = time the batch verdict was built - intended release time, over delayed packets
+    (1 us resolution below 1 ms, 100 us above). CPU includes the kernel's forwarding of released
+    packets, which runs inside the verdict syscall (system time).
 """
 
 from __future__ import annotations
@@ -332,6 +352,10 @@ class Config:
             raise ConfigError("stats_interval must be > 0")
         if cfg.flush_grace < 0:
             raise ConfigError("flush_grace must be >= 0")
+        if cfg.rcvbuf < 4096:
+            raise ConfigError("rcvbuf must be >= 4096 bytes")
+        if not 0 <= cfg.rt_priority <= 99:
+            raise ConfigError("rt_priority must be within 0..99 (0: no SCHED_FIFO)")
         return cfg
 
     @classmethod
@@ -443,6 +467,8 @@ class Queue:
     verdict_errors: int = 0
     last_verdict_errno: int = 0
     ts_fallbacks: int = 0
+    kernel_queue_dropped: int = 0
+    kernel_user_dropped: int = 0
     hist: LatenessHistogram = field(default_factory=LatenessHistogram)
 
 
@@ -610,8 +636,11 @@ class DelayLine:
         queues: dict[str, Any] = {}
         for q in self.queues:
             qc = q.cfg
-            k = kern.get(qc.num, {})
-            qd, ud = k.get("queue_dropped", 0), k.get("user_dropped", 0)
+            k = kern.get(qc.num)
+            if k is not None:  # gone after unbind: keep the last values seen
+                q.kernel_queue_dropped = k["queue_dropped"]
+                q.kernel_user_dropped = k["user_dropped"]
+            qd, ud = q.kernel_queue_dropped, q.kernel_user_dropped
             label = f"queue {qc.num} ({qc.name})"
             if qd:
                 self._error(
@@ -689,7 +718,10 @@ class DelayLine:
                 f.write("\n")
             os.replace(tmp, p)
         except OSError as e:
-            print(f"delayline: cannot write stats {path}: {e}", file=sys.stderr, flush=True)
+            msg = f"delayline: cannot write stats {path}: {e}"
+            if self._reported.get("stats_write") != msg:  # say it once, not every interval
+                print(msg, file=sys.stderr, flush=True)
+                self._reported["stats_write"] = msg
 
     # ---- hot path
 
@@ -743,23 +775,29 @@ class DelayLine:
                     if q is None:
                         off += (mlen + 3) & ~3
                         continue
-                    pid = -1
                     arrival = -1.0
                     length = 0
-                    a = off + 20
                     end = off + mlen
+                    # the kernel always puts NFQA_PACKET_HDR (len 11) first
+                    if buf[off + 22] == NFQA_PACKET_HDR and buf[off + 20] == 11 and mlen >= 32:
+                        pid = unpack_be32(buf, off + 24)[0]
+                        a = off + 32
+                    else:
+                        pid = -1
+                        a = off + 20
                     while a + 4 <= end:
                         alen, atype = unpack_attr(buf, a)
                         if alen < 4:
                             break
                         atype &= 0x3FFF
-                        if atype == NFQA_PACKET_HDR:
-                            pid = unpack_be32(buf, a + 4)[0]
-                        elif atype == NFQA_TIMESTAMP:
+                        if atype == NFQA_TIMESTAMP:
                             sec, usec = unpack_ts(buf, a + 4)
                             arrival = sec + usec * 1e-6 - rt_off
                         elif atype == NFQA_CAP_LEN:
                             length = unpack_be32(buf, a + 4)[0]
+                            break  # comes after the timestamp; nothing else needed
+                        elif atype == NFQA_PACKET_HDR:
+                            pid = unpack_be32(buf, a + 4)[0]
                         a += (alen + 3) & ~3
                     if pid < 0:
                         off += (mlen + 3) & ~3
@@ -954,7 +992,8 @@ class DelayLine:
                 over = min(max(over, 0.0), 2 * MAX_WAKE_EARLY)
                 wake_early = min(MAX_WAKE_EARLY, 0.9 * wake_early + 0.1 * 0.8 * over)
             now = monotonic()
-            if self._release_due(now + EARLY_SLACK):  # due packets first: reading takes a while
+            # due packets first: reading takes a while
+            if now >= last_release + gap and self._release_due(now + EARLY_SLACK):
                 last_release = now
             if ready and rfd in ready:
                 with contextlib.suppress(OSError):
@@ -965,6 +1004,7 @@ class DelayLine:
         while self._drain(RECV_BUDGET):
             pass
         self._release_due(math.inf)
+        self.stats()  # last look at the kernel's counters while the queues still exist
         self.unbind()
         signal.set_wakeup_fd(-1)
         rfd.close()

@@ -1,0 +1,707 @@
+"""Tests for the userspace NFQUEUE delay line (testbed.delayline).
+
+The live tests build their own three namespaces ``dlh<hex>-{a,r,b}`` (a -- r -- b, r forwards),
+run ``python -m testbed.delayline`` in ``r`` with one queue per direction (NFQUEUE rules on r's two
+ingress interfaces) and measure real packets. Everything they create is removed in finalizers,
+also on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import secrets
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed import delayline as dl
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+A_IP, B_IP = "10.77.1.1", "10.77.2.1"
+Q_AB, Q_BA = 11, 12  # queue a->b (on r's "ra" ingress), b->a (on r's "rb" ingress)
+
+live = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("iptables") is None or shutil.which("ip") is None,
+    reason="needs root, iproute2 and iptables",
+)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def sh(argv: list[str], check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{argv} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def nsx(ns: str, argv: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+@dataclass
+class Topo:
+    prefix: str
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def a(self) -> str:
+        return self.prefix + "a"
+
+    @property
+    def r(self) -> str:
+        return self.prefix + "r"
+
+    @property
+    def b(self) -> str:
+        return self.prefix + "b"
+
+    def spawn(self, ns: str, argv: list[str], **kw: Any) -> subprocess.Popen:
+        p = subprocess.Popen(nsx(ns, argv), cwd=REPO, **kw)
+        self.procs.append(p)
+        return p
+
+    def build(self) -> None:
+        for ns in (self.a, self.r, self.b):
+            sh(["ip", "netns", "add", ns])
+            sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+        sh(
+            [
+                "ip",
+                "-n",
+                self.a,
+                "link",
+                "add",
+                "eth0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "ra",
+                "netns",
+                self.r,
+            ]
+        )
+        sh(
+            [
+                "ip",
+                "-n",
+                self.b,
+                "link",
+                "add",
+                "eth0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "rb",
+                "netns",
+                self.r,
+            ]
+        )
+        for ns, dev, addr in (
+            (self.a, "eth0", A_IP + "/24"),
+            (self.r, "ra", "10.77.1.254/24"),
+            (self.r, "rb", "10.77.2.254/24"),
+            (self.b, "eth0", B_IP + "/24"),
+        ):
+            sh(["ip", "-n", ns, "addr", "add", addr, "dev", dev])
+            sh(["ip", "-n", ns, "link", "set", dev, "up"])
+        sh(["ip", "-n", self.a, "route", "add", "default", "via", "10.77.1.254"])
+        sh(["ip", "-n", self.b, "route", "add", "default", "via", "10.77.2.254"])
+        sh(nsx(self.r, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
+        for ns in (self.a, self.b):  # room for big bandwidth-delay products (benchmarks)
+            sh(nsx(ns, ["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 131072 134217728"]))
+            sh(nsx(ns, ["sysctl", "-qw", "net.ipv4.tcp_wmem=4096 16384 134217728"]))
+
+    def cleanup(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5)
+        self.procs.clear()
+        for ns in (self.a, self.r, self.b):
+            sh(["ip", "netns", "del", ns], check=False)
+
+
+def make_topo() -> Topo:
+    topo = Topo(prefix=f"dlh{secrets.token_hex(2)}-")
+    try:
+        topo.build()
+    except BaseException:
+        topo.cleanup()
+        raise
+    return topo
+
+
+@pytest.fixture(scope="module")
+def topo() -> Iterator[Topo]:
+    t = make_topo()
+    try:
+        yield t
+    finally:
+        t.cleanup()
+
+
+def qcfg(num: int, name: str, delay: float, **kw: Any) -> dict[str, Any]:
+    return {"num": num, "name": name, "delay": delay, "seed": num, **kw}
+
+
+class Line:
+    """A running delay line in ``topo.r`` with NFQUEUE rules on ra (a->b) and rb (b->a)."""
+
+    def __init__(
+        self,
+        topo: Topo,
+        workdir: Path,
+        ab: dict[str, Any],
+        ba: dict[str, Any],
+        stats_interval: float = 0.2,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.topo = topo
+        self.stats_file = workdir / "stats.json"
+        self.config = workdir / "delayline.json"
+        self.config.write_text(
+            json.dumps(
+                {
+                    "queues": [ab, ba],
+                    "stats_file": str(self.stats_file),
+                    "stats_interval": stats_interval,
+                    **(extra or {}),
+                }
+            )
+        )
+        self.rules = [("ra", ab["num"]), ("rb", ba["num"])]
+        self.stderr_path = workdir / "delayline.stderr"
+        self.stderr = open(self.stderr_path, "w")  # noqa: SIM115
+        self.proc = topo.spawn(
+            topo.r,
+            [PYTHON, "-m", "testbed.delayline", "--config", str(self.config)],
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+        )
+        self.rules_in = False
+        self.final: dict[str, Any] | None = None
+        try:
+            self._wait_ready()
+            for iface, num in self.rules:
+                for argv in dl.iptables_rules(iface, num):
+                    sh(nsx(topo.r, argv))
+                self.rules_in = True
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float = 10.0) -> None:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.strip() != "READY":
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(
+                f"delay line not ready: {line!r}; stderr: {self.stderr_path.read_text()}"
+            )
+
+    def remove_rules(self) -> None:
+        if self.rules_in:
+            for iface, num in self.rules:
+                for argv in dl.iptables_delete_rules(iface, num):
+                    sh(nsx(self.topo.r, argv), check=False)
+            self.rules_in = False
+
+    def stop(self) -> int:
+        """Rules out, SIGTERM, wait; returns the exit code (final stats in ``self.final``)."""
+        self.remove_rules()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+        with contextlib.suppress(OSError, ValueError):
+            self.final = dl.read_stats(self.stats_file)
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def delay_line(
+    topo: Topo,
+    workdir: Path,
+    ab: dict[str, Any],
+    ba: dict[str, Any],
+    check_clean: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> Iterator[Line]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    line = Line(topo, workdir, ab, ba, extra=extra)
+    ok = False
+    try:
+        yield line
+        ok = True
+    finally:
+        rc = line.stop()
+        if ok and check_clean:
+            assert rc == 0, line.stderr_path.read_text()
+            assert line.final is not None and line.final["final"] is True
+            assert line.final["errors"] == [], line.final["errors"]
+
+
+def ping_rtts(topo: Topo, count: int, interval: float, dst: str = B_IP) -> tuple[list[float], int]:
+    """RTTs (ms) of the answered pings and the number sent."""
+    r = sh(
+        nsx(
+            topo.a,
+            [
+                "ping",
+                "-n",
+                "-c",
+                str(count),
+                "-i",
+                str(interval),
+                "-W",
+                "2",
+                dst,
+            ],
+        ),
+        check=False,
+        timeout=count * interval + 30,
+    )
+    rtts = [float(m) for m in re.findall(r"time=([\d.]+) ms", r.stdout)]
+    return rtts, count
+
+
+UDP_RECV = r"""
+import json, socket, struct, sys, time
+port, expect, idle = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
+s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS
+s.bind(("0.0.0.0", port))
+print("READY", flush=True)
+out, last = [], None
+s.settimeout(idle)
+while len(out) < expect:
+    try:
+        data, anc, _f, _a = s.recvmsg(64, 64)
+    except TimeoutError:
+        if out:
+            break
+        continue
+    seq, sent = struct.unpack_from("!Id", data)
+    rx = time.time()
+    for lvl, typ, val in anc:
+        if lvl == socket.SOL_SOCKET and typ == 35:
+            sec, nsec = struct.unpack("qq", val[:16])
+            rx = sec + nsec * 1e-9
+    out.append((seq, sent, rx))
+print(json.dumps(out), flush=True)
+"""
+
+UDP_SEND = r"""
+import socket, struct, sys, time
+dst, port, n, gap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+t0 = time.monotonic() + 0.05
+for i in range(n):
+    t = t0 + i * gap
+    while True:
+        d = t - time.monotonic()
+        if d <= 0:
+            break
+        if d > 0.0015:
+            time.sleep(d - 0.001)
+    s.sendto(struct.pack("!Id", i, time.time()) + b"x" * 20, (dst, port))
+"""
+
+
+def udp_run(
+    topo: Topo, n: int, gap: float, port: int = 9000, idle: float = 1.5
+) -> list[tuple[int, float, float]]:
+    """Send ``n`` numbered datagrams a->b every ``gap`` s; (seq, sent, kernel rx time) received."""
+    rx = topo.spawn(
+        topo.b,
+        [PYTHON, "-c", UDP_RECV, str(port), str(n), str(idle)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert rx.stdout is not None
+        assert rx.stdout.readline().strip() == "READY"
+        sh(
+            nsx(topo.a, [PYTHON, "-c", UDP_SEND, B_IP, str(port), str(n), str(gap)]),
+            timeout=n * gap + 30,
+        )
+        out, _ = rx.communicate(timeout=n * gap + 30)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+    return [tuple(x) for x in json.loads(out.strip().splitlines()[-1])]
+
+
+def late_arrivals(seqs: list[int]) -> int:
+    """Packets that arrived after a packet with a higher sequence number."""
+    hi, n = -1, 0
+    for s in seqs:
+        if s < hi:
+            n += 1
+        hi = max(hi, s)
+    return n
+
+
+def model_owd_std(sends: list[float], delay: float, jitter: float, reps: int = 200) -> float:
+    """Std of the one-way delay under the delay line's order-preserving jitter rule."""
+    rng = random.Random(7)
+    stds = []
+    for _ in range(reps):
+        last = -1e18
+        owd = []
+        for s in sends:
+            r = s + max(0.0, delay + rng.gauss(0.0, jitter))
+            last = max(last, r)
+            owd.append(last - s)
+        stds.append(statistics.pstdev(owd))
+    return statistics.fmean(stds)
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def test_iptables_rules_argv() -> None:
+    add = dl.iptables_rules("w-in", 1001)
+    assert add == [
+        [
+            "iptables",
+            "-w",
+            "-t",
+            "mangle",
+            "-A",
+            "PREROUTING",
+            "-i",
+            "w-in",
+            "-j",
+            "NFQUEUE",
+            "--queue-num",
+            "1001",
+        ]
+    ]
+    assert all("--queue-bypass" not in r for r in add)
+    delete = dl.iptables_delete_rules("w-in", 1001)
+    assert delete == [[("-D" if a == "-A" else a) for a in add[0]]]
+    assert dl.iptables_rules("x", 3, iptables="ip6tables")[0][0] == "ip6tables"
+
+
+def test_config_validation() -> None:
+    cfg = dl.Config.from_dict({"queues": [{"num": 5, "delay": 0.01}], "stats_file": "/x"})
+    assert cfg.queues[0].name == "q5" and cfg.queues[0].maxlen == 262144
+    bad = [
+        {"queues": []},
+        {"queues": [{"num": 1, "loss": 1.5}]},
+        {"queues": [{"num": 1, "delay": -1}]},
+        {"queues": [{"num": 1}, {"num": 1}]},
+        {"queues": [{"num": 70000}]},
+        {"queues": [{"num": 1, "dealy": 0.1}]},
+        {"queues": [{"num": 1}], "stats_interval": 0},
+    ]
+    for d in bad:
+        with pytest.raises(dl.ConfigError):
+            dl.Config.from_dict(d)
+
+
+def test_lateness_histogram() -> None:
+    h = dl.LatenessHistogram()
+    for us in range(1, 101):
+        h.add_us(us)
+    h.add_us(5_000_000)
+    s = h.summary()
+    assert s["p50"] == 51 and s["p99"] == 100 and s["max"] == 5_000_000 and s["count"] == 101
+
+
+def test_verdict_message_layout() -> None:
+    m = dl.verdict_msg(1001, 42, dl.NF_ACCEPT, batch=True)
+    ln, typ, flags, _seq, _pid = dl.NLMSG_HDR.unpack_from(m)
+    assert ln == len(m) == 32 and typ == (3 << 8) | 3 and flags == 1
+    assert m[18:20] == (1001).to_bytes(2, "big")
+    assert m[24:32] == (1).to_bytes(4, "big") + (42).to_bytes(4, "big")
+
+
+def test_bad_config_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"queues": [{"num": 1, "loss": 2}]}))
+    r = subprocess.run(
+        [PYTHON, "-m", "testbed.delayline", "--config", str(cfg)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 2 and "loss" in r.stderr and r.stdout == ""
+
+
+# --------------------------------------------------------------------------- live tests
+
+
+@live
+@pytest.mark.live
+@pytest.mark.parametrize(("d_ab", "d_ba"), [(0.010, 0.010), (0.050, 0.050), (0.010, 0.030)])
+def test_rtt(topo: Topo, tmp_path: Path, d_ab: float, d_ba: float) -> None:
+    with delay_line(topo, tmp_path, qcfg(Q_AB, "a->b", d_ab), qcfg(Q_BA, "b->a", d_ba)) as line:
+        rtts, sent = ping_rtts(topo, 100, 0.01)
+    assert len(rtts) >= sent - 1
+    expected = (d_ab + d_ba) * 1000
+    med = statistics.median(rtts)
+    assert abs(med - expected) <= 1.0, (med, expected)
+    assert min(rtts) >= expected - 0.05, (min(rtts), expected)  # never early
+    st = line.final
+    assert st is not None
+    for q in st["queues"].values():
+        assert q["packets"] >= sent and q["accepted"] == q["packets"] and q["held"] == 0
+
+
+@live
+@pytest.mark.live
+def test_loss_one_percent(topo: Topo, tmp_path: Path) -> None:
+    n = 4000
+    with delay_line(
+        topo, tmp_path, qcfg(Q_AB, "a->b", 0.005, loss=0.01), qcfg(Q_BA, "b->a", 0.005)
+    ) as line:
+        got = udp_run(topo, n, 0.0001, idle=1.0)
+    lost = n - len({s for s, _, _ in got})
+    assert 0.005 * n <= lost <= 0.015 * n, lost
+    st = line.final
+    assert st is not None
+    qab = st["queues"][str(Q_AB)]
+    assert qab["packets"] == n and qab["dropped_loss"] == lost
+
+
+@live
+@pytest.mark.live
+def test_jitter_keeps_order_and_matches_model(topo: Topo, tmp_path: Path) -> None:
+    delay, jitter, n, gap = 0.020, 0.005, 500, 0.004
+    with delay_line(
+        topo, tmp_path, qcfg(Q_AB, "a->b", delay, jitter=jitter), qcfg(Q_BA, "b->a", 0.0)
+    ) as line:
+        got = udp_run(topo, n, gap)
+    assert len(got) == n
+    seqs = [s for s, _, _ in got]
+    assert late_arrivals(seqs) == 0  # order-preserving jitter: no reordering
+    owd = [rx - sent for _, sent, rx in got]
+    sends = [sent for _, sent, _ in sorted(got)]
+    model = model_owd_std(sends, delay, jitter)
+    measured = statistics.pstdev(owd)
+    assert abs(measured - model) <= 0.3 * model, (measured, model)
+    # minimum one-way delay can't be below zero extra delay; mean is above the configured delay
+    assert min(owd) >= 0 and statistics.fmean(owd) >= delay
+    assert line.final is not None and line.final["queues"][str(Q_AB)]["reordered"] == 0
+
+
+@live
+@pytest.mark.live
+def test_jitter_sparse_packets_std_is_jitter(topo: Topo, tmp_path: Path) -> None:
+    """Packets far apart (>> jitter): order preservation never binds, so std ~ jitter."""
+    delay, jitter, n, gap = 0.020, 0.003, 120, 0.025
+    with delay_line(
+        topo, tmp_path, qcfg(Q_AB, "a->b", delay, jitter=jitter), qcfg(Q_BA, "b->a", 0.0)
+    ):
+        got = udp_run(topo, n, gap)
+    owd = [rx - sent for _, sent, rx in got]
+    assert len(got) == n
+    assert abs(statistics.pstdev(owd) - jitter) <= 0.3 * jitter, statistics.pstdev(owd)
+    assert abs(statistics.median(owd) - delay) <= 0.0015
+
+
+@live
+@pytest.mark.live
+def test_reorder(topo: Topo, tmp_path: Path) -> None:
+    n = 400
+    with delay_line(
+        topo, tmp_path, qcfg(Q_AB, "a->b", 0.010, reorder=0.2), qcfg(Q_BA, "b->a", 0.0)
+    ) as line:
+        got = udp_run(topo, n, 0.001)
+    assert len(got) == n
+    late = late_arrivals([s for s, _, _ in got])
+    assert late > 0.3 * n  # held packets overtaken by the ~20% released at once
+    st = line.final
+    assert st is not None
+    assert 0.12 * n <= st["queues"][str(Q_AB)]["reordered"] <= 0.28 * n
+
+
+@live
+@pytest.mark.live
+def test_bulk_tcp_htb_100mbit(topo: Topo, tmp_path: Path) -> None:
+    if shutil.which("iperf3") is None:
+        pytest.skip("iperf3 missing")
+    rate, delay = 100_000_000, 0.025
+    bdp = int(rate / 8 * 2 * delay)
+    tc = ["tc", "-n", topo.r]
+    sh([*tc, "qdisc", "replace", "dev", "rb", "root", "handle", "1:", "htb", "default", "10"])
+    try:
+        sh(
+            [
+                *tc,
+                "class",
+                "add",
+                "dev",
+                "rb",
+                "parent",
+                "1:",
+                "classid",
+                "1:10",
+                "htb",
+                "rate",
+                "100mbit",
+                "burst",
+                "64k",
+                "cburst",
+                "64k",
+            ]
+        )
+        sh(
+            [
+                *tc,
+                "qdisc",
+                "add",
+                "dev",
+                "rb",
+                "parent",
+                "1:10",
+                "handle",
+                "10:",
+                "bfifo",
+                "limit",
+                str(2 * bdp),
+            ]
+        )
+        with delay_line(topo, tmp_path, qcfg(Q_AB, "a->b", delay), qcfg(Q_BA, "b->a", delay)):
+            srv = topo.spawn(
+                topo.b,
+                ["iperf3", "-s", "-1", "-B", B_IP, "-p", "5211"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                res = None
+                for _ in range(20):
+                    r = sh(
+                        nsx(
+                            topo.a, ["iperf3", "-c", B_IP, "-p", "5211", "-t", "5", "-O", "1", "-J"]
+                        ),
+                        check=False,
+                        timeout=60,
+                    )
+                    if r.returncode == 0:
+                        res = json.loads(r.stdout)
+                        break
+                    time.sleep(0.1)
+                assert res is not None, "iperf3 client failed"
+            finally:
+                if srv.poll() is None:
+                    srv.kill()
+                srv.wait()
+        goodput = res["end"]["sum_received"]["bits_per_second"]
+        assert goodput >= 85e6, goodput
+    finally:
+        sh([*tc, "qdisc", "del", "dev", "rb", "root"], check=False)
+
+
+@live
+@pytest.mark.live
+def test_sigkill_stops_traffic(topo: Topo, tmp_path: Path) -> None:
+    with delay_line(
+        topo, tmp_path, qcfg(Q_AB, "a->b", 0.005), qcfg(Q_BA, "b->a", 0.005), check_clean=False
+    ) as line:
+        rtts, _ = ping_rtts(topo, 5, 0.05)
+        assert len(rtts) == 5
+        line.proc.kill()
+        line.proc.wait(timeout=5)
+        assert line.rules_in
+        r = sh(nsx(topo.a, ["ping", "-n", "-c", "5", "-i", "0.1", "-W", "1", B_IP]), check=False)
+        assert r.returncode != 0 and " 0 received" in r.stdout, r.stdout
+    # after the rules are gone the path works again, undelayed
+    rtts, _ = ping_rtts(topo, 3, 0.05)
+    assert len(rtts) == 3 and max(rtts) < 5.0
+
+
+@live
+@pytest.mark.live
+def test_stats_file_after_normal_run(topo: Topo, tmp_path: Path) -> None:
+    with delay_line(topo, tmp_path, qcfg(Q_AB, "a->b", 0.005), qcfg(Q_BA, "b->a", 0.007)) as line:
+        ping_rtts(topo, 50, 0.01)
+        time.sleep(0.3)
+        live_stats = dl.read_stats(line.stats_file)
+        assert live_stats["final"] is False and live_stats["pid"] == line.proc.pid
+    st = line.final
+    assert st is not None and st["final"] is True and st["errors"] == []
+    assert st["sched_fifo"] is True and st["rcvbuf"] >= 64 << 20
+    assert st["cpu_seconds"] > 0 and st["enobufs"] == 0 and st["wakeups"] > 0
+    for num, name in ((Q_AB, "a->b"), (Q_BA, "b->a")):
+        q = st["queues"][str(num)]
+        assert q["name"] == name
+        assert q["packets"] >= 50 and q["bytes"] >= 50 * 84
+        assert q["dropped_loss"] == 0 and q["reordered"] == 0 and q["max_held"] >= 1
+        assert q["queue_dropped"] == 0 and q["user_dropped"] == 0
+        assert q["timestamp_fallbacks"] == 0  # kernel arrival timestamps were used
+        lat = q["lateness_us"]
+        assert lat["count"] == q["accepted"] and 0 <= lat["p50"] <= lat["p99"] <= lat["max"]
+        assert lat["p99"] < 2000
+
+
+@live
+@pytest.mark.live
+def test_queue_already_bound_fails(topo: Topo, tmp_path: Path) -> None:
+    with delay_line(topo, tmp_path / "one", qcfg(Q_AB, "a->b", 0.0), qcfg(Q_BA, "b->a", 0.0)):
+        cfg = tmp_path / "two.json"
+        cfg.write_text(json.dumps({"queues": [qcfg(Q_AB, "dup", 0.0)]}))
+        r = sh(nsx(topo.r, [PYTHON, "-m", "testbed.delayline", "--config", str(cfg)]), check=False)
+        assert r.returncode == 1 and "READY" not in r.stdout
+        assert "cannot bind NFQUEUE" in r.stderr
+
+
+@live
+@pytest.mark.live
+def test_overflow_is_reported_not_silent(topo: Topo, tmp_path: Path) -> None:
+    """A stalled line overflows: kernel queue full (a->b, maxlen 20) and netlink buffer full
+    (b->a, small receive buffer). Both must show up as errors in the stats and on stderr."""
+    ab = qcfg(Q_AB, "a->b", 0.001, maxlen=20)
+    ba = qcfg(Q_BA, "b->a", 0.001)
+    with delay_line(topo, tmp_path, ab, ba, check_clean=False, extra={"rcvbuf": 65536}) as line:
+        line.proc.send_signal(signal.SIGSTOP)
+        try:
+            sh(nsx(topo.a, [PYTHON, "-c", UDP_SEND, B_IP, "9001", "100", "0"]))
+            sh(nsx(topo.b, [PYTHON, "-c", UDP_SEND, A_IP, "9002", "3000", "0"]))
+        finally:
+            line.proc.send_signal(signal.SIGCONT)
+        time.sleep(0.5)
+    assert line.proc.returncode == 0
+    st = line.final
+    assert st is not None
+    qab, qba = st["queues"][str(Q_AB)], st["queues"][str(Q_BA)]
+    assert qab["queue_dropped"] > 0 and qba["user_dropped"] > 0 and st["enobufs"] > 0
+    text = " | ".join(st["errors"])
+    assert "queue_dropped" in text and "user_dropped" in text and "ENOBUFS" in text
+    assert "ERROR" in line.stderr_path.read_text()
