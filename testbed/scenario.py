@@ -169,6 +169,35 @@ class WanLink(_Strict):
         return settings
 
 
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+ALGORITHMS = ("flat", "hierarchical", "hierarchical-2d")
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
+Algorithm = Literal["flat", "hierarchical", "hierarchical-2d"]
+PositiveSize = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+
+
+class Workload(_Strict):
+    """What the ranks run. Sizes follow nccl-tests (see docs/results.md)."""
+
+    kind: Literal["collectives"] = "collectives"
+    ranks_per_host: int = Field(1, ge=1, le=16)
+    placement: Literal["by-cluster", "interleaved"] = "by-cluster"
+    collectives: list[Collective] = Field(["all_reduce"], min_length=1)
+    algorithms: list[Algorithm] = Field(["flat"], min_length=1)
+    sizes: list[PositiveSize] = Field([1 << 20], min_length=1)
+    dtype: Literal["float32", "float64", "float16", "bfloat16"] = "float32"
+    warmup: int = Field(1, ge=0, le=1000)
+    iterations: int = Field(5, ge=1, le=100000)
+    timeout: Duration = 300.0
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive_timeout(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("a timeout must be positive; examples: 60s, 300s")
+        return v
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -176,6 +205,11 @@ class Scenario(_Strict):
     wan: list[WanLink] = []
     tcp: TcpSettings = TcpSettings()
     backend: Literal["auto", "kernel", "userspace"] = "auto"
+    workload: Workload | None = None
+    # Checked and expanded by testbed.sweep before validation; kept here so that the schema
+    # lists them and a resolved run can show what it came from.
+    sweep: dict[str, list[Any]] = {}
+    repeat: int = Field(1, ge=1, le=1000)
 
     @field_validator("name")
     @classmethod

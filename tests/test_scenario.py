@@ -187,7 +187,7 @@ def test_longest_cluster_name_is_accepted() -> None:
 
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
-ALLOWED_TOP = "name, description, clusters, wan, tcp, backend"
+ALLOWED_TOP = "name, description, clusters, wan, tcp, backend, workload, sweep, repeat"
 ALLOWED_WAN = "between, rate, delay, jitter, loss, reorder, buffer, reverse"
 ALLOWED_TCP = "congestion, ecn, rmem, wmem"
 CLUSTER_RULE = "allowed: a lowercase letter, then a-z and 0-9, at most 12 characters"
