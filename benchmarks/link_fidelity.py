@@ -43,9 +43,7 @@ def scenario(rate: str, delay: str, congestion: str, backend: str) -> dict:
 
 def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> float:
     """Receiver-side goodput of one iperf3 flow east-h0 -> west-h0, in bit/s."""
-    server = tb.popen(
-        "west-h0", ["iperf3", "-s", "-1", "-p", str(PORT)], stdout=subprocess.DEVNULL
-    )
+    server = tb.popen("west-h0", ["iperf3", "-s", "-1", "-p", str(PORT)], stdout=subprocess.DEVNULL)
     time.sleep(0.3)
     try:
         r = tb.run(

@@ -273,36 +273,115 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from testbed.api import Testbed
-    from testbed.results import ResultsDir
-    from testbed.selfcheck import check_links
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from testbed.runner import Experiment
+    from testbed.sweep import load_runs, parse_override
 
     _need_root("run")
-    results = ResultsDir.create(args.out, load_scenario(args.file).name)
-    status, checks, problems = "failed", [], []
-    tb = Testbed.from_file(args.file, name=args.name)
-    try:
-        with tb:
-            _announce(tb)
-            _print_hosts(tb)
-            with out.status("link self-check: RTT and bulk TCP per WAN direction") as st:
-                checks = check_links(
-                    tb, duration=args.duration, progress=lambda d: st.update(f"checked {d.name}")
-                )
-            results.write_manifest(tb, status="running")
-            problems = tb.problems()
-        status = "ok" if all(c.ok for c in checks) and not problems else "failed"
-    finally:
-        if checks:
-            results.write_table("links", [c.row() for c in checks])
-        if tb.delay_line_stats:
-            results.write_table("delayline", tb.delay_line_stats)
-        results.update_manifest(status=status, problems=problems)
-    print_checks(checks)
-    for problem in problems:
-        err.print(f"[red]link failure:[/] {problem}")
-    out.print(f"results: {results.path}")
-    return 0 if status == "ok" else 1
+    runs = load_runs(args.file, [parse_override(s) for s in args.set])
+    exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
+    pending = [r for r in runs if not exp.done(r)]
+    out.print(f"{len(runs)} run(s), {len(pending)} to do; results: {exp.results.path}")
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    interrupted = False
+    with Progress(*columns, console=out, transient=True) as progress:
+        task = progress.add_task("starting", total=len(pending))
+
+        def on_start(spec) -> None:
+            progress.update(task, description=f"{spec.run_id} {spec.label()}")
+
+        def on_done(spec, result) -> None:
+            progress.advance(task)
+            colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
+            backend = result.info.get("backend") or "-"
+            text = f"[{colour}]{result.status}[/] {spec.run_id} {spec.label()} (backend {backend})"
+            if result.reason:
+                text += f": {result.reason}"
+            progress.console.print(text, highlight=False)
+
+        try:
+            ok = exp.run(args.selfcheck, on_start, on_done)
+        except KeyboardInterrupt:
+            interrupted, ok = True, False
+    print_summary(exp)
+    if interrupted:
+        err.print(
+            f"interrupted; what was measured is in {exp.results.path} "
+            f"(continue with --resume {exp.results.path})"
+        )
+        return 130
+    out.print(f"results: {exp.results.path}")
+    return 0 if ok else 1
+
+
+def print_summary(exp) -> None:
+    links = exp.tables.get("links") or []
+    if links:
+        print_checks([_Row(r) for r in links])
+    if exp.summaries:
+        t = Table(title="collectives (time = slowest rank per iteration)")
+        params = list(exp.runs[0].params)
+        for col in (
+            *params,
+            "collective",
+            "algorithm",
+            "size",
+            "n",
+            "p50",
+            "p95",
+            "algbw",
+            "busbw",
+            "predicted",
+            "meas/pred",
+            "flags",
+        ):
+            t.add_column(col, justify="right")
+        for s in exp.summaries:
+            flags = []
+            if s.get("cpu_saturated"):
+                flags.append("CPU-saturated")
+            if not s.get("correct", True):
+                flags.append("WRONG")
+            pred = s.get("predicted")
+            ratio = s.get("measured_over_predicted")
+            t.add_row(
+                *(str(s.get(p, "")) for p in params),
+                s["collective"],
+                s["algorithm"],
+                format_size(s["size"]),
+                str(s["ranks"]),
+                format_duration(s["time_p50"]),
+                format_duration(s["time_p95"]),
+                f"{s['algbw'] / 1e6:.1f} MB/s",
+                f"{s['busbw'] / 1e6:.1f} MB/s",
+                format_duration(pred) if pred else "-",
+                f"{ratio:.2f}" if ratio else "-",
+                " ".join(flags),
+            )
+        out.print(t)
+    for run_id, info in exp.manifest["runs"].items():
+        if info["status"] != "ok":
+            colour = "yellow" if info["status"] == "skipped" else "red"
+            out.print(f"[{colour}]{info['status']}[/] {run_id}: {info['reason']}", highlight=False)
+        for skip in info.get("skipped_combinations") or []:
+            out.print(
+                f"[yellow]not run[/] {run_id} {skip.get('collective')} "
+                f"{skip.get('algorithm')}: {skip.get('skipped')}",
+                highlight=False,
+            )
+
+
+class _Row:
+    """A links.parquet row read back, shaped like a LinkCheck for print_checks."""
+
+    def __init__(self, row: dict) -> None:
+        self.__dict__.update(row)
 
 
 def print_checks(checks) -> None:
@@ -371,12 +450,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_doctor)
     s = sub.add_parser(
         "run",
-        help="build a scenario, run it (for now: the link self-check), write results, tear down",
+        help="build each sweep point, self-check the links, run the workload, write results",
     )
     s.add_argument("file")
-    s.add_argument("--name", help="testbed name (default: scenario name + random suffix)")
     s.add_argument("--out", default="results", help="results root directory (default: results)")
-    s.add_argument("--duration", type=float, default=3.0, help="seconds of bulk TCP per direction")
+    s.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field, e.g. --set wan[0].delay=50ms (repeatable)",
+    )
+    s.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR")
+    s.add_argument(
+        "--selfcheck",
+        type=float,
+        default=1.0,
+        help="seconds of bulk TCP per WAN direction in the link self-check",
+    )
     s.set_defaults(fn=cmd_run)
     return p
 

@@ -59,6 +59,8 @@ Rate = Annotated[int, BeforeValidator(parse_rate), AfterValidator(_positive_rate
 Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_nonnegative_duration)]
 Fraction = Annotated[float, BeforeValidator(parse_percent), AfterValidator(_percentage)]
 Buffer = Annotated[tuple[str, float], BeforeValidator(parse_buffer)]
+
+
 def _auto_or_size(v: Any) -> Any:
     if v == "auto":
         return v
@@ -226,8 +228,10 @@ class Scenario(_Strict):
         if not isinstance(v, dict):
             return v
         for name in v:
-            if not isinstance(name, str) or not CLUSTER_NAME.match(name) or (
-                len(name) > CLUSTER_NAME_MAX
+            if (
+                not isinstance(name, str)
+                or not CLUSTER_NAME.match(name)
+                or (len(name) > CLUSTER_NAME_MAX)
             ):
                 raise _FieldError(
                     f"clusters.{name}",

@@ -1,0 +1,454 @@
+"""Experiments: every sweep point x repeat is one run: build the network, self-check the links,
+run the ranks, record, tear down; a failed run is recorded and the sweep goes on.
+
+Results layout (one directory per invocation)::
+
+    <out>/<scenario>-<time>/
+        manifest.json           scenario file, environment, one entry per run (params, status, ...)
+        collectives.parquet     one row per rank x timed iteration, sweep params as columns
+        links.parquet           the link self-check of every run
+        delayline.parquet       delay-line counters per run and WAN direction (userspace backend)
+        runs/<run_id>/          spec.json, rank-<r>.jsonl, rank-<r>.log of that run
+
+Tables are rewritten after every run (atomically), so an interrupted sweep keeps what it
+measured and ``--resume`` skips the runs whose status is final.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.metrics import algbw, busbw
+from analysis.model import Link, Topology, predict
+from testbed.api import Testbed
+from testbed.errors import TestbedError
+from testbed.layout import RankSlot, place_ranks
+from testbed.plan import GOODPUT_FACTOR, NetworkPlan
+from testbed.results import ResultsDir, versions
+from testbed.selfcheck import check_links
+from testbed.sweep import RunSpec
+
+CPU_SATURATED = 0.95  # busy share of all cores that counts as saturated
+CPU_FLAG_SHARE = 0.5  # flag the run when more than this share of samples was saturated
+FINAL = ("ok", "failed", "skipped")
+
+
+class RunFailed(TestbedError):
+    """One run of a sweep failed (rank crash, timeout, wrong result, link failure)."""
+
+
+# -- CPU of the emulating host -----------------------------------------------------------------
+class CpuMonitor:
+    """Samples the whole machine's CPU busy share (from /proc/stat) every ``period`` seconds."""
+
+    def __init__(self, period: float = 0.2) -> None:
+        self.period = period
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cpu-monitor", daemon=True)
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    def _loop(self) -> None:
+        busy0, total0 = self._read()
+        while not self._stop.wait(self.period):
+            busy1, total1 = self._read()
+            if total1 > total0:
+                self.samples.append((busy1 - busy0) / (total1 - total0))
+            busy0, total0 = busy1, total1
+
+    def __enter__(self) -> CpuMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        xs = self.samples
+        if not xs:
+            return {"cpu_busy_mean": None, "cpu_busy_p95": None, "cpu_saturated": False}
+        saturated = sum(1 for x in xs if x >= CPU_SATURATED) / len(xs)
+        return {
+            "cpu_busy_mean": sum(xs) / len(xs),
+            "cpu_busy_p95": sorted(xs)[int(0.95 * (len(xs) - 1))],
+            "cpu_saturated_share": saturated,
+            "cpu_saturated": saturated > CPU_FLAG_SHARE,
+        }
+
+
+# -- model inputs from the plan ----------------------------------------------------------------
+def model_topology(
+    plan: NetworkPlan, ranks: list[RankSlot], placement: str, ranks_per_host: int
+) -> Topology:
+    """The α-β model's view of this run: ranks per cluster, WAN goodput/delay, fabric."""
+    counts: dict[str, int] = {}
+    for r in ranks:
+        counts[r.cluster] = counts.get(r.cluster, 0) + 1
+    fabric_rate: dict[str, float | None] = {c: None for c in counts}
+    fabric_delay: dict[str, float] = {c: 0.0 for c in counts}
+    host_cluster = {h.ns: h.cluster for h in plan.hosts}
+    for port in plan.fabric:
+        cluster = host_cluster.get(port.ns)
+        if cluster:
+            fabric_rate[cluster] = port.rate * GOODPUT_FACTOR if port.rate else None
+            fabric_delay[cluster] = port.delay
+    links = tuple(Link(d.src, d.dst, d.goodput_ceiling, d.delay) for d in plan.wan)
+    return Topology(
+        clusters=tuple(counts.items()),
+        links=links,
+        fabric_goodput_bps=fabric_rate,
+        fabric_delay_s=fabric_delay,
+        placement=placement,
+        ranks_per_host=ranks_per_host,
+    )
+
+
+# -- one run -----------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    run_id: str
+    status: str  # ok | failed | skipped | interrupted
+    reason: str = ""
+    rows: list[dict] = field(default_factory=list)  # rank-iteration rows
+    skips: list[dict] = field(default_factory=list)
+    links: list[dict] = field(default_factory=list)
+    delayline: list[dict] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _rank_env(slot: RankSlot) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "LOCAL_RANK")}
+    env.update(
+        {
+            # Without it every rank advertises 127.0.0.1 and the mesh fails (FIELD-NOTES).
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def launch_ranks(
+    tb: Testbed, ranks: list[RankSlot], spec: dict[str, Any], run_dir: Path, timeout: float
+) -> list[str]:
+    """Start one process per rank inside its host; wait up to ``timeout``; return problems."""
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    procs: list[tuple[RankSlot, subprocess.Popen, Any]] = []
+    try:
+        for slot in ranks:
+            log = open(run_dir / f"rank-{slot.rank}.log", "w")  # noqa: SIM115 - closed below
+            proc = tb.popen(
+                slot.host,
+                [
+                    sys.executable,
+                    "-m",
+                    "traffic.rank",
+                    "--spec",
+                    str(spec_path),
+                    "--rank",
+                    str(slot.rank),
+                ],
+                what=f"rank {slot.rank}",
+                env=_rank_env(slot),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            procs.append((slot, proc, log))
+        return _wait_ranks(tb, procs, timeout)
+    finally:
+        for _, proc, log in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+
+def _wait_ranks(tb: Testbed, procs: list, timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    first_failure: float | None = None
+    problems: list[str] = []
+    while True:
+        running = [p for _, p, _ in procs if p.poll() is None]
+        failed = [(s, p) for s, p, _ in procs if p.poll() not in (None, 0)]
+        if failed and first_failure is None:
+            first_failure = time.monotonic()
+        link_problems = tb.problems()
+        if link_problems:
+            problems += link_problems
+            break
+        if not running:
+            break
+        now = time.monotonic()
+        # After one rank failed, give the others a moment to report their own error, then stop.
+        if now > deadline or (first_failure is not None and now - first_failure > 10):
+            for s, p, _ in procs:
+                if p.poll() is None:
+                    problems.append(
+                        f"rank {s.rank} ({s.host}) did not finish within {timeout:.0f}s"
+                        if now > deadline
+                        else f"rank {s.rank} ({s.host}) stopped after another rank failed"
+                    )
+            break
+        time.sleep(0.05)
+    for s, p, _ in procs:
+        code = p.poll()
+        if code not in (None, 0):
+            what = "produced a wrong result" if code == 3 else f"exited with code {code}"
+            problems.append(f"rank {s.rank} ({s.host}) {what}")
+    return problems
+
+
+def _log_tail(run_dir: Path, rank: int, lines: int = 5) -> str:
+    with contextlib.suppress(OSError):
+        text = (run_dir / f"rank-{rank}.log").read_text().strip().splitlines()
+        return " | ".join(text[-lines:])
+    return ""
+
+
+def read_rank_rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    rows, skips = [], []
+    for path in sorted(run_dir.glob("rank-*.jsonl")):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                item = json.loads(line)
+                (skips if "skipped" in item else rows).append(item)
+    return rows, skips
+
+
+def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult:
+    """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
+    sc = spec.scenario
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = RunResult(spec.run_id, "failed")
+    tb = Testbed(sc, name=f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}")
+    try:
+        with tb:
+            result.info["backend"] = tb.backend.backend if tb.backend else None
+            result.info["backend_reason"] = tb.backend.reason if tb.backend else None
+            result.info["prefix"] = tb.record.prefix if tb.record else None
+            checks = check_links(tb, duration=selfcheck_seconds, pings=20)
+            result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
+            workload = sc.workload
+            if workload is None:
+                problems = tb.problems() + [
+                    f"link {c.direction}: {c.problem}" for c in checks if not c.ok
+                ]
+            else:
+                ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
+                master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
+                rank_spec = {
+                    "master_addr": master.address,
+                    "master_port": 29500 + random.randrange(1000),
+                    "world_size": len(ranks),
+                    "timeout_s": workload.timeout,
+                    "ranks": [r.as_dict() for r in ranks],
+                    "collectives": list(workload.collectives),
+                    "algorithms": list(workload.algorithms),
+                    "sizes": list(workload.sizes),
+                    "dtype": workload.dtype,
+                    "warmup": workload.warmup,
+                    "iterations": workload.iterations,
+                    "out_dir": str(run_dir),
+                }
+                with CpuMonitor() as cpu:
+                    problems = launch_ranks(tb, ranks, rank_spec, run_dir, workload.timeout)
+                result.info.update(cpu.summary())
+                result.info["world_size"] = len(ranks)
+                result.info["topology"] = model_topology(
+                    tb.plan, ranks, workload.placement, workload.ranks_per_host
+                )
+        # After teardown: the delay line's final counters.
+        result.delayline = [{"run_id": spec.run_id, **r} for r in tb.link_stats()]
+        result.rows, result.skips = read_rank_rows(run_dir)
+        if problems:
+            details = [
+                p + (f": {_log_tail(run_dir, int(p.split()[1]))}" if p.startswith("rank ") else "")
+                for p in problems
+            ]
+            result.reason = "; ".join(details)
+        else:
+            result.status = "ok"
+    except KeyboardInterrupt:
+        result.status = "interrupted"
+        result.reason = "interrupted by the user"
+        result.rows, result.skips = read_rank_rows(run_dir)
+        raise _Interrupted(result) from None
+    except TestbedError as exc:
+        unsupported = "unsupported on this kernel" in str(exc)
+        result.status = "skipped" if unsupported else "failed"
+        result.reason = str(exc)
+    return result
+
+
+class _Interrupted(Exception):
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
+# -- the whole experiment ----------------------------------------------------------------------
+def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) -> list[dict]:
+    """Per (collective, algorithm, size): iteration time = slowest rank; p50/p95 over iterations,
+    algbw/busbw at p50, the α-β prediction and measured/predicted."""
+    if not rows:
+        return []
+    df = pd.DataFrame(rows)
+    per_iter = df.groupby(["collective", "algorithm", "size", "iteration"], as_index=False).agg(
+        seconds=("seconds", "max"), correct=("correct", "all")
+    )
+    out = []
+    n = info.get("world_size") or int(df["rank"].nunique())
+    topo = info.get("topology")
+    for (coll, algo, size), g in per_iter.groupby(["collective", "algorithm", "size"]):
+        p50 = float(g["seconds"].quantile(0.5))
+        p95 = float(g["seconds"].quantile(0.95))
+        try:
+            predicted = predict(coll, algo, int(size), topo) if topo is not None else None
+        except ValueError:
+            predicted = None
+        out.append(
+            {
+                **params,
+                "collective": coll,
+                "algorithm": algo,
+                "size": int(size),
+                "ranks": n,
+                "iterations": len(g),
+                "time_p50": p50,
+                "time_p95": p95,
+                "algbw": algbw(int(size), p50),
+                "busbw": busbw(coll, int(size), p50, n),
+                "predicted": predicted,
+                "measured_over_predicted": p50 / predicted if predicted else None,
+                "correct": bool(g["correct"].all()),
+                "cpu_saturated": bool(info.get("cpu_saturated", False)),
+            }
+        )
+    return out
+
+
+class Experiment:
+    """A sweep being run into one results directory (new, or resumed)."""
+
+    def __init__(self, runs: list[RunSpec], source: str, out: str | Path, resume: bool) -> None:
+        self.runs = runs
+        self.source = source
+        if resume:
+            self.results = ResultsDir(Path(out))
+            if not self.results.manifest_path.exists():
+                raise TestbedError(f"--resume {out}: no manifest.json there")
+        else:
+            self.results = ResultsDir.create(out, runs[0].scenario.name)
+        self.manifest = self.results.read_manifest()
+        self.manifest.setdefault("runs", {})
+        self.manifest.update(
+            {
+                "scenario_file": source,
+                "scenario": runs[0].scenario.model_dump(mode="json"),
+                "kernel": os.uname().release,
+                "versions": versions(),
+                "started": self.manifest.get("started", time.time()),
+            }
+        )
+        self.tables: dict[str, list[dict]] = {
+            name: self._load_table(name) for name in ("collectives", "links", "delayline")
+        }
+        self.summaries: list[dict] = list(self.manifest.get("summary", []))
+
+    def _load_table(self, name: str) -> list[dict]:
+        path = self.results.path / f"{name}.parquet"
+        if path.exists():
+            return pd.read_parquet(path).to_dict("records")
+        return []
+
+    def done(self, spec: RunSpec) -> bool:
+        return self.manifest["runs"].get(spec.run_id, {}).get("status") in FINAL
+
+    def record(self, spec: RunSpec, result: RunResult) -> list[dict]:
+        params = {k: _scalar(v) for k, v in spec.params.items()}
+        for table in self.tables.values():
+            table[:] = [r for r in table if r.get("run_id") != spec.run_id]
+        self.tables["collectives"] += [
+            {"run_id": spec.run_id, "repeat": spec.repeat, **params, **row} for row in result.rows
+        ]
+        self.tables["links"] += [{**params, **row} for row in result.links]
+        self.tables["delayline"] += [{**params, **row} for row in result.delayline]
+        summary = summarize(result.rows, result.info, params)
+        for s in summary:
+            s.update(run_id=spec.run_id, repeat=spec.repeat)
+        self.summaries = [s for s in self.summaries if s.get("run_id") != spec.run_id] + summary
+        info = {k: v for k, v in result.info.items() if k != "topology"}
+        self.manifest["runs"][spec.run_id] = {
+            "params": params,
+            "repeat": spec.repeat,
+            "status": result.status,
+            "reason": result.reason,
+            "skipped_combinations": result.skips,
+            "resolved": spec.scenario.model_dump(mode="json"),
+            **info,
+        }
+        self.manifest["summary"] = self.summaries
+        self.flush()
+        return summary
+
+    def flush(self) -> None:
+        for name, rows in self.tables.items():
+            if rows:
+                self.results.write_table(name, rows)
+        statuses = [r["status"] for r in self.manifest["runs"].values()]
+        self.manifest["status"] = (
+            "ok" if statuses and all(s in ("ok", "skipped") for s in statuses) else "failed"
+        )
+        self.manifest["finished"] = time.time()
+        self.results.update_manifest(**self.manifest)
+
+    def run(
+        self,
+        selfcheck_seconds: float = 1.0,
+        on_start: Callable[[RunSpec], None] | None = None,
+        on_done: Callable[[RunSpec, RunResult], None] | None = None,
+    ) -> bool:
+        """Run every pending run; True when all finished ok (or skipped). Ctrl-C propagates
+        after the interrupted run is recorded."""
+        for spec in self.runs:
+            if self.done(spec):
+                continue
+            if on_start:
+                on_start(spec)
+            try:
+                result = execute(spec, self.results.path / "runs" / spec.run_id, selfcheck_seconds)
+            except _Interrupted as stop:
+                self.record(spec, stop.result)
+                raise KeyboardInterrupt from None
+            self.record(spec, result)
+            if on_done:
+                on_done(spec, result)
+        return self.manifest["status"] == "ok"
+
+
+def _scalar(value: Any) -> Any:
+    """Sweep values become table columns: lists and mappings as compact text."""
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"))
+    return value
