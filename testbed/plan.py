@@ -443,4 +443,5 @@ def _tcp_sysctls(tcp: TcpSettings, max_bdp: int) -> dict[str, str]:
         "net.ipv4.tcp_ecn": "1" if tcp.ecn else "0",
         "net.ipv4.tcp_rmem": f"4096 131072 {rmem}",
         "net.ipv4.tcp_wmem": f"4096 16384 {wmem}",
+        "net.ipv4.tcp_slow_start_after_idle": "1" if tcp.slow_start_after_idle else "0",
     }

@@ -143,6 +143,8 @@ def _rank_env(slot: RankSlot) -> dict[str, str]:
             "GLOO_SOCKET_IFNAME": "eth0",
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",
+            # torch 2.13 deprecates names gloo still needs on older versions; keep logs readable.
+            "PYTHONWARNINGS": "ignore::FutureWarning",
         }
     )
     return env
@@ -232,8 +234,21 @@ def read_rank_rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
         for line in path.read_text().splitlines():
             with contextlib.suppress(ValueError):
                 item = json.loads(line)
-                (skips if "skipped" in item else rows).append(item)
+                (skips if "skipped" in item else rows).append(_flat(item))
     return rows, skips
+
+
+def _flat(item: dict) -> dict:
+    """Table-friendly row: nested mappings become ``key_sub`` columns, lists become JSON text."""
+    out: dict[str, Any] = {}
+    for key, value in item.items():
+        if isinstance(value, dict):
+            out.update({f"{key}_{k}": v for k, v in value.items()})
+        elif isinstance(value, list):
+            out[key] = json.dumps(value)
+        else:
+            out[key] = value
+    return out
 
 
 def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult:

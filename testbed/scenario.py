@@ -94,6 +94,9 @@ class TcpSettings(_Strict):
     ecn: bool = False
     rmem: AutoSize = "auto"
     wmem: AutoSize = "auto"
+    # Linux resets cwnd after an idle RTO; collectives idle between iterations, so on a long
+    # link every iteration pays slow start again. Kernel default (true) unless turned off.
+    slow_start_after_idle: bool = True
 
     @field_validator("congestion")
     @classmethod
@@ -108,6 +111,7 @@ class TcpOverride(_Strict):
     ecn: bool | None = None
     rmem: AutoSize | None = None
     wmem: AutoSize | None = None
+    slow_start_after_idle: bool | None = None
 
     _congestion_name = field_validator("congestion")(
         lambda cls, v: v if v is None else TcpSettings._congestion_name(v)
