@@ -621,6 +621,7 @@ def test_auto_tcp_buffers_cover_four_times_the_largest_bdp(
                 "net.ipv4.tcp_ecn": "0",
                 "net.ipv4.tcp_rmem": f"4096 131072 {tcp_max}",
                 "net.ipv4.tcp_wmem": f"4096 16384 {tcp_max}",
+                "net.ipv4.tcp_slow_start_after_idle": "1",
             }
 
 
@@ -639,7 +640,13 @@ def test_explicit_tcp_settings_and_cluster_override() -> None:
     data = scenario(
         {"east": 2, "west": 1},
         [link("east", "west", rate="100mbit", delay="20ms")],
-        tcp={"congestion": "cubic", "ecn": True, "rmem": "4MiB", "wmem": "1MiB"},
+        tcp={
+            "congestion": "cubic",
+            "ecn": True,
+            "rmem": "4MiB",
+            "wmem": "1MiB",
+            "slow_start_after_idle": False,
+        },
     )
     data["clusters"]["west"]["tcp"] = {"congestion": "bbr", "wmem": "auto"}
     plan = plan_of(data)
@@ -649,6 +656,7 @@ def test_explicit_tcp_settings_and_cluster_override() -> None:
             "net.ipv4.tcp_ecn": "1",
             "net.ipv4.tcp_rmem": f"4096 131072 {4 * MIB}",
             "net.ipv4.tcp_wmem": f"4096 16384 {MIB}",
+            "net.ipv4.tcp_slow_start_after_idle": "0",
         }
     (west,) = _host_sysctls(plan, "west")
     assert west == {
@@ -656,6 +664,7 @@ def test_explicit_tcp_settings_and_cluster_override() -> None:
         "net.ipv4.tcp_ecn": "1",  # inherited
         "net.ipv4.tcp_rmem": f"4096 131072 {4 * MIB}",  # inherited
         "net.ipv4.tcp_wmem": f"4096 16384 {6 * MIB}",  # auto
+        "net.ipv4.tcp_slow_start_after_idle": "0",  # inherited
     }
     assert plan.congestion == ("bbr", "cubic")
     assert {h.name: h.tcp.congestion for h in plan.hosts} == {

@@ -94,6 +94,7 @@ def test_defaults() -> None:
         "ecn": False,
         "rmem": "auto",
         "wmem": "auto",
+        "slow_start_after_idle": True,
     }
     assert s.backend == "auto"
     assert s.description == ""
@@ -189,7 +190,7 @@ def test_longest_cluster_name_is_accepted() -> None:
 
 ALLOWED_TOP = "name, description, clusters, wan, tcp, backend, workload, sweep, repeat"
 ALLOWED_WAN = "between, rate, delay, jitter, loss, reorder, buffer, reverse"
-ALLOWED_TCP = "congestion, ecn, rmem, wmem"
+ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle"
 CLUSTER_RULE = "allowed: a lowercase letter, then a-z and 0-9, at most 12 characters"
 PAIR_ONCE = "a cluster pair appears at most once"
 
