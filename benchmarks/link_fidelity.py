@@ -1,6 +1,6 @@
 """Benchmark: how faithfully the emulated WAN delivers its configuration.
 
-    sudo .venv/bin/python benchmarks/link_fidelity.py [--quick]
+    sudo .venv/bin/python -m benchmarks.link_fidelity [--quick] [--write]
 
 1. Idle RTT for one-way delays of 10/25/50/100 ms: configured vs measured median and p99 (ping,
    200 echoes at 10 ms spacing, host to host across the WAN).
@@ -17,12 +17,16 @@ of the HTB-only ceiling at 1 Gbit/s and 50 ms RTT; >= 5 Gbit/s carried at <= 50%
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
+from benchmarks._results import write_section
 from testbed import kernel
 from testbed.api import Testbed
 from testbed.scenario import parse_scenario
@@ -132,7 +136,29 @@ def run_goodput(backends: list[str], rates: list[str], delays: list[str]) -> lis
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="one delay and rate of each kind")
+    p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = p.parse_args()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
+        _run(args)
+    if args.write:
+        write_section("link_fidelity.py", buf.getvalue())
+
+
+class _Tee(io.TextIOBase):
+    """Print as we go and keep a copy for RESULTS.md."""
+
+    def __init__(self, *streams) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+            s.flush()
+        return len(text)
+
+
+def _run(args: argparse.Namespace) -> None:
     feats = kernel.probe()
     backends = ["userspace"] + (["kernel"] if feats.has_qdisc("netem") else [])
     delays_rtt = ["10ms", "50ms"] if args.quick else ["10ms", "25ms", "50ms", "100ms"]

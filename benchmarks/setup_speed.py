@@ -1,7 +1,7 @@
 """Benchmark: time to bring up and tear down 4 clusters x 8 hosts (32 hosts + 4 gateways + a
 full WAN mesh of 6 wires), median of 5. Goal on a 2-core machine: up <= 0.5 s, down <= 0.2 s.
 
-    sudo .venv/bin/python benchmarks/setup_speed.py [--repeat 5] [--markdown]
+    sudo .venv/bin/python -m benchmarks.setup_speed [--repeat 5] [--write]
 
 "up" is ``Testbed.up()`` as a user calls it (registry claim, plan, kernel probe on first use
 excluded by a warm-up run, namespaces, veths, bridges, addresses, routes, HTB/bfifo, sysctls,
@@ -16,6 +16,7 @@ import platform
 import statistics
 import time
 
+from benchmarks._results import write_section
 from testbed.api import Testbed
 from testbed.scenario import parse_scenario
 
@@ -37,6 +38,7 @@ def scenario():
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = p.parse_args()
     sc = scenario()
     Testbed(sc, name="bench-warmup").up().down()  # kernel probe and imports out of the timing
@@ -51,20 +53,23 @@ def main() -> None:
         ups.append(t1 - t0)
         downs.append(t2 - t1)
     n_ns = len(tb.plan.namespaces) if tb.plan else 0
-    print(f"## Setup speed ({platform.release()}, {time.strftime('%Y-%m-%d')})")
-    print()
-    print(
-        f"4 clusters x 8 hosts + 4 gateways + 6 WAN wires = {n_ns} namespaces; "
-        f"median of {args.repeat}."
-    )
-    print()
-    print("| phase | median | min | max | goal |")
-    print("|---|---|---|---|---|")
+    lines = [
+        f"## Setup speed ({platform.release()}, {time.strftime('%Y-%m-%d')})\n",
+        f"4 clusters x 8 hosts + 4 gateways + 6 WAN wires = {n_ns} namespaces; iproute2 batches "
+        f"(FIELD-NOTES measured pyroute2 3-5x slower for the same work); median of "
+        f"{args.repeat}.\n",
+        "| phase | median | min | max | goal |",
+        "|---|---|---|---|---|",
+    ]
     for name, xs, goal in (("up", ups, 0.5), ("down", downs, 0.2)):
         med = statistics.median(xs)
         verdict = "met" if med <= goal else "MISSED"
         spread = f"{min(xs):.3f} s | {max(xs):.3f} s"
-        print(f"| {name} | {med:.3f} s | {spread} | <= {goal} s ({verdict}) |")
+        lines.append(f"| {name} | {med:.3f} s | {spread} | <= {goal} s ({verdict}) |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        write_section("setup_speed.py", text)
 
 
 if __name__ == "__main__":

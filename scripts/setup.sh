@@ -42,7 +42,16 @@ want=$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing the project into .venv"
   log=.venv/setup-pip.log
+  # torch first, pinned: an unpinned torch from PyPI is a multi-GB CUDA build. PyTorch's CPU
+  # index is used when this machine can reach it; otherwise pip's own configuration decides.
+  torch_index=()
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    torch_index=(--index-url "$TORCH_INDEX_URL")
+  elif command -v curl >/dev/null && curl -fsS --max-time 3 -o /dev/null https://download.pytorch.org/whl/cpu/ 2>/dev/null; then
+    torch_index=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
+  fi
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+         .venv/bin/python -m pip install -q "${torch_index[@]}" torch==2.13.0 &&
          .venv/bin/python -m pip install -q -e '.[dev]'; } >"$log" 2>&1; then
     cat "$log" >&2
     echo "setup: pip install failed (log above, also in $log)" >&2
