@@ -15,7 +15,7 @@ import contextlib
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -177,9 +177,3 @@ class Testbed:
     def python(self, host: str, module: str, *args: str, **kwargs: Any) -> subprocess.Popen:
         """Start ``python -m module args`` of this very interpreter inside ``host``."""
         return self.popen(host, [sys.executable, "-m", module, *args], what=module, **kwargs)
-
-
-@contextlib.contextmanager
-def testbed(scenario: Scenario, **kwargs: Any) -> Iterator[Testbed]:
-    with Testbed(scenario, **kwargs) as tb:
-        yield tb

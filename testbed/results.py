@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -62,26 +61,6 @@ class ResultsDir:
     def _save_manifest(self, data: dict[str, Any]) -> None:
         text = json.dumps(data, indent=2, default=str)
         _atomic_write(self.manifest_path, lambda p: p.write_text(text))
-
-    def write_manifest(self, tb, status: str) -> None:
-        """Record the scenario as resolved, the backend actually used and the environment."""
-        data = self.read_manifest()
-        data.update(
-            {
-                "scenario": tb.scenario.model_dump(mode="json"),
-                "scenario_file": tb.source,
-                "testbed": tb.name,
-                "prefix": tb.record.prefix if tb.record else None,
-                "backend": tb.backend.backend if tb.backend else None,
-                "backend_reason": tb.backend.reason if tb.backend else None,
-                "kernel": platform.release(),
-                "versions": versions(),
-                "warnings": list(tb.plan.warnings) if tb.plan else [],
-                "status": status,
-                "started": data.get("started", time.time()),
-            }
-        )
-        self._save_manifest(data)
 
     def update_manifest(self, **fields: Any) -> None:
         data = self.read_manifest()

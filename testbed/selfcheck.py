@@ -8,10 +8,12 @@ TCP payload share of a full-size frame. Any run can call it; its rows go to ``li
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from testbed.api import Testbed
@@ -73,90 +75,58 @@ def measure_rtt(tb: Testbed, src: str, dst: str, pings: int, interval: float = 0
     return probe_rtt(tb, src, dst, pings, interval)["rtts"]
 
 
-def probe_rtt(tb: Testbed, src: str, dst: str, count: int, interval: float) -> dict:
-    """Run the UDP prober ``src`` -> echo server on ``dst``; its JSON result (see udpping)."""
+@contextlib.contextmanager
+def _server(tb: Testbed, host: str, module: str, *args: str) -> Iterator[subprocess.Popen]:
+    """``python -m module serve args`` inside ``host``, yielded once it printed READY."""
     server = tb.python(
-        dst,
-        "traffic.udpping",
-        "serve",
-        "--port",
-        str(RTT_PORT),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+        host, module, "serve", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert server.stdout is not None
+        assert server.stdout is not None and server.stderr is not None
         if server.stdout.readline().strip() != "READY":
-            raise NetError(f"UDP echo server on {dst} did not start")
-        r = tb.run(
-            src,
-            [
-                sys.executable,
-                "-m",
-                "traffic.udpping",
-                "probe",
-                "--host",
-                dst,
-                "--port",
-                str(RTT_PORT),
-                "--count",
-                str(count),
-                "--interval",
-                str(interval),
-            ],
-            timeout=60 + count * interval,
-        )
-        if r.returncode != 0:
-            raise NetError(f"UDP prober {src}->{dst} failed: {r.stderr.strip()[-300:]}")
-        return json.loads(r.stdout)
-    finally:
-        server.kill()
-        server.wait()
-
-
-def measure_goodput(tb: Testbed, src: str, dst: str, duration: float) -> dict:
-    warmup = min(1.0, duration / 3)
-    server = tb.python(
-        dst,
-        "traffic.bulk",
-        "serve",
-        "--port",
-        str(SELFCHECK_PORT),
-        "--warmup",
-        str(warmup),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        ready = server.stdout.readline().strip()
-        if ready != "READY":
-            raise NetError(f"self-check receiver on {dst} did not start: {server.stderr.read()}")
-        sender = tb.python(
-            src,
-            "traffic.bulk",
-            "send",
-            "--host",
-            dst,
-            "--port",
-            str(SELFCHECK_PORT),
-            "--duration",
-            str(duration),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        sent, err = sender.communicate(timeout=duration + 60)
-        if sender.returncode != 0:
-            raise NetError(f"self-check sender {src}->{dst} failed: {err.strip()[-300:]}")
-        line, err = server.communicate(timeout=30)
-        return {**json.loads(line), "sender": json.loads(sent)}
+            server.kill()
+            raise NetError(f"{module} server on {host} did not start: {server.stderr.read()}")
+        yield server
     finally:
         if server.poll() is None:
             server.kill()
-            server.wait()
+        server.wait()
+
+
+def _client(tb: Testbed, host: str, module: str, args: list[str], timeout: float) -> dict:
+    """Run ``python -m module args`` inside ``host``; its JSON output line."""
+    r = tb.run(host, [sys.executable, "-m", module, *args], timeout=timeout)
+    if r.returncode != 0:
+        raise NetError(f"{module} on {host} failed: {r.stderr.strip()[-300:]}")
+    return json.loads(r.stdout)
+
+
+def probe_rtt(tb: Testbed, src: str, dst: str, count: int, interval: float) -> dict:
+    """Run the UDP prober ``src`` -> echo server on ``dst``; its JSON result (see udpping)."""
+    with _server(tb, dst, "traffic.udpping", "--port", str(RTT_PORT)):
+        args = [
+            "probe",
+            "--host",
+            dst,
+            "--port",
+            str(RTT_PORT),
+            "--count",
+            str(count),
+            "--interval",
+            str(interval),
+        ]
+        return _client(tb, src, "traffic.udpping", args, timeout=60 + count * interval)
+
+
+def measure_goodput(tb: Testbed, src: str, dst: str, duration: float) -> dict:
+    """One bulk TCP flow ``src`` -> ``dst``: the receiver's JSON plus the sender's as 'sender'."""
+    warmup = min(1.0, duration / 3)
+    port = ["--port", str(SELFCHECK_PORT)]
+    with _server(tb, dst, "traffic.bulk", *port, "--warmup", str(warmup)) as server:
+        args = ["send", "--host", dst, *port, "--duration", str(duration)]
+        sent = _client(tb, src, "traffic.bulk", args, timeout=duration + 60)
+        line, _ = server.communicate(timeout=30)
+        return {**json.loads(line), "sender": sent}
 
 
 def check_direction(
