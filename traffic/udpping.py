@@ -6,8 +6,13 @@
 The prober prints one JSON line: ``rtts`` in seconds (lost probes omitted), ``sent``, ``lost``
 and ``reordered`` (replies that arrived after a later probe's reply). Each probe carries its
 sequence number and send time, so late replies are matched correctly. All namespaces share one
-CLOCK_MONOTONIC, so the server's receive stamp also splits each RTT into one-way delays
-(``forward``, ``reverse``), which is how asymmetric links are checked.
+clock, so the server's receive stamp also splits each RTT into one-way delays (``forward``,
+``reverse``), which is how asymmetric links are checked.
+
+What is timed is the network, not the two Python processes: both ends take the *kernel's*
+receive timestamp (SO_TIMESTAMPNS), and the echo server reports how long the packet sat with it
+(kernel receive to its own send), which is subtracted, as NTP does. Without that, two process
+wake-ups (50-150 us each on a small VM) would be counted as link delay.
 """
 
 from __future__ import annotations
@@ -21,31 +26,52 @@ import struct
 import sys
 import time
 
-PROBE = struct.Struct("!IQ")  # sequence, send time (ns)
-STAMP = struct.Struct("!Q")  # the echo server's receive time (ns), appended to the reply
+PROBE = struct.Struct("!IQ")  # sequence, send time (ns, CLOCK_REALTIME)
+# Appended by the echo server: its kernel receive time and how long it held the probe (ns).
+STAMP = struct.Struct("!QQ")
+SCM_TIMESTAMPNS = getattr(socket, "SCM_TIMESTAMPNS", 35)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+TIMESPEC = struct.Struct("@qq")
+
+
+def _timestamped_socket() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return s
+
+
+def _recv(s: socket.socket) -> tuple[bytes, tuple, int]:
+    """(data, peer, kernel receive time in ns, CLOCK_REALTIME; now if the kernel gave none)."""
+    data, ancillary, _, peer = s.recvmsg(2048, socket.CMSG_SPACE(TIMESPEC.size))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
+            sec, nsec = TIMESPEC.unpack_from(payload)
+            return data, peer, sec * 1_000_000_000 + nsec
+    return data, peer, time.time_ns()
 
 
 def serve(port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with _timestamped_socket() as s:
         s.bind(("0.0.0.0", port))
         print("READY", flush=True)
         while True:
-            data, peer = s.recvfrom(2048)
-            s.sendto(data[: PROBE.size] + STAMP.pack(time.monotonic_ns()), peer)
+            data, peer, received = _recv(s)
+            held = time.time_ns() - received
+            s.sendto(data[: PROBE.size] + STAMP.pack(received, held), peer)
 
 
 def probe(host: str, port: int, count: int, interval: float, wait: float) -> dict:
     addr = (socket.gethostbyname(host), port)
     rtts: dict[int, tuple[float, float, float]] = {}
     order: list[int] = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with _timestamped_socket() as s:
         s.setblocking(False)
         start = time.monotonic()
         for seq in range(count):
             due = start + seq * interval
             while (now := time.monotonic()) < due:
                 _drain(s, rtts, order, timeout=due - now)
-            s.sendto(PROBE.pack(seq, time.monotonic_ns()), addr)
+            s.sendto(PROBE.pack(seq, time.time_ns()), addr)
         deadline = time.monotonic() + wait
         while len(rtts) < count and (now := time.monotonic()) < deadline:
             _drain(s, rtts, order, timeout=deadline - now)
@@ -66,13 +92,16 @@ def _drain(
     ready, _, _ = select.select([s], [], [], max(0.0, timeout))
     while ready:
         try:
-            data = s.recv(2048)
+            data, _, now = _recv(s)
         except BlockingIOError:
             return
-        now = time.monotonic_ns()
         seq, sent = PROBE.unpack_from(data)
-        (echoed,) = STAMP.unpack_from(data, PROBE.size)
-        rtts[seq] = ((now - sent) / 1e9, (echoed - sent) / 1e9, (now - echoed) / 1e9)
+        echoed, held = STAMP.unpack_from(data, PROBE.size)
+        rtts[seq] = (
+            (now - sent - held) / 1e9,
+            (echoed - sent) / 1e9,
+            (now - echoed - held) / 1e9,
+        )
         order.append(seq)
 
 
