@@ -19,6 +19,16 @@ import time
 CHUNK = 1 << 20
 
 
+TCPI_BYTES_RECEIVED = 128  # offset of tcpi_bytes_received (u64) in struct tcp_info
+
+
+def _bytes_received(conn: socket.socket, fallback: int) -> int:
+    info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    if len(info) < TCPI_BYTES_RECEIVED + 8:
+        return fallback
+    return int.from_bytes(info[TCPI_BYTES_RECEIVED : TCPI_BYTES_RECEIVED + 8], sys.byteorder)
+
+
 def serve(port: int, warmup: float) -> dict:
     with socket.create_server(("0.0.0.0", port), reuse_port=False) as srv:
         print("READY", flush=True)
@@ -37,7 +47,9 @@ def serve(port: int, warmup: float) -> dict:
             total += n
             last = time.monotonic()
             if mark_t is None and last - start >= warmup:
-                mark_t, mark_b = last, total
+                # The kernel's count, not ours: bytes already waiting in the socket buffer
+                # arrived before the mark and must not count toward the measured window.
+                mark_t, mark_b = last, _bytes_received(conn, total)
         algo = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
     elapsed = max(last - start, 1e-9)
     steady = None
