@@ -1,0 +1,60 @@
+"""The kernel (netem) backend, for real: needs a kernel with sch_netem.
+
+On hosts without netem these tests are skipped here and run inside a throwaway guest with a stock
+kernel instead (``testbed vm``; see tests/test_vm.py, which runs this file in the guest). Rates are
+modest: under QEMU's software emulation (TCG) the guest is slow.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from conftest import scenario
+
+from testbed import kernel
+from testbed.selfcheck import check_direction, probe_rtt
+
+pytestmark = [pytest.mark.live, pytest.mark.kernel_qdiscs]
+
+
+@pytest.fixture(autouse=True)
+def needs_netem(root) -> None:
+    if not kernel.probe().has_qdisc("netem"):
+        pytest.skip("unsupported on this kernel: netem (runs inside `testbed vm`)")
+
+
+def wan(**link) -> dict:
+    return scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", **link}])
+
+
+def test_auto_picks_the_kernel_backend(make_testbed):
+    tb = make_testbed(wan(delay="5ms"))
+    assert tb.backend.backend == "kernel"
+    assert "netem" in tb.backend.reason
+
+
+def test_netem_delay_within_1ms_of_configured_rtt(make_testbed):
+    tb = make_testbed(wan(delay="20ms"))
+    r = probe_rtt(tb, "east-h0", "west-h0", count=50, interval=0.02)
+    assert r["lost"] == 0
+    assert statistics.median(r["rtts"]) == pytest.approx(0.040, abs=1e-3)
+
+
+def test_netem_loss_and_jitter(make_testbed):
+    tb = make_testbed(
+        wan(delay="20ms", loss="5%", jitter="4ms", reverse={"loss": "0%", "jitter": "0ms"})
+    )
+    r = probe_rtt(tb, "east-h0", "west-h0", count=600, interval=0.005)
+    assert 0.02 <= r["lost"] / r["sent"] <= 0.08, r["lost"]
+    std = statistics.pstdev(r["forward"])
+    assert std > 0.002, std  # jitter is applied (netem may reorder; the line would not)
+
+
+def test_long_fat_link_reaches_85_percent_with_netem_limit_sizing(make_testbed):
+    # 100 ms RTT at 100 Mbit/s: 1.25 MB in flight, beyond netem's default 1000-packet limit
+    # of full-size frames only with the plan's sizing.
+    tb = make_testbed(wan(delay="50ms"))
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    c = check_direction(tb, d, duration=8.0, pings=3)
+    assert c.goodput_bps >= 0.85 * 100e6, c
