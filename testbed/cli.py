@@ -1,6 +1,7 @@
 """The ``testbed`` command: one small function per verb over the API, errors without tracebacks.
 
-Exit codes: 0 success, 1 a run or check failed, 2 bad input (scenario, arguments), 130 Ctrl-C.
+Exit codes: 0 success, 1 a run or check failed, 2 bad input (scenario, arguments), 125 the
+`testbed vm` guest itself failed, 127 command not found in the guest, 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from testbed import kernel, net, registry
+from testbed import kernel, net, registry, vm
 from testbed.errors import TestbedError
 from testbed.plan import build_plan
 from testbed.scenario import load_scenario
@@ -413,6 +414,10 @@ def print_checks(checks) -> None:
     out.print(t)
 
 
+def cmd_vm(args: argparse.Namespace) -> int:
+    return vm.cmd(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -469,6 +474,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of bulk TCP per WAN direction in the link self-check",
     )
     s.set_defaults(fn=cmd_run)
+    s = sub.add_parser(
+        "vm",
+        help="run a command in a throwaway QEMU guest with a stock kernel (netem, fq, red, dctcp)",
+    )
+    vm.add_arguments(s)
+    s.set_defaults(fn=cmd_vm)
     return p
 
 
