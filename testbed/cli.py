@@ -268,6 +268,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "netem is missing on this kernel: WAN delay/jitter/loss/reorder use the "
             "userspace delay line (backend: userspace)."
         )
+    missing = [q for q in ("netem", "red", "fq") if not feats.has_qdisc(q)]
+    if not feats.congestion_supported("dctcp"):
+        missing.append("dctcp")
+    if missing:
+        out.print(
+            f"for {', '.join(missing)}: `testbed vm -- testbed run FILE` runs a scenario on a "
+            "stock distribution kernel in a throwaway guest (docs/vm.md)"
+        )
     for note in feats.notes:
         out.print(f"note: {note}")
     return 0

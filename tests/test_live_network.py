@@ -275,6 +275,7 @@ def test_doctor_reports_netem(root):
     assert ("yes" in line) == kernel.probe().has_qdisc("netem")
     if not kernel.probe().has_qdisc("netem"):
         assert "netem is missing" in r.stdout
+        assert "testbed vm -- testbed run" in " ".join(r.stdout.split())
 
 
 def test_vagrantfile_validates():
