@@ -73,19 +73,18 @@ class Testbed:
     # -- lifecycle ---------------------------------------------------------------------------
     def up(self) -> Testbed:
         self.features = kernel.probe()
-        probe_plan = build_plan(self.scenario, "mctb0000", 1)
-        self.backend = kernel.choose_backend(
-            self.scenario.backend, probe_plan.needs_propagation_emulation(), self.features
-        )
-        if self.backend.backend == "userspace" and any(p.delay for p in probe_plan.fabric):
-            raise UnsupportedError(
-                "clusters.*.fabric.delay needs netem (backend: kernel); the userspace delay "
-                "line emulates WAN links only (unsupported on this kernel: netem). Remove the "
-                "fabric delay or run in the Vagrant VM"
-            )
         self.record = registry.claim(self.name, self.source)
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
+            self.backend = kernel.choose_backend(
+                self.scenario.backend, self.plan.needs_propagation_emulation(), self.features
+            )
+            if self.backend.backend == "userspace" and any(p.delay for p in self.plan.fabric):
+                raise UnsupportedError(
+                    "clusters.*.fabric.delay needs netem (backend: kernel); the userspace delay "
+                    "line emulates WAN links only (unsupported on this kernel: netem). Remove "
+                    "the fabric delay or run in the Vagrant VM"
+                )
             self.record.backend = self.backend.backend
             self.record.save()
             net.build(self.plan, self.record, self.features, self.backend.backend == "kernel")
