@@ -8,6 +8,7 @@ file, the field path (``wan[0].delay``), the bad value and what is allowed.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -303,18 +304,21 @@ class _FieldError(ValueError):
         self.message = message
 
 
-def _loc_to_path(loc: tuple[Any, ...]) -> str:
+def format_path(parts: Sequence[Any]) -> str:
+    """['wan', 0, 'rate'] -> 'wan[0].rate': how every message names a field."""
     path = ""
-    for part in loc:
+    for part in parts:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("function-after", "function-before") or str(part).startswith(
-            ("function-", "lax-", "literal[", "nullable")
-        ):
-            continue
         else:
             path += f".{part}" if path else str(part)
-    return path or "(top level)"
+    return path
+
+
+def _loc_to_path(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as a field path, without pydantic's validator tags."""
+    tags = ("function-", "lax-", "literal[", "nullable")
+    return format_path([p for p in loc if not str(p).startswith(tags)]) or "(top level)"
 
 
 def _describe(error: dict[str, Any]) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from testbed.errors import ScenarioError
-from testbed.scenario import Scenario, load_yaml, parse_scenario
+from testbed.scenario import Scenario, format_path, load_yaml, parse_scenario
 
 _PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)")
 
@@ -63,14 +63,14 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
         nxt = steps[i + 1]
         if isinstance(step, int):
             if not isinstance(here, list) or step >= len(here):
-                raise ValueError(f"{path}: there is no {_prefix(steps, i + 1)}")
+                raise ValueError(f"{path}: there is no {format_path(steps[: i + 1])}")
             here = here[step]
         else:
             if not isinstance(here, dict):
-                raise ValueError(f"{path}: {_prefix(steps, i)} is not a mapping")
+                raise ValueError(f"{path}: {format_path(steps[:i])} is not a mapping")
             if step not in here or here[step] is None:
                 if isinstance(nxt, int):
-                    raise ValueError(f"{path}: there is no {_prefix(steps, i + 1)}")
+                    raise ValueError(f"{path}: there is no {format_path(steps[: i + 1])}")
                 here[step] = {}
             here = here[step]
     last = steps[-1]
@@ -78,15 +78,8 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
         if not isinstance(here, list) or last >= len(here):
             raise ValueError(f"{path}: there is no {path}")
     elif not isinstance(here, dict):
-        raise ValueError(f"{path}: {_prefix(steps, len(steps) - 1)} is not a mapping")
+        raise ValueError(f"{path}: {format_path(steps[:-1])} is not a mapping")
     here[last] = copy.deepcopy(value)
-
-
-def _prefix(steps: list[str | int], n: int) -> str:
-    out = ""
-    for s in steps[:n]:
-        out += f"[{s}]" if isinstance(s, int) else (f".{s}" if out else s)
-    return out
 
 
 def parse_override(text: str) -> tuple[str, Any]:
