@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # ethtool: offloads; iputils-ping: RTT checks; procps: sysctl/ps; qemu-system-x86, kmod:
 # `testbed vm` (a stock kernel with netem/fq/red/dctcp in a QEMU guest; docs/vm.md).
 PACKAGES=(iproute2 iptables iperf3 ethtool iputils-ping procps python3 python3-venv python3-dev
-          qemu-system-x86 kmod)
+          qemu-system-x86 kmod tcpdump)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
