@@ -77,7 +77,10 @@ class Testbed:
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
             self.backend = kernel.choose_backend(
-                self.scenario.backend, self.plan.needs_propagation_emulation(), self.features
+                self.scenario.backend,
+                self.plan.needs_propagation_emulation(),
+                self.features,
+                self.plan.needs_marking(),
             )
             if self.backend.backend == "userspace" and any(p.delay for p in self.plan.fabric):
                 raise UnsupportedError(
@@ -87,9 +90,14 @@ class Testbed:
                 )
             self.record.backend = self.backend.backend
             self.record.save()
-            net.build(self.plan, self.record, self.features, self.backend.backend == "kernel")
+            userspace = self.backend.backend == "userspace"
+            net.build(
+                self.plan, self.record, self.features, self.backend.backend == "kernel", userspace
+            )
             if self.backend.backend == "userspace":
-                self.delay_line = DelayLineSupervisor(self.plan, self.record)
+                self.delay_line = DelayLineSupervisor(
+                    self.plan, self.record, self.scenario.trace.queues
+                )
                 self.delay_line.start()
             self.record.phase = "up"
             self.record.persistent = self.persistent

@@ -248,15 +248,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     t.add_row("NFQUEUE", yes(feats.nfqueue), "userspace delay line")
     t.add_row("torch", feats.torch or "[red]not installed[/]", "collectives")
     out.print(t)
-    needs = True
+    needs, marking = True, False
     if args.file:
         sc = load_scenario(args.file)
-        needs = build_plan(sc, "x", 64).needs_propagation_emulation()
+        doctor_plan = build_plan(sc, "x", 64)
+        needs, marking = doctor_plan.needs_propagation_emulation(), doctor_plan.needs_marking()
         requested = sc.backend
     else:
         requested = "auto"
     try:
-        choice = kernel.choose_backend(requested, needs, feats)
+        choice = kernel.choose_backend(requested, needs, feats, marking)
         out.print(
             f"backend for {args.file or 'a scenario with WAN delay'}: "
             f"[bold]{choice.backend}[/] — {choice.reason}"

@@ -154,6 +154,8 @@ NFQA_CFG_F_GSO = 4
 NFQA_PACKET_HDR = 1
 NFQA_VERDICT_HDR = 2
 NFQA_TIMESTAMP = 4
+NFQA_MARK = 3
+NFQA_PAYLOAD = 10
 NFQA_CAP_LEN = 13
 
 NF_DROP = 0
@@ -167,6 +169,14 @@ _BE16 = struct.Struct(">H")
 _BE32 = struct.Struct(">I")
 _BE64x2 = struct.Struct(">QQ")
 _I32 = struct.Struct("=i")
+
+# Wire accounting of a (GSO) TCP packet, as HTB counts it on a veth: 14 bytes of Ethernet per
+# segment, and the 52 bytes of IP+TCP headers (with timestamps) repeated for every segment.
+ETH_HEADER = 14
+TCP_IP_HEADERS = 52
+MSS = 1448
+DEFAULT_CE_MARK = 0x1
+CE_TARGET = ("-j", "TOS", "--set-tos", "0x03/0x03")  # clear the ECN bits, then set 11 (CE)
 
 DEFAULT_MAXLEN = 262144
 DEFAULT_RCVBUF = 64 << 20
@@ -184,35 +194,47 @@ STATS_QUIET = 0.002  # write stats only when no deadline is due within this (s),
 # --------------------------------------------------------------------------- pure helpers
 
 
-def iptables_rules(in_iface: str, queue_num: int, *, iptables: str = "iptables") -> list[list[str]]:
+def iptables_rules(
+    in_iface: str,
+    queue_num: int,
+    *,
+    iptables: str = "iptables",
+    ce_iface: str | None = None,
+    ce_mark: int = DEFAULT_CE_MARK,
+) -> list[list[str]]:
     """argv lists that send every packet entering ``in_iface`` to NFQUEUE ``queue_num``.
 
     Run them inside the router namespace. No ``--queue-bypass``: without a listener the kernel
     drops the packets instead of forwarding them undelayed. Pass ``iptables="ip6tables"`` for IPv6.
+    With ``ce_iface`` (a bottleneck queue that marks), packets the line released with ``ce_mark``
+    get CE in their ECN bits on leaving through ``ce_iface``: the TOS target (mask 0x03) rewrites
+    the IP header and its checksum, in POSTROUTING because an NFQUEUE verdict resumes at the next
+    hook, not at the next rule. No payload goes through userspace.
     """
-    return [
-        [
-            iptables,
-            "-w",
-            "-t",
-            "mangle",
-            "-A",
-            "PREROUTING",
-            "-i",
-            in_iface,
-            "-j",
-            "NFQUEUE",
-            "--queue-num",
-            str(int(queue_num)),
-        ]
+    mangle = [iptables, "-w", "-t", "mangle", "-A"]
+    rules = [
+        [*mangle, "PREROUTING", "-i", in_iface, "-j", "NFQUEUE", "--queue-num", str(int(queue_num))]
     ]
+    if ce_iface is not None:
+        mark = f"{int(ce_mark):#x}/{int(ce_mark):#x}"
+        rules.append(
+            [*mangle, "POSTROUTING", "-o", ce_iface, "-m", "mark", "--mark", mark, *CE_TARGET]
+        )
+    return rules
 
 
 def iptables_delete_rules(
-    in_iface: str, queue_num: int, *, iptables: str = "iptables"
+    in_iface: str,
+    queue_num: int,
+    *,
+    iptables: str = "iptables",
+    ce_iface: str | None = None,
+    ce_mark: int = DEFAULT_CE_MARK,
 ) -> list[list[str]]:
     """argv lists deleting the rules of :func:`iptables_rules` (same arguments)."""
-    rules = iptables_rules(in_iface, queue_num, iptables=iptables)
+    rules = iptables_rules(
+        in_iface, queue_num, iptables=iptables, ce_iface=ce_iface, ce_mark=ce_mark
+    )
     return [[("-D" if a == "-A" else a) for a in rule] for rule in rules]
 
 
@@ -269,6 +291,15 @@ class QueueConfig:
     seed: int | None = None
     maxlen: int = DEFAULT_MAXLEN
     copy_mode: str = "header"
+    # Bottleneck emulation (rate > 0): the line is then the WAN bottleneck queue itself.
+    rate: float = 0.0  # bit/s
+    buffer: int = 0  # bytes, drop-tail limit
+    aqm: dict[str, Any] | None = None  # {"kind": droptail|red|step, kmin, kmax, pmax, k, ecn}
+    ce_mark: int = DEFAULT_CE_MARK
+
+    @property
+    def bottleneck(self) -> bool:
+        return self.rate > 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> QueueConfig:
@@ -288,6 +319,10 @@ class QueueConfig:
             seed=None if d.get("seed") is None else int(d["seed"]),
             maxlen=int(d.get("maxlen", DEFAULT_MAXLEN)),
             copy_mode=str(d.get("copy_mode", "header")),
+            rate=float(d.get("rate", 0.0)),
+            buffer=int(d.get("buffer", 0)),
+            aqm=d.get("aqm"),
+            ce_mark=int(d.get("ce_mark", DEFAULT_CE_MARK)),
         )
         if not 0 <= q.num <= 0xFFFF:
             raise ConfigError(f"queue num {q.num} outside 0..65535")
@@ -303,7 +338,61 @@ class QueueConfig:
             raise ConfigError(f"queue {q.num}: maxlen must be >= 1")
         if q.copy_mode not in ("header", "meta"):
             raise ConfigError(f"queue {q.num}: copy_mode must be 'header' or 'meta'")
+        if q.bottleneck:
+            _check_bottleneck(q)
+        elif q.aqm is not None:
+            raise ConfigError(f"queue {q.num}: aqm needs a bottleneck rate")
         return q
+
+
+def _check_bottleneck(q: QueueConfig) -> None:
+    if not (math.isfinite(q.rate) and q.rate >= 1000):
+        raise ConfigError(f"queue {q.num}: rate={q.rate} must be >= 1000 bit/s")
+    if q.buffer < 2 * 65536:
+        raise ConfigError(f"queue {q.num}: buffer={q.buffer} must be >= 131072 bytes")
+    if q.copy_mode == "meta":
+        raise ConfigError(f"queue {q.num}: a bottleneck needs copy_mode 'header' (lengths, ECN)")
+    if q.reorder:
+        raise ConfigError(f"queue {q.num}: reorder cannot be combined with a bottleneck")
+    if not 0 < q.ce_mark <= 0xFFFFFFFF:
+        raise ConfigError(f"queue {q.num}: ce_mark must be a non-zero 32-bit mark")
+    aqm = q.aqm or {"kind": "droptail"}
+    kind = aqm.get("kind")
+    needs = {"droptail": (), "red": ("kmin", "kmax", "pmax"), "step": ("k",)}.get(kind)
+    if needs is None:
+        raise ConfigError(f"queue {q.num}: aqm kind {kind!r} not in droptail, red, step")
+    unknown = set(aqm) - {"kind", "kmin", "kmax", "pmax", "k", "ecn"}
+    missing = [k for k in needs if aqm.get(k) is None]
+    if unknown or missing:
+        raise ConfigError(f"queue {q.num}: aqm unknown {sorted(unknown)} / missing {missing}")
+    if kind == "red" and not (0 <= aqm["kmin"] < aqm["kmax"] and 0 < aqm["pmax"] <= 1):
+        raise ConfigError(f"queue {q.num}: red needs 0 <= kmin < kmax and 0 < pmax <= 1")
+
+
+def wire_bytes(length: int) -> int:
+    """Bytes a (GSO) IP packet of ``length`` occupies on the wire, as HTB would count them."""
+    segs = max(1, -(-(length - TCP_IP_HEADERS) // MSS))
+    return length + ETH_HEADER + (segs - 1) * (TCP_IP_HEADERS + ETH_HEADER)
+
+
+def mark_probability(aqm: dict[str, Any] | None, backlog: float) -> float:
+    """Probability that a packet arriving at ``backlog`` queued bytes is marked (or dropped).
+
+    red: 0 below kmin, rising linearly to pmax at kmax, 1 above kmax (DCQCN's ramp); step: 1 above
+    k (DCTCP's). On the instantaneous queue, as those switches do."""
+    if aqm is None:
+        return 0.0
+    kind = aqm["kind"]
+    if kind == "step":
+        return 1.0 if backlog > aqm["k"] else 0.0
+    if kind == "red":
+        kmin, kmax = aqm["kmin"], aqm["kmax"]
+        if backlog <= kmin:
+            return 0.0
+        if backlog > kmax:
+            return 1.0
+        return aqm["pmax"] * (backlog - kmin) / (kmax - kmin)
+    return 0.0
 
 
 @dataclass(frozen=True)
@@ -315,10 +404,14 @@ class Config:
     rt_priority: int = 10
     flush_grace: float = 1.0
     release_gap: float = DEFAULT_RELEASE_GAP
+    trace_file: str | None = None  # JSONL samples of the bottleneck queues
+    trace_interval: float = 0.01
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Config:
         known = {
+            "trace_file",
+            "trace_interval",
             "queues",
             "stats_file",
             "stats_interval",
@@ -345,7 +438,11 @@ class Config:
             rt_priority=int(d.get("rt_priority", 10)),
             flush_grace=float(d.get("flush_grace", 1.0)),
             release_gap=float(d.get("release_gap", DEFAULT_RELEASE_GAP)),
+            trace_file=None if d.get("trace_file") is None else str(d["trace_file"]),
+            trace_interval=float(d.get("trace_interval", 0.01)),
         )
+        if not cfg.trace_interval >= 0.001:
+            raise ConfigError("trace_interval must be >= 0.001 seconds")
         if not 0.0 <= cfg.release_gap <= 0.01:
             raise ConfigError("release_gap must be within 0..0.01 seconds")
         if not cfg.stats_interval > 0:
@@ -384,10 +481,14 @@ def _nfq_msg(mtype: int, flags: int, seq: int, queue_num: int, attrs: bytes) -> 
     return NLMSG_HDR.pack(16 + len(body), mtype, flags, seq, 0) + body
 
 
-def verdict_msg(queue_num: int, packet_id: int, verdict: int, *, batch: bool = False) -> bytes:
-    """One verdict (``batch``: for all ids <= packet_id still queued)."""
+def verdict_msg(
+    queue_num: int, packet_id: int, verdict: int, *, batch: bool = False, mark: int | None = None
+) -> bytes:
+    """One verdict (``batch``: for all ids <= packet_id still queued); ``mark`` sets skb->mark."""
     mtype = NFQNL_MSG_VERDICT_BATCH if batch else NFQNL_MSG_VERDICT
     attrs = _nla(NFQA_VERDICT_HDR, struct.pack(">II", verdict, packet_id & 0xFFFFFFFF))
+    if mark is not None:
+        attrs += _nla(NFQA_MARK, _BE32.pack(mark & 0xFFFFFFFF))
     return _nfq_msg(mtype, NLM_F_REQUEST, 0, queue_num, attrs)
 
 
@@ -470,6 +571,25 @@ class Queue:
     kernel_queue_dropped: int = 0
     kernel_user_dropped: int = 0
     hist: LatenessHistogram = field(default_factory=LatenessHistogram)
+    # bottleneck emulation
+    busy_until: float = -math.inf  # when the last accepted packet leaves the emulated link
+    departures: deque[float] = field(default_factory=deque)  # of packets still in the queue
+    marked_ids: set[int] = field(default_factory=set)  # held packets to release with ce_mark
+    wire_bytes: int = 0
+    dropped_queue: int = 0
+    dropped_aqm: int = 0
+    marked: int = 0
+    ect: int = 0
+    max_backlog: float = 0.0
+
+    def backlog(self, now: float) -> tuple[float, int]:
+        """(bytes, packets) in the emulated bottleneck queue at ``now``."""
+        deps = self.departures
+        while deps and deps[0] <= now:
+            deps.popleft()
+        if self.busy_until <= now:
+            return 0.0, 0
+        return (self.busy_until - now) * self.cfg.rate / 8, len(deps)
 
 
 class DelayLine:
@@ -495,6 +615,8 @@ class DelayLine:
         self._t0 = time.monotonic()
         self._cpu_last = (self._t0, self._cpu())
         self.cpu_percent = 0.0
+        self._trace: Any = None
+        self._rt_off = time.time() - time.monotonic()
 
     # ---- setup
 
@@ -570,8 +692,9 @@ class DelayLine:
             self.by_num[num] = q
             if qc.copy_mode == "meta":
                 params = struct.pack(">IB", 0, NFQNL_COPY_META)
-            else:  # 1 byte of payload: makes the kernel report NFQA_CAP_LEN (packet length)
-                params = struct.pack(">IB", 1, NFQNL_COPY_PACKET)
+            else:  # 1 byte of payload: makes the kernel report NFQA_CAP_LEN (packet length);
+                # 2 bytes for a bottleneck, which reads the ECN bits of the TOS byte
+                params = struct.pack(">IB", 2 if qc.bottleneck else 1, NFQNL_COPY_PACKET)
             self._config(num, _nla(NFQA_CFG_PARAMS, params))
             self._config(num, _nla(NFQA_CFG_QUEUE_MAXLEN, _BE32.pack(qc.maxlen)))
             self._config(
@@ -681,6 +804,21 @@ class DelayLine:
                 "verdict_errors": q.verdict_errors,
                 "timestamp_fallbacks": q.ts_fallbacks,
             }
+            if qc.bottleneck:
+                backlog, packets = q.backlog(now)
+                queues[str(qc.num)].update(
+                    rate=qc.rate,
+                    buffer=qc.buffer,
+                    aqm=(qc.aqm or {"kind": "droptail"})["kind"],
+                    wire_bytes=q.wire_bytes,
+                    ect_packets=q.ect,
+                    marked=q.marked,
+                    dropped_queue=q.dropped_queue,
+                    dropped_aqm=q.dropped_aqm,
+                    backlog_bytes=round(backlog),
+                    backlog_packets=packets,
+                    max_backlog_bytes=round(q.max_backlog),
+                )
         self._report_errors()
         return {
             "version": 1,
@@ -722,6 +860,40 @@ class DelayLine:
             if self._reported.get("stats_write") != msg:  # say it once, not every interval
                 print(msg, file=sys.stderr, flush=True)
                 self._reported["stats_write"] = msg
+
+    # ---- queue trace
+
+    def _open_trace(self) -> None:
+        if self.cfg.trace_file and any(q.cfg.bottleneck for q in self.queues):
+            self._trace = open(self.cfg.trace_file, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+
+    def _sample(self, now: float) -> None:
+        """One line per bottleneck queue: occupancy now, cumulative counters (unix time)."""
+        if self._trace is None:
+            return
+        t = now + self._rt_off
+        for q in self.queues:
+            if not q.cfg.bottleneck:
+                continue
+            backlog, packets = q.backlog(now)
+            self._trace.write(
+                json.dumps(
+                    {
+                        "time": round(t, 6),
+                        "direction": q.cfg.name,
+                        "backlog_bytes": round(backlog),
+                        "backlog_packets": packets,
+                        "packets": q.packets,
+                        "bytes": q.wire_bytes,
+                        "dropped": q.dropped_queue + q.dropped_aqm + q.dropped_loss,
+                        "dropped_queue": q.dropped_queue,
+                        "dropped_aqm": q.dropped_aqm,
+                        "dropped_loss": q.dropped_loss,
+                        "marked": q.marked,
+                    }
+                )
+                + "\n"
+            )
 
     # ---- hot path
 
@@ -777,6 +949,7 @@ class DelayLine:
                         continue
                     arrival = -1.0
                     length = 0
+                    tos = 0
                     end = off + mlen
                     # the kernel always puts NFQA_PACKET_HDR (len 11) first
                     if buf[off + 22] == NFQA_PACKET_HDR and buf[off + 20] == 11 and mlen >= 32:
@@ -795,7 +968,11 @@ class DelayLine:
                             arrival = sec + usec * 1e-6 - rt_off
                         elif atype == NFQA_CAP_LEN:
                             length = unpack_be32(buf, a + 4)[0]
-                            break  # comes after the timestamp; nothing else needed
+                            if not q.cfg.rate:
+                                break  # comes after the timestamp; nothing else needed
+                        elif atype == NFQA_PAYLOAD:
+                            tos = buf[a + 5] if alen >= 6 else 0
+                            break
                         elif atype == NFQA_PACKET_HDR:
                             pid = unpack_be32(buf, a + 4)[0]
                         a += (alen + 3) & ~3
@@ -808,19 +985,28 @@ class DelayLine:
                     q.packets += 1
                     q.nbytes += length
                     cfg = q.cfg
+                    depart = arrival
                     if cfg.loss and q.rng.random() < cfg.loss:
                         q.dropped_loss += 1
                         out += verdict_msg(num, pid, NF_DROP)
-                    elif cfg.reorder and q.rng.random() < cfg.reorder:
+                        off += (mlen + 3) & ~3
+                        continue
+                    if cfg.rate:
+                        depart = self._enqueue(q, pid, arrival, length, tos)
+                        if depart < 0:
+                            out += verdict_msg(num, pid, NF_DROP)
+                            off += (mlen + 3) & ~3
+                            continue
+                    if cfg.reorder and q.rng.random() < cfg.reorder:
                         q.reordered += 1
                         q.accepted += 1
                         out += verdict_msg(num, pid, NF_ACCEPT)
                     else:
                         if cfg.jitter:
                             d = cfg.delay + q.rng.gauss(0.0, cfg.jitter)
-                            rel = arrival + (d if d > 0.0 else 0.0)
+                            rel = depart + (d if d > 0.0 else 0.0)
                         else:
-                            rel = arrival + cfg.delay
+                            rel = depart + cfg.delay
                         if rel < q.last_release:
                             rel = q.last_release
                         q.last_release = rel
@@ -845,6 +1031,40 @@ class DelayLine:
         if out:
             self._send(out)
         return got
+
+    @staticmethod
+    def _enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
+        """Put a packet into the emulated bottleneck: its departure time, or -1 if dropped.
+
+        departure = max(arrival, previous departure) + wire size / rate; drop-tail when the
+        queue would exceed the buffer; the marking decision is taken on the queue the packet
+        finds on arrival. A GSO packet is one decision for all its bytes: marked (or dropped)
+        whole with the profile's probability, so the expected share of marked *bytes* is the
+        same as if each segment were decided alone (it only comes in larger chunks)."""
+        cfg = q.cfg
+        size = wire_bytes(length)
+        q.wire_bytes += size
+        backlog, _ = q.backlog(arrival)
+        if backlog + size > cfg.buffer:
+            q.dropped_queue += 1
+            return -1.0
+        ect = tos & 3
+        if ect:
+            q.ect += 1
+        p = mark_probability(cfg.aqm, backlog)
+        if p and (p >= 1.0 or q.rng.random() < p):
+            if ect and cfg.aqm is not None and cfg.aqm.get("ecn", True):
+                q.marked += 1
+                q.marked_ids.add(pid)
+            else:  # RED drops what it cannot mark
+                q.dropped_aqm += 1
+                return -1.0
+        start = q.busy_until if q.busy_until > arrival else arrival
+        q.busy_until = start + size * 8 / cfg.rate
+        q.departures.append(q.busy_until)
+        if backlog + size > q.max_backlog:
+            q.max_backlog = backlog + size
+        return q.busy_until
 
     def _send(self, data: bytes | bytearray) -> None:
         sock = self.sock
@@ -875,12 +1095,22 @@ class DelayLine:
         last_bin = LatenessHistogram.NBINS - 1
         max_us = q.hist.max_us
         n = 0
-        pid = 0
+        pid = prev = -1
         popd, popi = deadlines.popleft, ids.popleft
+        marked = q.marked_ids
+        num = q.cfg.num
         while deadlines and deadlines[0] <= limit:
             us = int((now - popd()) * 1e6)
             pid = popi()
             n += 1
+            if marked and pid in marked:
+                # the batch "accept all ids <= N" before it, then this one with the CE mark
+                marked.discard(pid)
+                if prev >= 0:
+                    out += verdict_msg(num, prev, NF_ACCEPT, batch=True)
+                out += verdict_msg(num, pid, NF_ACCEPT, mark=q.cfg.ce_mark)
+                pid = -1
+            prev = pid
             if us < fine:
                 counts[us if us > 0 else 0] += 1
             elif us < 1_000_000:
@@ -892,7 +1122,8 @@ class DelayLine:
         q.hist.max_us = max_us
         q.hist.count += n
         q.accepted += n
-        out += verdict_msg(q.cfg.num, pid, NF_ACCEPT, batch=True)
+        if pid >= 0:
+            out += verdict_msg(num, pid, NF_ACCEPT, batch=True)
 
     def _release_due(self, limit: float) -> bool:
         out = bytearray()
@@ -932,6 +1163,9 @@ class DelayLine:
         queues = self.queues
         interval = self.cfg.stats_interval
         next_stats = time.monotonic() + interval
+        self._open_trace()
+        trace_every = self.cfg.trace_interval
+        next_sample = time.monotonic() if self._trace is not None else math.inf
         stop_at: float | None = None
         monotonic = time.monotonic
         sel = select.select
@@ -960,6 +1194,10 @@ class DelayLine:
                 now = monotonic()
                 next_stats = max(next_stats + interval, now + interval * 0.5)
             nxt = min(nxt, next_stats if next_stats > now else now + STATS_QUIET)
+            if now >= next_sample:
+                self._sample(now)
+                next_sample = max(next_sample + trace_every, now + trace_every / 2)
+            nxt = min(nxt, next_sample)
             if self.stopping:
                 if stop_at is None:
                     stop_at = now
@@ -1006,6 +1244,9 @@ class DelayLine:
         self._release_due(math.inf)
         self.stats()  # last look at the kernel's counters while the queues still exist
         self.unbind()
+        if self._trace is not None:
+            self._sample(time.monotonic())
+            self._trace.close()
         signal.set_wakeup_fd(-1)
         rfd.close()
         wfd.close()

@@ -131,24 +131,40 @@ class BackendChoice:
     reason: str
 
 
-def choose_backend(requested: str, needs_propagation: bool, feats: KernelFeatures) -> BackendChoice:
-    """Pick how delay/jitter/loss/reorder are emulated. ``none`` = nothing to emulate (HTB only)."""
+def choose_backend(
+    requested: str, needs_propagation: bool, feats: KernelFeatures, needs_marking: bool = False
+) -> BackendChoice:
+    """Pick how delay/jitter/loss/reorder and marking profiles are emulated: ``kernel`` (netem,
+    red), ``userspace`` (the delay line, which then also emulates marking bottlenecks) or ``none``
+    (nothing to emulate: HTB only)."""
     netem = feats.has_qdisc("netem")
+    red = feats.has_qdisc("red")
+    missing = [
+        q
+        for q, need, have in (("netem", needs_propagation, netem), ("red", needs_marking, red))
+        if need and not have
+    ]
     if requested == "kernel":
-        if netem:
+        if missing:
+            raise UnsupportedError(
+                f"backend: kernel needs {' and '.join('sch_' + m for m in missing)}, which this "
+                f"kernel lacks (unsupported on this kernel: {', '.join(missing)}, release "
+                f"{feats.release}); use `backend: auto` or `userspace`"
+            )
+        if netem or needs_marking:
             return BackendChoice("kernel", "backend: kernel requested; this kernel has netem")
-        if not needs_propagation:
-            return BackendChoice("none", "backend: kernel requested; no delay/loss to emulate")
-        raise UnsupportedError(
-            "backend: kernel needs sch_netem, which this kernel lacks (unsupported on this "
-            f"kernel: netem, release {feats.release}); use `backend: auto` or `userspace`"
-        )
+        return BackendChoice("none", "backend: kernel requested; no delay/loss to emulate")
     if requested == "userspace":
         return BackendChoice("userspace", "backend: userspace requested")
-    if netem:
-        return BackendChoice("kernel", "auto: this kernel has sch_netem")
-    if not needs_propagation:
+    if not missing:
+        if netem:
+            return BackendChoice("kernel", "auto: this kernel has sch_netem")
+        if needs_marking:
+            return BackendChoice("kernel", "auto: this kernel has sch_red; nothing to delay")
         return BackendChoice("none", "auto: no netem, but the scenario needs only rate shaping")
     return BackendChoice(
-        "userspace", "auto: this kernel has no sch_netem; using the userspace delay line"
+        "userspace",
+        f"auto: this kernel has no {' and no '.join('sch_' + m for m in missing)}; using the "
+        "userspace delay line"
+        + (" (which also emulates the marking bottlenecks)" if needs_marking else ""),
     )

@@ -108,15 +108,22 @@ def write_hosts_files(plan: NetworkPlan) -> None:
         (d / "hosts").write_text(text)
 
 
-def build(plan: NetworkPlan, rec: Record, feats: KernelFeatures, kernel_propagation: bool) -> None:
-    """Create every kernel object of ``plan``. The record must already be saved (for clean)."""
+def build(
+    plan: NetworkPlan,
+    rec: Record,
+    feats: KernelFeatures,
+    kernel_propagation: bool,
+    line_queues: bool = False,
+) -> None:
+    """Create every kernel object of ``plan``. The record must already be saved (for clean).
+    ``line_queues``: the userspace delay line emulates the bottlenecks that have an ``aqm``."""
     ensure_congestion_allowed(plan.congestion, feats)
     rec.namespaces = [ns.name for ns in plan.namespaces]
     rec.hosts = plan.names()
     rec.save()
     run_batches([(["ip"], root_batch(plan))])
     run_batches([(["ip", "-n", ns], lines) for ns, lines in ip_batches(plan).items()])
-    tc = tc_batches(plan, kernel_propagation)
+    tc = tc_batches(plan, kernel_propagation, line_queues)
     if tc:
         run_batches([(["tc", "-n", ns], lines) for ns, lines in tc.items()])
     try:

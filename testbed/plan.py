@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from testbed.errors import PlanError
-from testbed.scenario import Scenario, TcpSettings
+from testbed.scenario import Aqm, Scenario, TcpSettings
 
 # Frame accounting: HTB on a veth counts the 14-byte Ethernet header but no preamble/FCS, and TCP
 # with timestamps carries 1448 payload bytes in a 1514-byte frame.
@@ -138,6 +138,12 @@ class WanDirection:
     bdp: int  # bytes: rate x RTT of this link (forward + reverse delay)
     shaper: Shaper
     impairment: Impairment
+    aqm: Aqm | None = None  # None: drop-tail in the HTB leaf
+
+    @property
+    def marking(self) -> bool:
+        """A red or step profile: the kernel needs ``sch_red``, else the delay line emulates it."""
+        return self.aqm is not None and self.aqm.kind != "droptail"
 
     @property
     def goodput_ceiling(self) -> float:
@@ -203,6 +209,9 @@ class NetworkPlan:
 
     def needs_propagation_emulation(self) -> bool:
         return any(d.impairment.active for d in self.wan) or any(p.delay for p in self.fabric)
+
+    def needs_marking(self) -> bool:
+        return any(d.marking for d in self.wan)
 
 
 def bdp_bytes(rate: int, rtt: float) -> int:
@@ -354,6 +363,13 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
                 d["reorder"],
                 netem_limit(d["rate"], other["rate"], d["delay"], d["jitter"], buffer),
             )
+            aqm = d["aqm"]
+            if aqm is not None and aqm.threshold >= buffer:
+                raise PlanError(
+                    f"wan[{i}] {src}->{dst}: aqm threshold {aqm.threshold} B is not below the "
+                    f"buffer ({buffer} B): the queue would overflow before marking; raise "
+                    "`buffer` or lower the thresholds"
+                )
             if d["reorder"] and not d["delay"]:
                 warnings.append(f"wan[{i}] {src}->{dst}: reorder has no effect without delay")
             shapers.append(shaper)
@@ -371,6 +387,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
                     bdp,
                     shaper,
                     impairment,
+                    aqm,
                 )
             )
 

@@ -5,6 +5,10 @@ Order matters (FIELD-NOTES): the process binds its queues and prints READY *befo
 rule sends packets to it; at shutdown the rules go *before* the process, because the kernel drops
 whatever a dying listener held. There is no ``--queue-bypass``: if the process dies, packets of its
 directions are dropped, never passed through undelayed, and ``problems()`` reports the link failed.
+
+A direction with an ``aqm`` has no kernel shaper on this backend: its line *is* the bottleneck
+(rate, drop-tail buffer, marking profile), so that it knows the queue it marks on. CE marks are set
+by the verdict's skb mark plus one mangle rule (``TOS --set-tos 0x03/0x03``) on the wire's egress.
 """
 
 from __future__ import annotations
@@ -22,8 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed import registry
-from testbed.delayline import iptables_delete_rules, iptables_rules, read_stats
-from testbed.errors import NetError
+from testbed.delayline import (
+    DEFAULT_CE_MARK,
+    iptables_delete_rules,
+    iptables_rules,
+    read_stats,
+)
+from testbed.errors import NetError, UnsupportedError
 from testbed.plan import NetworkPlan, WanDirection
 from testbed.registry import Record
 
@@ -49,6 +58,10 @@ class LineProcess:
     def log_path(self) -> Path:
         return self.config_path.with_suffix(".log")
 
+    @property
+    def trace_path(self) -> Path:
+        return self.config_path.with_suffix(".queues.jsonl")
+
 
 def queue_number(index: int) -> int:
     """Queues are per namespace; the first direction of a wire is queue 1, the second queue 2."""
@@ -60,20 +73,34 @@ def _ns_exec(ns: str, argv: list[str]) -> list[str]:
 
 
 class DelayLineSupervisor:
-    def __init__(self, plan: NetworkPlan, record: Record) -> None:
+    def __init__(
+        self, plan: NetworkPlan, record: Record, trace_interval: float | None = None
+    ) -> None:
         self.plan = plan
+        self.trace_interval = trace_interval
         self.record = record
         self.dir = registry.STATE_DIR / record.prefix
         self.lines: list[LineProcess] = []
         by_wire: dict[str, list[WanDirection]] = {}
         for d in plan.wan:
-            if d.impairment.active:
+            if d.aqm is not None and d.reorder:
+                raise UnsupportedError(
+                    f"{d.name}: reorder with an aqm profile is unsupported on this kernel's "
+                    "userspace delay line (it emulates the bottleneck queue in order); use the "
+                    "kernel backend (testbed vm) or drop one of them"
+                )
+            if d.impairment.active or d.aqm is not None:
                 by_wire.setdefault(d.impairment.ns, []).append(d)
         for ns, dirs in by_wire.items():
             label = ns.removeprefix(f"{plan.prefix}-")
             self.lines.append(
                 LineProcess(ns, dirs, self.dir / f"{label}.json", self.dir / f"{label}.stats.json")
             )
+
+    @staticmethod
+    def ce_iface(d: WanDirection) -> str | None:
+        """Where the CE-marking rule of ``d`` sits (its wire egress), if ``d`` marks."""
+        return d.impairment.egress_if if d.aqm is not None else None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -97,11 +124,21 @@ class DelayLineSupervisor:
                     "seed": zlib.crc32(f"{self.plan.scenario}/{d.name}".encode()),
                 }
             )
-        return {
+            if d.aqm is not None:
+                queues[-1].update(
+                    rate=d.rate,
+                    buffer=d.buffer,
+                    aqm=d.aqm.model_dump(),
+                    ce_mark=DEFAULT_CE_MARK,
+                )
+        config = {
             "queues": queues,
             "stats_file": str(line.stats_path),
             "stats_interval": STATS_INTERVAL,
         }
+        if self.trace_interval:
+            config.update(trace_file=str(line.trace_path), trace_interval=self.trace_interval)
+        return config
 
     def _start_one(self, line: LineProcess) -> None:
         line.config_path.write_text(json.dumps(self._config(line), indent=1))
@@ -125,7 +162,9 @@ class DelayLineSupervisor:
                 f"{line.stderr_tail or 'no output'}"
             )
         for i, d in enumerate(line.directions):
-            line.rules += iptables_rules(d.impairment.ingress_if, queue_number(i))
+            line.rules += iptables_rules(
+                d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
+            )
         for rule in line.rules:
             r = subprocess.run(_ns_exec(line.ns, rule), capture_output=True, text=True)
             if r.returncode != 0:
@@ -161,7 +200,10 @@ class DelayLineSupervisor:
         for line in self.lines:
             if line.rules_installed:
                 for i, d in enumerate(line.directions):
-                    for rule in iptables_delete_rules(d.impairment.ingress_if, queue_number(i)):
+                    rules = iptables_delete_rules(
+                        d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
+                    )
+                    for rule in rules:
                         subprocess.run(_ns_exec(line.ns, rule), capture_output=True)
                 line.rules_installed = False
         for line in self.lines:

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from testbed.plan import FabricPort, Impairment, NetworkPlan, Shaper, htb_burst, htb_quantum
+from testbed.plan import (
+    FRAME_BYTES,
+    FabricPort,
+    Impairment,
+    NetworkPlan,
+    Shaper,
+    WanDirection,
+    htb_burst,
+    htb_quantum,
+)
 
 
 def root_batch(plan: NetworkPlan) -> list[str]:
@@ -67,6 +76,37 @@ def shaper_lines(s: Shaper) -> list[str]:
     ]
 
 
+def red_args(d: WanDirection) -> str:
+    """``sch_red`` parameters for a red (DCQCN-like) or step (DCTCP-like) profile.
+
+    A step at k is RED with min k, max k+1 and probability 1. ``burst`` is the smallest tc accepts
+    for ``min``, which gives the averaging weight 1/2: RED then reacts to (nearly) the
+    instantaneous queue, as DCQCN's and DCTCP's switches do, instead of a slow average. Above
+    ``max`` RED marks ECN-capable packets (no ``harddrop``) and drops the others."""
+    aqm = d.aqm
+    assert aqm is not None and aqm.kind in ("red", "step")
+    if aqm.kind == "red":
+        assert aqm.kmin is not None and aqm.kmax is not None and aqm.pmax is not None
+        kmin, kmax, p = aqm.kmin, aqm.kmax, aqm.pmax
+    else:
+        assert aqm.k is not None
+        kmin, kmax, p = aqm.k, aqm.k + 1, 1.0
+    burst = kmin // FRAME_BYTES + 1
+    args = (
+        f"red limit {d.buffer} min {kmin} max {kmax} avpkt {FRAME_BYTES} burst {burst} "
+        f"probability {p:.6g} bandwidth {d.rate}bit"
+    )
+    return args + (" ecn" if aqm.ecn else "")
+
+
+def wan_shaper_lines(d: WanDirection) -> list[str]:
+    """The bottleneck of one WAN direction: HTB with a bfifo leaf, or a red leaf."""
+    lines = shaper_lines(d.shaper)
+    if d.marking:
+        lines[-1] = f"qdisc add dev {d.shaper.ifname} parent 1:1 handle 10: {red_args(d)}"
+    return lines
+
+
 def fabric_lines(p: FabricPort, kernel_propagation: bool) -> list[str]:
     """A fabric link end: HTB for the rate, netem for the delay (as HTB's leaf when both)."""
     dev = p.ifname
@@ -97,12 +137,18 @@ def netem_lines(imp: Impairment) -> list[str]:
     return [f"qdisc add dev {imp.egress_if} root handle 1: netem {netem_args(imp)}"]
 
 
-def tc_batches(plan: NetworkPlan, kernel_propagation: bool) -> dict[str, list[str]]:
+def tc_batches(
+    plan: NetworkPlan, kernel_propagation: bool, line_queues: bool = False
+) -> dict[str, list[str]]:
     """Namespace -> ``tc`` batch lines. With ``kernel_propagation`` the wires get netem; without,
-    propagation is left to the userspace delay line and only HTB shaping is rendered."""
+    propagation is left to the userspace delay line and only HTB shaping is rendered. With
+    ``line_queues`` the delay line also emulates the bottleneck of every direction that has an
+    ``aqm``, so those directions get no kernel shaper; otherwise marking profiles become
+    ``sch_red`` leaves."""
     out: dict[str, list[str]] = defaultdict(list)
-    for s in plan.shapers:
-        out[s.ns] += shaper_lines(s)
+    for d in plan.wan:
+        if not (line_queues and d.aqm is not None):
+            out[d.shaper.ns] += wan_shaper_lines(d)
     for p in plan.fabric:
         out[p.ns] += fabric_lines(p, kernel_propagation)
     if kernel_propagation:

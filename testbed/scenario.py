@@ -129,6 +129,55 @@ class Cluster(_Strict):
     tcp: TcpOverride | None = None
 
 
+Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+
+
+class Aqm(_Strict):
+    """The WAN bottleneck's queue discipline.
+
+    ``droptail``: a FIFO of ``buffer`` bytes. ``red``: DCQCN-like ramp, marking (or dropping, for
+    non-ECN packets or ``ecn: false``) with probability rising linearly from 0 at ``kmin`` to
+    ``pmax`` at ``kmax`` bytes of queue, and always above ``kmax``. ``step``: DCTCP-like, marks
+    everything that arrives at more than ``k`` bytes of queue.
+    """
+
+    kind: Literal["droptail", "red", "step"]
+    kmin: Size | None = None
+    kmax: Size | None = None
+    pmax: Fraction | None = None
+    k: Size | None = None
+    ecn: bool = True
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> Aqm:
+        needs = {"droptail": (), "red": ("kmin", "kmax", "pmax"), "step": ("k",)}[self.kind]
+        given = [f for f in ("kmin", "kmax", "pmax", "k") if getattr(self, f) is not None]
+        missing = [f for f in needs if f not in given]
+        extra = [f for f in given if f not in needs]
+        if missing:
+            raise ValueError(
+                f"aqm kind {self.kind} needs {', '.join(missing)}; "
+                "examples: {kind: red, kmin: 20KB, kmax: 200KB, pmax: 1%} or {kind: step, k: 65KB}"
+            )
+        if extra:
+            raise ValueError(
+                f"aqm kind {self.kind} takes no {', '.join(extra)}"
+                + (f" (it takes {', '.join(needs)})" if needs else "")
+            )
+        if self.kind == "red":
+            assert self.kmin is not None and self.kmax is not None and self.pmax is not None
+            if self.kmin >= self.kmax:
+                raise ValueError(f"aqm kmin ({self.kmin} B) must be below kmax ({self.kmax} B)")
+            if self.pmax <= 0:
+                raise ValueError("aqm pmax must be above 0%; examples: 1%, 10%")
+        return self
+
+    @property
+    def threshold(self) -> int:
+        """The largest queue depth (bytes) the profile reacts to."""
+        return {"droptail": 0, "red": self.kmax, "step": self.k}[self.kind] or 0
+
+
 class DirectionOverride(_Strict):
     """Settings of the second->first direction of a WAN link that differ from the first->second."""
 
@@ -138,6 +187,7 @@ class DirectionOverride(_Strict):
     loss: Fraction | None = None
     reorder: Fraction | None = None
     buffer: Buffer | None = None
+    aqm: Aqm | None = None
 
 
 class WanLink(_Strict):
@@ -148,6 +198,9 @@ class WanLink(_Strict):
     loss: Fraction = 0.0
     reorder: Fraction = 0.0
     buffer: Buffer = ("bdp", 1.0)
+    # None: drop-tail in the kernel's HTB leaf (bfifo). See Aqm, and docs/congestion.md for
+    # where each backend keeps the queue.
+    aqm: Aqm | None = None
     reverse: DirectionOverride | None = None
 
     @field_validator("buffer")
@@ -168,7 +221,7 @@ class WanLink(_Strict):
 
     def direction(self, reverse: bool) -> dict[str, Any]:
         """The settings of one direction: forward as written, reverse with ``reverse`` applied."""
-        fields = ("rate", "delay", "jitter", "loss", "reorder", "buffer")
+        fields = ("rate", "delay", "jitter", "loss", "reorder", "buffer", "aqm")
         settings = {f: getattr(self, f) for f in fields}
         if reverse and self.reverse is not None:
             overrides = {f: getattr(self.reverse, f) for f in fields}
@@ -205,6 +258,41 @@ class Workload(_Strict):
         return v
 
 
+def _off_or_period(v: Any) -> Any:
+    if v is None or v is False or v == "off":
+        return None
+    period = parse_duration(v)
+    if period < 1e-3:
+        raise ValueError(f"{v!r} is too short a sampling period; use off or at least 1ms")
+    return period
+
+
+def _pcap_cap(v: Any) -> Any:
+    if v is False or v is None or v == "off":
+        return 0
+    if v is True:
+        return DEFAULT_PCAP_BYTES
+    size = parse_size(v)
+    if size < 1 << 20:
+        raise ValueError(f"{v!r}: a pcap cap below 1MiB would hold almost nothing; e.g. 64MiB")
+    return size
+
+
+DEFAULT_PCAP_BYTES = 64 << 20
+Period = Annotated[float | None, BeforeValidator(_off_or_period)]
+
+
+class Trace(_Strict):
+    """What is recorded while the workload runs (off by default: tracing costs CPU)."""
+
+    # sampling period of tcp_info of every workload socket; off to disable
+    tcp_info: Period = None
+    # sampling period of WAN queue occupancy, drops and marks; off to disable
+    queues: Period = None
+    # headers-only capture on the WAN interfaces: false, true (64MiB per interface) or a cap
+    pcap: Annotated[int, BeforeValidator(_pcap_cap)] = 0
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -213,6 +301,7 @@ class Scenario(_Strict):
     tcp: TcpSettings = TcpSettings()
     backend: Literal["auto", "kernel", "userspace"] = "auto"
     workload: Workload | None = None
+    trace: Trace = Trace()
     # Checked and expanded by testbed.sweep before validation; kept here so that the schema
     # lists them and a resolved run can show what it came from.
     sweep: dict[str, list[Any]] = {}

@@ -131,6 +131,7 @@ def test_reverse_overrides_only_the_given_fields() -> None:
         "loss": pytest.approx(0.01),
         "reorder": pytest.approx(0.02),
         "buffer": ("bdp", 2.0),
+        "aqm": None,
     }
     assert link.direction(False) == forward
     assert link.direction(True) == {**forward, "rate": 200_000_000, "delay": pytest.approx(0.010)}
@@ -188,8 +189,8 @@ def test_longest_cluster_name_is_accepted() -> None:
 
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
-ALLOWED_TOP = "name, description, clusters, wan, tcp, backend, workload, sweep, repeat"
-ALLOWED_WAN = "between, rate, delay, jitter, loss, reorder, buffer, reverse"
+ALLOWED_TOP = "name, description, clusters, wan, tcp, backend, workload, trace, sweep, repeat"
+ALLOWED_WAN = "between, rate, delay, jitter, loss, reorder, buffer, aqm, reverse"
 ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle"
 CLUSTER_RULE = "allowed: a lowercase letter, then a-z and 0-9, at most 12 characters"
 PAIR_ONCE = "a cluster pair appears at most once"
@@ -386,7 +387,7 @@ PAIR_ONCE = "a cluster pair appears at most once"
             "wan.0.reverse",
             {"latency": "5ms"},
             "wan[0].reverse.latency: unknown key 'latency'; "
-            "allowed: rate, delay, jitter, loss, reorder, buffer",
+            "allowed: rate, delay, jitter, loss, reorder, buffer, aqm",
             id="unknown-key-reverse",
         ),
         pytest.param(
