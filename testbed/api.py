@@ -53,6 +53,7 @@ class Testbed:
         self.features: kernel.KernelFeatures | None = None
         self.delay_line: DelayLineSupervisor | None = None
         self.delay_line_stats: list[dict] = []
+        self.line_queue_trace: list[dict] = []  # the delay line's bottleneck samples, after down
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
@@ -67,7 +68,7 @@ class Testbed:
         tb = cls.__new__(cls)
         tb.scenario, tb.name, tb.persistent, tb.source = None, rec.name, rec.persistent, ""  # type: ignore[assignment]
         tb.record, tb.plan, tb.backend, tb.features = rec, None, None, None
-        tb.delay_line, tb.delay_line_stats = None, []
+        tb.delay_line, tb.delay_line_stats, tb.line_queue_trace = None, [], []
         return tb
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -112,6 +113,7 @@ class Testbed:
             if self.delay_line is not None:
                 self.delay_line.stop()
                 self.delay_line_stats = self.delay_line.stats()
+                self.line_queue_trace = self.delay_line.queue_trace()
                 self.delay_line = None
         finally:
             if self.record is not None:

@@ -35,6 +35,7 @@ from testbed.delayline import (
 from testbed.errors import NetError, UnsupportedError
 from testbed.plan import NetworkPlan, WanDirection
 from testbed.registry import Record
+from testbed.trace_queues import line_trace_rows
 
 READY_TIMEOUT = 15.0
 STATS_INTERVAL = 0.5
@@ -239,6 +240,10 @@ class DelayLineSupervisor:
             return read_stats(line.stats_path)
         except (OSError, ValueError):
             return {}
+
+    def queue_trace(self) -> list[dict]:
+        """The lines' samples of their bottleneck queues (complete once the lines stopped)."""
+        return [row for line in self.lines for row in line_trace_rows(line.trace_path)]
 
     def stats(self) -> list[dict]:
         """One row per direction: the line's counters (flattened), plus its process' CPU."""

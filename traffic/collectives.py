@@ -600,6 +600,7 @@ class Result:
     seconds: float
     correct: bool
     phases: dict[str, float]
+    start: float = 0.0  # unix time (time.time()) when the timed operation began
     bad_index: int | None = None
     got: float | None = None
     want: float | None = None
@@ -648,6 +649,7 @@ def measure(
             out.zero_()
         ctx.take_phases()
         dist.barrier()
+        wall = time.time()  # the traces' clock, to line iterations up with tcp/queue samples
         t0 = time.perf_counter()
         algo(ctx, bufs)
         t1 = time.perf_counter()
@@ -657,7 +659,7 @@ def measure(
         if inject:
             out[out.numel() // 2] = -1
         bad = first_mismatch(out, prepared.expected)
-        res = Result(i, t1 - t0, bad is None, phases)
+        res = Result(i, t1 - t0, bad is None, phases, start=wall)
         if bad is not None:
             res.bad_index = bad
             res.got = float(out[bad])

@@ -18,7 +18,10 @@ not set ``LOCAL_WORLD_SIZE`` (some gloo builds then bypass the network).
 Output: ``{out_dir}/rank-{R}.jsonl``, one line per timed iteration, flushed as written::
 
     {"rank", "host", "cluster", "world_size", "collective", "algorithm", "size",
-     "requested_size", "count", "dtype", "iteration", "seconds", "correct", "phases"}
+     "requested_size", "count", "dtype", "iteration", "start", "seconds", "correct", "phases"}
+
+``start`` is the unix time (``time.time()``, the clock of every trace table) the timed operation
+began on this rank.
 
 plus ``"note"`` where the algorithm needs one and ``"first_bad_index"``, ``"got"``,
 ``"expected"`` when wrong. ``size`` is the bytes actually used (nccl-tests semantics, see
@@ -252,6 +255,7 @@ def run(ctx: RankContext, spec: dict[str, Any], out: IO[str]) -> list[str]:
                         "count": count,
                         "dtype": dtype_name,
                         "iteration": res.iteration,
+                        "start": res.start,
                         "seconds": res.seconds,
                         "correct": res.correct,
                         "phases": res.phases,
