@@ -1,0 +1,365 @@
+"""TCP flows from pcap files: per-flow, per-time-bin throughput, retransmissions and ECN. PURE.
+
+This module owns turning a headers-only capture (``testbed.trace_pcap`` writes them) into pandas
+tables. It reads files only and never imports the network layer.
+
+``flows_from_pcap(path, bin_seconds=0.1, label=None)`` -> one row per TCP flow (one *direction*:
+``src:sport -> dst:dport``) per time bin. Every bin from a flow's first to its last packet is
+present (bins without packets have zeros), so a throughput series has no silent gaps.
+
+=====================  =========  ==================================================================
+column                 unit       meaning
+=====================  =========  ==================================================================
+capture                           ``label`` (default: the file name without suffix)
+flow                              ``"src:sport>dst:dport"``
+src, sport, dst, dport            IPv4 address (str), port (int)
+time                   s          bin start, unix time (``time.time()``'s clock), a multiple of
+                                  ``bin_seconds`` so bins of different captures line up
+bin_seconds            s          bin width
+packets                packets    captured packets (a GSO super-packet counts once)
+wire_packets           packets    packets on a real wire: a payload of P bytes counts
+                                  ceil(P / segment) where segment = the peer's SYN MSS (else
+                                  ``mtu`` - 40) minus this packet's TCP option bytes; pure ACKs 1
+payload_bytes          bytes      TCP payload: IP total length - IP header - TCP header (from the
+                                  headers, so truncated captures count in full)
+throughput_bps         bit/s      payload_bytes * 8 / bin_seconds
+retransmissions        packets    payload packets whose sequence range lies entirely below the
+                                  highest sequence end this flow sent before (32-bit wraparound
+                                  handled); partial overlaps count as new data
+retransmitted_bytes    bytes      payload bytes of those packets
+ce_packets             packets    IP ECN field = 3 (CE)
+ect_packets            packets    IP ECN field = 1 or 2 (ECT(1), ECT(0))
+ce_bytes               bytes      payload bytes of CE-marked packets
+ce_share               1          ce_bytes / payload_bytes; NaN when the bin has no payload
+ece, cwr               packets    packets with the TCP ECE / CWR flag
+=====================  =========  ==================================================================
+
+``flow_summary(flows)`` -> one row per capture + flow: ``src, sport, dst, dport``, ``start`` (s,
+first bin carrying payload, or first bin for payload-less flows such as the ACK direction),
+``duration`` (s, from ``start`` to the end of the last such bin: one-bin resolution),
+``packets``, ``wire_packets``, ``payload_bytes``, ``mean_throughput_bps`` (payload bits /
+duration), ``retransmissions``, ``retransmitted_bytes``, ``retransmission_share`` (retransmitted
+payload bytes / payload bytes: byte-weighted, because a GSO packet carries up to ~45 segments
+and a retransmission usually one), ``ce_packets``, ``ce_share`` (CE payload bytes / payload
+bytes), ``ece``, ``cwr``.
+
+Links: Ethernet (veth, with 802.1Q tags), Linux cooked (SLL, SLL2) and raw IP; pcap (micro- or
+nanosecond) and pcapng. Non-IPv4, non-TCP and non-first IP fragments are skipped.
+
+Speed: records are read with scapy's ``RawPcapReader`` (pcapng: ``RawPcapNgReader``) and the
+IPv4/TCP headers are parsed with ``struct`` (one unpack for IP+TCP when the IP header has no
+options; the per-flow bin entry is cached because a flow's packets come in time order). Measured
+on the 2-core development VM (AMD EPYC, Python 3.11), 200 000 records of a 128-byte-snap bulk
+flow: 140 000-185 000 packets/s, of which scapy's record reading alone is ~300 000 records/s;
+full scapy dissection (``PcapReader`` + ``pkt[IP]`` / ``pkt[TCP]`` field access) parses ~2 400
+packets/s, about 65x slower. A full 64 MiB capture (466 000 records at snaplen 128) takes ~3 s.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scapy.utils import RawPcapNgReader, RawPcapReader
+
+COLUMNS = [
+    "capture", "flow", "src", "sport", "dst", "dport", "time", "bin_seconds",
+    "packets", "wire_packets", "payload_bytes", "throughput_bps",
+    "retransmissions", "retransmitted_bytes", "ce_packets", "ect_packets", "ce_bytes",
+    "ce_share", "ece", "cwr",
+]  # fmt: skip
+SUMMARY_COLUMNS = [
+    "capture", "flow", "src", "sport", "dst", "dport", "start", "duration",
+    "packets", "wire_packets", "payload_bytes", "mean_throughput_bps",
+    "retransmissions", "retransmitted_bytes", "retransmission_share",
+    "ce_packets", "ce_share", "ece", "cwr",
+]  # fmt: skip
+# Counters accumulated per (flow, bin), in this order.
+_COUNTERS = [
+    "packets", "wire_packets", "payload_bytes", "retransmissions", "retransmitted_bytes",
+    "ce_packets", "ect_packets", "ce_bytes", "ece", "cwr",
+]  # fmt: skip
+
+# Link types (pcap LINKTYPE_*) -> how to find the IPv4 header.
+ETHERNET, RAW, RAW_IPV4, LINUX_SLL, LINUX_SLL2, BSD_RAW = 1, 101, 228, 113, 276, 12
+ETH_IPV4, ETH_VLAN, ETH_QINQ = 0x0800, 0x8100, 0x88A8
+TCP_PROTO = 6
+SYN, ECE, CWR = 0x02, 0x40, 0x80
+MASK32 = 0xFFFFFFFF
+HALF32 = 1 << 31
+
+_IPV4 = struct.Struct("!BBH2xHxB2xII")  # ver_ihl, tos, total length, frag field, proto, src, dst
+_TCP = struct.Struct("!HHI4xBB")  # sport, dport, seq, data offset byte, flags
+_IP_TCP = struct.Struct("!BBH2xHxB2xIIHHI4xBB")  # both at once when the IP header has no options
+_U16 = struct.Struct("!H")
+
+
+def _records(path: Path) -> Iterator[tuple[bytes, int, int, int]]:
+    """(packet bytes, time in ns, link type, length on the wire) of every record in the file."""
+    reader = RawPcapReader(str(path))  # the metaclass falls back to RawPcapNgReader by magic
+    try:
+        if isinstance(reader, RawPcapNgReader):
+            for data, meta in reader:
+                if meta.tshigh is None:
+                    continue  # a Simple Packet Block: no time stamp, so no bin
+                ts = (meta.tshigh << 32) | meta.tslow
+                yield data, ts * 1_000_000_000 // meta.tsresol, meta.linktype, meta.wirelen
+        else:
+            scale = 1 if reader.nano else 1000
+            link = reader.linktype
+            for data, meta in reader:
+                yield data, meta.sec * 1_000_000_000 + meta.usec * scale, link, meta.wirelen
+    finally:
+        reader.close()
+
+
+def _ip_offset(data: bytes, link: int) -> int:
+    """Offset of the IPv4 header in ``data``, or -1 if the packet is not IPv4."""
+    if link == ETHERNET:
+        off, etype = 14, _U16.unpack_from(data, 12)[0] if len(data) >= 14 else 0
+        while etype in (ETH_VLAN, ETH_QINQ) and len(data) >= off + 4:
+            etype = _U16.unpack_from(data, off + 2)[0]
+            off += 4
+        return off if etype == ETH_IPV4 else -1
+    if link in (RAW, RAW_IPV4, BSD_RAW):
+        return 0 if data and data[0] >> 4 == 4 else -1
+    if link == LINUX_SLL:
+        return 16 if len(data) >= 16 and _U16.unpack_from(data, 14)[0] == ETH_IPV4 else -1
+    if link == LINUX_SLL2:
+        return 20 if len(data) >= 20 and _U16.unpack_from(data, 0)[0] == ETH_IPV4 else -1
+    return -1
+
+
+def _syn_mss(data: bytes, start: int, end: int) -> int | None:
+    """The MSS option in the TCP options ``data[start:end]``, if any."""
+    i = start
+    while i < end:
+        kind = data[i]
+        if kind == 0:
+            break
+        if kind == 1:
+            i += 1
+            continue
+        if i + 1 >= end:
+            break
+        length = data[i + 1]
+        if kind == 2 and length == 4 and i + 4 <= end:
+            return _U16.unpack_from(data, i + 2)[0]
+        if length < 2:
+            break
+        i += length
+    return None
+
+
+def flows_from_pcap(
+    path: str | Path, bin_seconds: float = 0.1, label: str | None = None, mtu: int = 1500
+) -> pd.DataFrame:
+    """Per-flow, per-bin TCP counters of one capture (columns: see the module docstring).
+
+    ``mtu`` gives the segment size of flows whose SYN was not captured (for ``wire_packets``).
+    """
+    path = Path(path)
+    if bin_seconds <= 0:
+        raise ValueError(f"bin_seconds must be positive, got {bin_seconds}")
+    bin_ns = round(bin_seconds * 1e9)
+    label = path.stem if label is None else label
+
+    flow_index: dict[tuple[int, int, int, int], int] = {}
+    flow_keys: list[tuple[int, int, int, int]] = []
+    highest: list[int] = []  # per flow: highest sequence end sent, unwrapped (-1: none yet)
+    current: list[tuple[int, list[int]]] = []  # per flow: (bin, its counters), the hot entry
+    mss: dict[tuple[int, int, int, int], int] = {}  # MSS announced in the SYN *sent* by a flow
+    bins: dict[tuple[int, int], list[int]] = {}  # (flow, bin) -> counters in _COUNTERS order
+    unpack_ip_tcp, unpack_ip, unpack_tcp = _IP_TCP.unpack_from, _IPV4.unpack_from, _TCP.unpack_from
+    n_counters = len(_COUNTERS)
+
+    for data, ts, link, wirelen in _records(path):
+        size = len(data)
+        # Ethernet + IPv4 without options (the veth case, nearly every packet): one unpack.
+        if link == ETHERNET and size >= 54 and data[12] == 0x08 and data[13] == 0x00:
+            ip = 14
+            ver_ihl, tos, ip_len, frag, proto, src, dst, sport, dport, seq, off, flags = (
+                unpack_ip_tcp(data, 14)
+            )
+            if ver_ihl != 0x45:
+                if ver_ihl >> 4 != 4:
+                    continue
+                tcp = 14 + (ver_ihl & 0x0F) * 4
+                if size < tcp + 14:
+                    continue
+                sport, dport, seq, off, flags = unpack_tcp(data, tcp)
+        else:
+            ip = _ip_offset(data, link)
+            if ip < 0 or size < ip + 34:  # IPv4 without options (20) + the TCP fields read (14)
+                continue
+            ver_ihl, tos, ip_len, frag, proto, src, dst = unpack_ip(data, ip)
+            if ver_ihl >> 4 != 4:
+                continue
+            tcp = ip + (ver_ihl & 0x0F) * 4
+            if size < tcp + 14:
+                continue
+            sport, dport, seq, off, flags = unpack_tcp(data, tcp)
+        if proto != TCP_PROTO or frag & 0x1FFF:
+            continue
+        ihl = (ver_ihl & 0x0F) * 4
+        thl = (off >> 4) * 4
+        if ip_len == 0:  # BIG TCP / TSO: total length 0 means "ask the frame", i.e. wirelen
+            ip_len = wirelen - ip
+        payload = ip_len - ihl - thl
+        key = (src, sport, dst, dport)
+        fi = flow_index.get(key)
+        if fi is None:
+            fi = flow_index[key] = len(flow_keys)
+            flow_keys.append(key)
+            highest.append(-1)
+            current.append((-1, []))
+        if flags & SYN:
+            tcp = ip + ihl
+            announced = _syn_mss(data, tcp + 20, min(tcp + thl, size))
+            if announced:
+                mss[key] = announced
+
+        b = ts // bin_ns
+        cur_bin, acc = current[fi]
+        if cur_bin != b:  # packets of a flow arrive in time order: the dict is rarely needed
+            acc = bins.get((fi, b))
+            if acc is None:
+                acc = bins[(fi, b)] = [0] * n_counters
+            current[fi] = (b, acc)
+        acc[0] += 1
+        ecn = tos & 3
+        if ecn:
+            if ecn == 3:
+                acc[5] += 1
+            else:
+                acc[6] += 1
+        if flags & 0xC0:
+            if flags & ECE:
+                acc[8] += 1
+            if flags & CWR:
+                acc[9] += 1
+        if payload <= 0:
+            acc[1] += 1
+            continue
+
+        # Segment size on a real wire: what the peer allows (its SYN MSS) minus our options.
+        segment = mss.get((dst, dport, src, sport), mtu - 40) - (thl - 20)
+        acc[1] += -(-payload // segment) if segment > 0 else 1
+        acc[2] += payload
+        if ecn == 3:
+            acc[7] += payload
+        hi = highest[fi]
+        if hi < 0:
+            highest[fi] = seq + payload
+            continue
+        # Unwrap seq next to the highest end: the signed 32-bit distance handles wraparound.
+        delta = (seq - hi) & MASK32
+        if delta >= HALF32:
+            delta -= 1 << 32
+        end = hi + delta + payload
+        if end <= hi:
+            acc[3] += 1
+            acc[4] += payload
+        else:
+            highest[fi] = end
+
+    return _table(bins, flow_keys, bin_ns, bin_seconds, label)
+
+
+def _table(
+    bins: dict[tuple[int, int], list[int]],
+    flow_keys: list[tuple[int, int, int, int]],
+    bin_ns: int,
+    bin_seconds: float,
+    label: str,
+) -> pd.DataFrame:
+    if not bins:
+        return _empty(COLUMNS)
+    keys = np.array(list(bins.keys()), dtype=np.int64)
+    counts = pd.DataFrame(list(bins.values()), columns=_COUNTERS, dtype=np.int64)
+    counts.index = pd.MultiIndex.from_arrays([keys[:, 0], keys[:, 1]], names=["fi", "bin"])
+    # Every bin from a flow's first to its last packet, so idle bins show as zeros, not gaps.
+    span = (
+        pd.DataFrame({"fi": keys[:, 0], "bin": keys[:, 1]}).groupby("fi")["bin"].agg(["min", "max"])
+    )
+    full = pd.MultiIndex.from_arrays(
+        [
+            np.repeat(span.index.to_numpy(), span["max"] - span["min"] + 1),
+            np.concatenate(
+                [np.arange(lo, hi + 1) for lo, hi in zip(span["min"], span["max"], strict=True)]
+            ),
+        ],
+        names=["fi", "bin"],
+    )
+    df = counts.reindex(full, fill_value=0).reset_index()
+
+    names = {
+        fi: (socket.inet_ntoa(s.to_bytes(4, "big")), sp, socket.inet_ntoa(d.to_bytes(4, "big")), dp)
+        for fi, (s, sp, d, dp) in enumerate(flow_keys)
+    }
+    fi = df["fi"].to_numpy()
+    df.insert(0, "capture", label)
+    df.insert(1, "flow", [f"{names[i][0]}:{names[i][1]}>{names[i][2]}:{names[i][3]}" for i in fi])
+    df["src"] = [names[i][0] for i in fi]
+    df["sport"] = np.array([names[i][1] for i in fi], dtype=np.int64)
+    df["dst"] = [names[i][2] for i in fi]
+    df["dport"] = np.array([names[i][3] for i in fi], dtype=np.int64)
+    df["time"] = df["bin"].to_numpy() * bin_ns / 1e9
+    df["bin_seconds"] = float(bin_seconds)
+    df["throughput_bps"] = df["payload_bytes"] * 8 / bin_seconds
+    # NaN, not 0, where there is no payload: "no data" is not "nothing marked".
+    df["ce_share"] = df["ce_bytes"] / df["payload_bytes"].where(df["payload_bytes"] > 0)
+    return df.sort_values(["fi", "bin"], kind="stable")[COLUMNS].reset_index(drop=True)
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    text = {"capture", "flow", "src", "dst"}
+    real = {"time", "bin_seconds", "throughput_bps", "ce_share", "start", "duration"}
+    real |= {"mean_throughput_bps", "retransmission_share"}
+    return pd.DataFrame(
+        {
+            c: pd.Series(dtype=object if c in text else "float64" if c in real else "int64")
+            for c in columns
+        }
+    )
+
+
+def flow_summary(flows: pd.DataFrame) -> pd.DataFrame:
+    """One row per capture + flow of a ``flows_from_pcap`` table (columns: module docstring)."""
+    if flows.empty:
+        return _empty(SUMMARY_COLUMNS)
+    rows = []
+    keys = ["capture", "flow", "src", "sport", "dst", "dport"]
+    for key, g in flows.groupby(keys, sort=False):
+        width = float(g["bin_seconds"].iloc[0])
+        active = g[g["payload_bytes"] > 0]
+        if active.empty:
+            active = g[g["packets"] > 0]
+        start = float(active["time"].min())
+        duration = float(active["time"].max()) + width - start
+        payload = int(g["payload_bytes"].sum())
+        retrans_bytes = int(g["retransmitted_bytes"].sum())
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "start": start,
+                "duration": duration,
+                "packets": int(g["packets"].sum()),
+                "wire_packets": int(g["wire_packets"].sum()),
+                "payload_bytes": payload,
+                "mean_throughput_bps": payload * 8 / duration,
+                "retransmissions": int(g["retransmissions"].sum()),
+                "retransmitted_bytes": retrans_bytes,
+                "retransmission_share": retrans_bytes / payload if payload else math.nan,
+                "ce_packets": int(g["ce_packets"].sum()),
+                "ce_share": int(g["ce_bytes"].sum()) / payload if payload else math.nan,
+                "ece": int(g["ece"].sum()),
+                "cwr": int(g["cwr"].sum()),
+            }
+        )
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
