@@ -8,6 +8,9 @@ Results layout (one directory per invocation)::
         collectives.parquet     one row per rank x timed iteration, sweep params as columns
         links.parquet           the link self-check of every run
         delayline.parquet       delay-line counters per run and WAN direction (userspace backend)
+        tcp.parquet             tcp_info samples of the ranks' sockets (trace.tcp_info)
+        queues.parquet          WAN bottleneck occupancy, drops, marks over time (trace.queues)
+        flows.parquet           per-flow timelines from the headers-only pcaps (trace.pcap)
         runs/<run_id>/          spec.json, rank-<r>.jsonl, rank-<r>.log of that run
 
 Tables are rewritten after every run (atomically), so an interrupted sweep keeps what it
@@ -33,6 +36,7 @@ import pandas as pd
 
 from analysis.metrics import algbw, busbw
 from analysis.model import Link, Topology, predict
+from testbed import netns
 from testbed.api import Testbed
 from testbed.errors import TestbedError
 from testbed.layout import RankSlot, place_ranks
@@ -40,10 +44,12 @@ from testbed.plan import GOODPUT_FACTOR, NetworkPlan
 from testbed.results import ResultsDir, versions
 from testbed.selfcheck import check_links
 from testbed.sweep import RunSpec
+from testbed.tracing import RunTraces
 
 CPU_SATURATED = 0.95  # busy share of all cores that counts as saturated
 CPU_FLAG_SHARE = 0.5  # flag the run when more than this share of samples was saturated
 FINAL = ("ok", "failed", "skipped")
+TRACE_TABLES = ("tcp", "queues", "flows")
 
 
 class RunFailed(TestbedError):
@@ -132,7 +138,22 @@ class RunResult:
     skips: list[dict] = field(default_factory=list)
     links: list[dict] = field(default_factory=list)
     delayline: list[dict] = field(default_factory=list)
+    traces: dict[str, list[dict]] = field(default_factory=dict)  # tcp, queues, flows
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def tcp_sysctls_in_effect(tb: Testbed) -> dict[str, dict[str, str]]:
+    """Per cluster, the namespace defaults the kernel holds (not what the scenario asked)."""
+    assert tb.plan is not None
+    out = {}
+    for cluster in dict.fromkeys(h.cluster for h in tb.plan.hosts):
+        host = next(h for h in tb.plan.hosts if h.cluster == cluster)
+        got = netns.read_sysctls(host.ns, ["net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn"])
+        out[cluster] = {
+            "congestion": got["net.ipv4.tcp_congestion_control"],
+            "ecn": got["net.ipv4.tcp_ecn"],
+        }
+    return out
 
 
 def _rank_env(slot: RankSlot) -> dict[str, str]:
@@ -262,6 +283,7 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
             result.info["backend"] = tb.backend.backend if tb.backend else None
             result.info["backend_reason"] = tb.backend.reason if tb.backend else None
             result.info["prefix"] = tb.record.prefix if tb.record else None
+            result.info["tcp_sysctls"] = tcp_sysctls_in_effect(tb)
             checks = check_links(tb, duration=selfcheck_seconds, pings=20)
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
             workload = sc.workload
@@ -286,15 +308,25 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
                     "iterations": workload.iterations,
                     "out_dir": str(run_dir),
                 }
-                with CpuMonitor() as cpu:
+                traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
+                with CpuMonitor() as cpu, traces:
                     problems = launch_ranks(tb, ranks, rank_spec, run_dir, workload.timeout)
                 result.info.update(cpu.summary())
                 result.info["world_size"] = len(ranks)
                 result.info["topology"] = model_topology(
                     tb.plan, ranks, workload.placement, workload.ranks_per_host
                 )
-        # After teardown: the delay line's final counters.
+        # After teardown: the delay line's final counters and samples.
         result.delayline = [{"run_id": spec.run_id, **r} for r in tb.link_stats()]
+        if workload is not None:
+            result.traces = {
+                name: [{"run_id": spec.run_id, **r} for r in rows]
+                for name, rows in traces.tables().items()
+            }
+            result.info["tcp_in_effect"] = traces.in_effect()
+            result.info["trace_warnings"] = traces.problems()
+            if traces.pcap_stats:
+                result.info["pcap"] = traces.pcap_stats
         result.rows, result.skips = read_rank_rows(run_dir)
         if problems:
             details = [
@@ -387,7 +419,8 @@ class Experiment:
             }
         )
         self.tables: dict[str, list[dict]] = {
-            name: self._load_table(name) for name in ("collectives", "links", "delayline")
+            name: self._load_table(name)
+            for name in ("collectives", "links", "delayline", *TRACE_TABLES)
         }
         self.summaries: list[dict] = list(self.manifest.get("summary", []))
 
@@ -409,6 +442,8 @@ class Experiment:
         ]
         self.tables["links"] += [{**params, **row} for row in result.links]
         self.tables["delayline"] += [{**params, **row} for row in result.delayline]
+        for name in TRACE_TABLES:
+            self.tables[name] += [{**params, **row} for row in result.traces.get(name, [])]
         summary = summarize(result.rows, result.info, params)
         for s in summary:
             s.update(run_id=spec.run_id, repeat=spec.repeat)

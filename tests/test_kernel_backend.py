@@ -63,3 +63,55 @@ def test_long_fat_link_reaches_85_percent_with_netem_limit_sizing(make_testbed):
     d = next(d for d in tb.plan.wan if d.name == "east->west")
     c = check_direction(tb, d, duration=8.0, pings=3)
     assert c.goodput_bps >= 0.85 * 100e6, c
+
+
+def _qdisc_stats(tb, direction: str) -> dict:
+    """The WAN leaf qdisc's counters now, with red's marks (tc -s -j)."""
+    import json
+    import subprocess
+
+    d = next(d for d in tb.plan.wan if d.name == direction)
+    out = subprocess.run(
+        ["tc", "-n", d.shaper.ns, "-s", "-j", "qdisc", "show", "dev", d.shaper.ifname],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return next(q for q in json.loads(out) if q["handle"] == "10:")
+
+
+def test_red_marks_ce_at_the_kernel_bottleneck(make_testbed):
+    if not kernel.probe().has_qdisc("red"):
+        pytest.skip("unsupported on this kernel: red")
+    # Small rate: the TCG guest is slow. BDP 50 kB at 20 Mbit/s x 20 ms.
+    aqm = {"kind": "red", "kmin": "10KB", "kmax": "60KB", "pmax": "10%"}
+    data = wan(delay="10ms", buffer="8bdp", aqm=aqm)
+    data["wan"][0]["rate"] = "20mbit"
+    data["tcp"] = {"ecn": True}
+    tb = make_testbed(data)
+    assert tb.backend.backend == "kernel"
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    check_direction(tb, d, duration=4.0, pings=3)
+    q = _qdisc_stats(tb, "east->west")
+    assert q["kind"] == "red"
+    assert q["marked"] > 0, q
+    assert q["drops"] == 0, q  # ECN senders are marked, not dropped
+
+
+def test_dctcp_is_in_effect_on_the_senders_socket(make_testbed):
+    if not kernel.probe().congestion_supported("dctcp"):
+        pytest.skip("unsupported on this kernel: dctcp")
+    from testbed.trace_tcp import TcpInfoSampler
+
+    data = wan(delay="5ms", buffer="8bdp", aqm={"kind": "step", "k": "30KB"})
+    data["wan"][0]["rate"] = "20mbit"
+    data["tcp"] = {"congestion": "dctcp", "ecn": True}
+    tb = make_testbed(data)
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    with TcpInfoSampler({"east-h0": tb.namespace("east-h0")}, 0.2) as sampler:
+        check_direction(tb, d, duration=3.0, pings=3)
+    algorithms = {r["algorithm"] for r in sampler.rows}
+    assert algorithms == {"dctcp"}, algorithms
+    assert any(r["ecn"] for r in sampler.rows)
+    assert any(r["dctcp_alpha"] is not None for r in sampler.rows)
+    assert _qdisc_stats(tb, "east->west")["marked"] > 0

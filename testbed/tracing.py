@@ -1,0 +1,139 @@
+"""The traces of one run: what to sample, started around the workload and turned into tables.
+
+``trace:`` in the scenario says what is recorded (all off by default); this module starts the
+samplers just before the ranks and stops them just after:
+
+* ``tcp_info``: every TCP socket in the ranks' host namespaces (:mod:`testbed.trace_tcp`);
+* ``queues``: each WAN direction's bottleneck, from its qdisc (:mod:`testbed.trace_queues`) or,
+  where the userspace delay line is the bottleneck, from the line's own samples;
+* ``pcap``: headers only, on the wire's egress of each direction (:mod:`testbed.trace_pcap`),
+  where a packet has been shaped, delayed and, if so, CE-marked; ``analysis.flows`` makes
+  ``flows.parquet`` of it.
+
+Whatever the settings, the congestion control and ECN *in effect* on the ranks' sockets are read
+from tcp_info (one light sample per second when ``tcp_info`` tracing is off) and recorded per run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from testbed.api import Testbed
+from testbed.scenario import Trace
+from testbed.trace_pcap import CaptureSpec, PcapCapture
+from testbed.trace_queues import QdiscSampler, QdiscTarget
+from testbed.trace_tcp import TcpInfoSampler
+
+READBACK_PERIOD = 1.0  # s: tcp_info sampling just to learn what is in effect
+
+
+class RunTraces:
+    """Context manager around the workload of one run."""
+
+    def __init__(self, tb: Testbed, trace: Trace, run_dir: Path, rank_hosts: list[str]) -> None:
+        assert tb.plan is not None and tb.backend is not None
+        self.tb = tb
+        self.trace = trace
+        self.run_dir = run_dir
+        plan = tb.plan
+        hosts = sorted(set(rank_hosts))
+        names = {addr: name for name, addr in plan.names().items()}
+        self.tcp = TcpInfoSampler(
+            {h: tb.namespace(h) for h in hosts},
+            trace.tcp_info or READBACK_PERIOD,
+            names=names,
+        )
+        line_queues = tb.backend.backend == "userspace"
+        self.qdiscs: QdiscSampler | None = None
+        if trace.queues:
+            targets = [
+                QdiscTarget(d.name, d.shaper.ns, d.shaper.ifname)
+                for d in plan.wan
+                if not (line_queues and d.aqm is not None)
+            ]
+            self.qdiscs = QdiscSampler(targets, trace.queues) if targets else None
+        self.pcap: PcapCapture | None = None
+        if trace.pcap:
+            specs = [
+                CaptureSpec(
+                    d.impairment.ns,
+                    d.impairment.egress_if,
+                    run_dir / f"{d.src}-{d.dst}.pcap",
+                    f"{d.name}@{d.impairment.egress_if}",
+                )
+                for d in plan.wan
+            ]
+            self.pcap = PcapCapture(specs, max_bytes=trace.pcap, record=tb.record)
+        self.pcap_stats: list[dict] = []
+        self.window: tuple[float, float] = (0.0, 0.0)
+
+    def __enter__(self) -> RunTraces:
+        import time
+
+        self.window = (time.time(), 0.0)
+        try:
+            if self.pcap is not None:
+                self.pcap.start()
+            if self.qdiscs is not None:
+                self.qdiscs.start()
+            self.tcp.start()
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        import time
+
+        self.window = (self.window[0], time.time())
+        with contextlib.suppress(Exception):
+            self.tcp.stop()
+        if self.qdiscs is not None:
+            with contextlib.suppress(Exception):
+                self.qdiscs.stop()
+        if self.pcap is not None:
+            self.pcap_stats = self.pcap.stop()
+
+    # -- results (after the testbed is down: the delay line's samples are complete then) -----
+    def in_effect(self) -> dict[str, Any]:
+        """Algorithm(s) and ECN negotiation seen on the ranks' sockets, per host."""
+        per_host: dict[str, dict[str, Any]] = {}
+        for row in self.tcp.rows:
+            h = per_host.setdefault(row["host"], {"congestion": set(), "ecn": set()})
+            if row.get("algorithm"):
+                h["congestion"].add(row["algorithm"])
+            if row.get("ecn") is not None:
+                h["ecn"].add(bool(row["ecn"]))
+        return {
+            host: {"congestion": sorted(v["congestion"]), "ecn": sorted(v["ecn"])}
+            for host, v in sorted(per_host.items())
+        }
+
+    def problems(self) -> list[str]:
+        return list(self.tcp.errors) + (list(self.qdiscs.errors) if self.qdiscs else [])
+
+    def tables(self) -> dict[str, list[dict]]:
+        start, end = self.window
+        out: dict[str, list[dict]] = {}
+        if self.trace.tcp_info:
+            out["tcp"] = list(self.tcp.rows)
+        if self.trace.queues:
+            rows = list(self.qdiscs.rows) if self.qdiscs else []
+            # the line samples from its start: keep the workload's window only
+            rows += [r for r in self.tb.line_queue_trace if start <= r["time"] <= end]
+            out["queues"] = sorted(rows, key=lambda r: (r["direction"], r["time"]))
+        if self.pcap is not None:
+            from analysis.flows import flows_from_pcap
+
+            flows: list[dict] = []
+            for spec in self.pcap.specs:
+                if spec.path.exists():
+                    df = flows_from_pcap(spec.path, label=spec.label)
+                    flows += df.to_dict("records")
+            out["flows"] = flows
+        return out
