@@ -37,7 +37,7 @@ import pandas as pd
 from analysis.metrics import algbw, busbw
 from analysis.model import Link, Topology, predict
 from testbed import netns
-from testbed.api import Testbed
+from testbed.api import Terminated, Testbed
 from testbed.errors import TestbedError
 from testbed.layout import RankSlot, place_ranks
 from testbed.plan import GOODPUT_FACTOR, NetworkPlan
@@ -336,9 +336,12 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
             result.reason = "; ".join(details)
         else:
             result.status = "ok"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as stop:
+        # Ctrl-C or SIGTERM ends the whole sweep, not just this run
         result.status = "interrupted"
-        result.reason = "interrupted by the user"
+        result.reason = (
+            "terminated by SIGTERM" if isinstance(stop, Terminated) else "interrupted by the user"
+        )
         result.rows, result.skips = read_rank_rows(run_dir)
         raise _Interrupted(result) from None
     except TestbedError as exc:

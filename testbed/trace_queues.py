@@ -4,7 +4,7 @@ Where a direction's queue lives depends on the backend (docs/congestion.md): in 
 leaf qdisc under HTB on the sending gateway's egress (``bfifo`` for drop-tail, ``red`` for a
 marking profile); on the userspace backend with an ``aqm``, inside the delay line, which writes its
 own samples (JSONL, see :mod:`testbed.delayline`). This module samples the former
-(:class:`QdiscSampler`, one netlink request per direction per period, about 1.5 ms each) and reads
+(:class:`QdiscSampler`, one rtnetlink dump per direction per period) and reads
 the latter (:func:`line_trace_rows`), both into the same columns:
 
 ======================  =========================================================================
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import struct
 import threading
 import time
@@ -31,7 +33,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LEAF_HANDLE = 0x000A0000  # 10: -- the HTB leaf the plan renders (testbed.render)
+from testbed import netns
+
+LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of testbed.render
+
+# rtnetlink, linux/rtnetlink.h and linux/gen_stats.h
+NETLINK_ROUTE = 0
+RTM_NEWQDISC, RTM_GETQDISC = 36, 38
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+TCA_KIND, TCA_XSTATS, TCA_STATS2 = 1, 4, 7
+TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
+_NLMSGHDR = struct.Struct("=IHHII")
+_TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
+_RTA = struct.Struct("=HH")
+_BASIC = struct.Struct("=QI")  # bytes, packets
+_QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
 RED_XSTATS = struct.Struct("=IIII")  # struct tc_red_xstats: early, pdrop, other, marked
 
 
@@ -42,41 +59,106 @@ class QdiscTarget:
     ifname: str
 
 
-def _xstats_marked(raw: Any) -> int | None:
-    """``marked`` of a red qdisc's TCA_XSTATS, however pyroute2 hands it over."""
-    if isinstance(raw, dict):
-        return raw.get("marked")
-    if isinstance(raw, str):  # pyroute2 shows unknown payloads as "00:01:..." hex
-        with contextlib.suppress(ValueError):
-            raw = bytes.fromhex(raw.replace(":", ""))
-    if isinstance(raw, bytes | bytearray) and len(raw) >= RED_XSTATS.size:
-        return RED_XSTATS.unpack_from(raw)[3]
-    return None
+def _attrs(data: memoryview) -> dict[int, memoryview]:
+    out, off = {}, 0
+    while off + 4 <= len(data):
+        alen, atype = _RTA.unpack_from(data, off)
+        if alen < 4:
+            break
+        out[atype & 0x3FFF] = data[off + 4 : off + alen]
+        off += (alen + 3) & ~3
+    return out
 
 
-def qdisc_row(direction: str, msg: Any, now: float) -> dict[str, Any]:
-    kind = msg.get_attr("TCA_KIND")
-    stats = msg.get_attr("TCA_STATS2")
-    basic = stats.get_attr("TCA_STATS_BASIC") if stats else None
-    queue = stats.get_attr("TCA_STATS_QUEUE") if stats else None
+class QdiscReader:
+    """One rtnetlink socket, opened inside the namespace (it stays bound to it), reading the
+    statistics of one interface's qdiscs. Raw netlink: pyroute2's namespace support forks helper
+    processes per socket, which a sampler started once per run must not leave behind."""
+
+    def __init__(self, ifname: str) -> None:
+        # Call inside the namespace (testbed.netns.run_in).
+        self.index = socket.if_nametoindex(ifname)
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        self.sock.bind((0, 0))
+        self.sock.settimeout(1.0)
+        self.seq = 0
+        self.buf = bytearray(1 << 16)
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every qdisc of the interface: handle, kind and counters (red: its marks too)."""
+        self.seq += 1
+        req = _TCMSG.pack(0, self.index, 0, 0, 0)
+        hdr = _NLMSGHDR.pack(
+            _NLMSGHDR.size + len(req), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0
+        )
+        self.sock.send(hdr + req)
+        out: list[dict[str, Any]] = []
+        while True:
+            n = self.sock.recv_into(self.buf)
+            view = memoryview(self.buf)[:n]
+            off = 0
+            while off + _NLMSGHDR.size <= n:
+                mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(view, off)
+                if mlen < _NLMSGHDR.size:
+                    return out
+                body = view[off + _NLMSGHDR.size : off + mlen]
+                off += (mlen + 3) & ~3
+                if seq != self.seq:
+                    continue
+                if mtype == NLMSG_DONE:
+                    return out
+                if mtype == NLMSG_ERROR:
+                    err = -struct.unpack_from("=i", body)[0]
+                    if err:
+                        raise OSError(err, os.strerror(err))
+                    return out
+                if mtype != RTM_NEWQDISC:
+                    continue
+                _fam, ifindex, handle, _parent, _info = _TCMSG.unpack_from(body)
+                if ifindex != self.index:
+                    continue
+                out.append(_qdisc(handle, _attrs(body[_TCMSG.size :])))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _qdisc(handle: int, attrs: dict[int, memoryview]) -> dict[str, Any]:
+    kind = bytes(attrs.get(TCA_KIND, b"")).rstrip(b"\0").decode()
+    q: dict[str, Any] = {"handle": handle, "kind": kind}
+    stats = _attrs(attrs[TCA_STATS2]) if TCA_STATS2 in attrs else {}
+    if TCA_STATS_BASIC in stats and len(stats[TCA_STATS_BASIC]) >= _BASIC.size:
+        q["bytes"], q["packets"] = _BASIC.unpack_from(stats[TCA_STATS_BASIC])
+    if TCA_STATS_QUEUE in stats and len(stats[TCA_STATS_QUEUE]) >= _QUEUE.size:
+        q["qlen"], q["backlog"], q["drops"], _req, _over = _QUEUE.unpack_from(
+            stats[TCA_STATS_QUEUE]
+        )
+    xstats = attrs.get(TCA_XSTATS)
+    if kind == "red" and xstats is not None and len(xstats) >= RED_XSTATS.size:
+        q["marked"] = RED_XSTATS.unpack_from(xstats)[3]
+    return q
+
+
+def qdisc_row(direction: str, q: dict[str, Any], now: float) -> dict[str, Any]:
     return {
         "time": now,
         "direction": direction,
-        "source": f"qdisc:{kind}",
-        "backlog_bytes": queue["backlog"] if queue else None,
-        "backlog_packets": queue["qlen"] if queue else None,
-        "packets": basic["packets"] if basic else None,
-        "bytes": basic["bytes"] if basic else None,
-        "dropped": queue["drops"] if queue else None,
-        "marked": _xstats_marked(msg.get_attr("TCA_XSTATS")) if kind == "red" else None,
+        "source": f"qdisc:{q['kind']}",
+        "backlog_bytes": q.get("backlog"),
+        "backlog_packets": q.get("qlen"),
+        "packets": q.get("packets"),
+        "bytes": q.get("bytes"),
+        "dropped": q.get("drops"),
+        "marked": q.get("marked"),
     }
 
 
 class QdiscSampler:
     """Samples the leaf qdisc of each target every ``period`` seconds in a background thread.
 
-    One pyroute2 socket per namespace, opened once; the thread never raises: problems (a
-    namespace gone mid-run) end up in ``errors`` and that target stops being sampled."""
+    One netlink socket per target, opened once inside its namespace; the thread never raises:
+    problems (a namespace gone mid-run) end up in ``errors`` and that target stops being sampled.
+    """
 
     def __init__(self, targets: list[QdiscTarget], period: float) -> None:
         self.targets = targets
@@ -85,37 +167,31 @@ class QdiscSampler:
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._sockets: dict[str, Any] = {}
-        self._index: dict[QdiscTarget, int] = {}
+        self._readers: dict[QdiscTarget, QdiscReader] = {}
 
     def start(self) -> None:
-        from pyroute2 import IPRoute  # imported here: the pure layers never need it
-
         for t in self.targets:
-            if t.ns not in self._sockets:
-                self._sockets[t.ns] = IPRoute(netns=t.ns)
-            found = self._sockets[t.ns].link_lookup(ifname=t.ifname)
-            if not found:
-                self.errors.append(f"queue trace {t.direction}: no {t.ifname} in {t.ns}")
-                continue
-            self._index[t] = found[0]
+            try:
+                self._readers[t] = netns.run_in([(t.ns, lambda t=t: QdiscReader(t.ifname))])[0]
+            except OSError as exc:
+                self.errors.append(f"queue trace {t.direction}: {t.ifname} in {t.ns}: {exc}")
         self._thread = threading.Thread(target=self._loop, name="qdisc-sampler", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         tick = time.monotonic()
         while not self._stop.is_set():
-            for t, index in list(self._index.items()):
+            for t, reader in list(self._readers.items()):
                 try:
-                    msgs = self._sockets[t.ns].get_qdiscs(index=index)
-                except Exception as exc:  # a vanished namespace must not kill the run
+                    qdiscs = reader.read()
+                except OSError as exc:  # a vanished namespace must not kill the run
                     self.errors.append(f"queue trace {t.direction}: {exc}")
-                    del self._index[t]
+                    del self._readers[t]
                     continue
                 now = time.time()
-                for msg in msgs:
-                    if msg.get("handle") == LEAF_HANDLE:
-                        self.rows.append(qdisc_row(t.direction, msg, now))
+                self.rows += [
+                    qdisc_row(t.direction, q, now) for q in qdiscs if q["handle"] == LEAF_HANDLE
+                ]
             tick += self.period
             delay = tick - time.monotonic()
             if delay < 0:  # fell behind (a slow read): skip ticks, never burst
@@ -127,10 +203,9 @@ class QdiscSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for sock in self._sockets.values():
-            with contextlib.suppress(Exception):
-                sock.close()
-        self._sockets.clear()
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
 
     def __enter__(self) -> QdiscSampler:
         self.start()
