@@ -1,0 +1,175 @@
+"""``testbed compare``: did collective times change between two results sets? PURE pandas.
+
+This module owns the matching and the verdicts; the CLI (``testbed.cli_report``) only prints.
+
+Rows of the two sets' summaries are matched on (sweep parameters, collective, algorithm, size);
+the results directory's name and the run id do not matter, so a re-run of the same scenario
+matches its base. Repeats of one point are folded into their median ``time_p50`` / ``busbw``.
+``ratio = new time_p50 / base time_p50`` and per matched row the verdict is
+
+=============  ===============================================================================
+regressed      ratio > 1 + tolerance, or the new run failed / gave a wrong result where the
+               base was ok (a *failed* row also stands for a base row whose new run failed
+               before it measured anything)
+improved       ratio < 1 − tolerance
+same           within the tolerance
+still failing  the base was not ok either (listed, not a regression)
+fixed          the base failed or was wrong, the new run is ok
+=============  ===============================================================================
+
+Rows only in one set are listed as unmatched (a sweep point added or removed is not a change of
+the communication code). :attr:`Comparison.regressed` is what a CI job checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from analysis.loader import Results, ResultsError
+from analysis.tables import sort_by_params
+
+KEYS = ["collective", "algorithm", "size"]
+COLUMNS = [
+    "collective", "algorithm", "size", "base_time_p50", "new_time_p50", "ratio",
+    "base_busbw", "new_busbw", "busbw_ratio", "verdict",
+]  # fmt: skip
+
+
+@dataclass
+class Comparison:
+    """``table``: matched rows (sweep parameters + :data:`COLUMNS`); ``only_base`` /
+    ``only_new``: unmatched rows (parameters + collective, algorithm, size); ``params``: the
+    parameter columns matched on; ``tolerance``: as a fraction."""
+
+    table: pd.DataFrame
+    only_base: pd.DataFrame
+    only_new: pd.DataFrame
+    params: list[str]
+    tolerance: float
+
+    @property
+    def regressed(self) -> bool:
+        return bool((self.table["verdict"] == "regressed").any())
+
+    def counts(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.table["verdict"].value_counts().items()}
+
+
+def _folded(res: Results, params: list[str]) -> pd.DataFrame:
+    """Summary rows per (params, collective, algorithm, size): median over repeats, ok flag."""
+    s = res.summary
+    if s.empty:
+        return pd.DataFrame(columns=[*params, *KEYS, "time_p50", "busbw", "ok"])
+    s = s.copy()
+    for p in params:
+        if p not in s:
+            s[p] = None
+    ok = s["status"].eq("ok") if "status" in s else pd.Series(True, index=s.index)
+    if "correct" in s:
+        ok &= s["correct"].fillna(True).astype(bool)
+    s["ok"] = ok
+    # Sweep values are compared as text: '50mbit' in one set is '50mbit' in the other.
+    for p in params:
+        s[p] = s[p].map(lambda v: "" if v is None or pd.isna(v) else str(v))
+    return s.groupby([*params, *KEYS], as_index=False, dropna=False).agg(
+        time_p50=("time_p50", "median"), busbw=("busbw", "median"), ok=("ok", "all")
+    )
+
+
+def _failed_points(res: Results, params: list[str]) -> set[tuple[str, ...]]:
+    """Parameter tuples of runs that failed or were interrupted."""
+    runs = res.runs
+    if runs.empty:
+        return set()
+    bad = runs[runs["status"].isin(["failed", "interrupted"])]
+    return {
+        tuple("" if p not in bad or pd.isna(r[p]) else str(r[p]) for p in params)
+        for _, r in bad.iterrows()
+    }
+
+
+def compare(base: Results, new: Results, tolerance: float = 0.10) -> Comparison:
+    """Match ``new`` against ``base``; raise :class:`ResultsError` when nothing matches."""
+    if tolerance < 0:
+        raise ResultsError(f"tolerance must not be negative, got {tolerance:g}")
+    params = list(dict.fromkeys([*base.params, *new.params]))
+    b, n = _folded(base, params), _folded(new, params)
+    if b.empty or n.empty:
+        which = "BASE" if b.empty else "NEW"
+        raise ResultsError(f"{which} has no measured collectives to compare")
+    keys = [*params, *KEYS]
+    merged = b.merge(n, on=keys, how="outer", suffixes=("_base", "_new"), indicator=True)
+    both = merged[merged["_merge"] == "both"].copy()
+    only_base = merged[merged["_merge"] == "left_only"][keys]
+    only_new = merged[merged["_merge"] == "right_only"][keys]
+    # A base row whose new run failed before measuring anything is a regression, not a gap.
+    failed_new = _failed_points(new, params)
+    lost = only_base[[tuple(r[p] for p in params) in failed_new for _, r in only_base.iterrows()]]
+    only_base = only_base.drop(lost.index)
+    if both.empty and lost.empty:
+        raise ResultsError(
+            "no matching runs: BASE and NEW share no (sweep parameters, collective, algorithm, "
+            f"size); parameters: {', '.join(params) or '(no sweep)'}"
+        )
+    table = pd.DataFrame(
+        {
+            **{k: both[k] for k in keys},
+            "base_time_p50": both["time_p50_base"],
+            "new_time_p50": both["time_p50_new"],
+            "ratio": both["time_p50_new"] / both["time_p50_base"],
+            "base_busbw": both["busbw_base"],
+            "new_busbw": both["busbw_new"],
+            "busbw_ratio": both["busbw_new"] / both["busbw_base"],
+            "base_ok": both["ok_base"].astype(bool),
+            "new_ok": both["ok_new"].astype(bool),
+        }
+    )
+    table["verdict"] = [_verdict(r, tolerance) for _, r in table.iterrows()]
+    if not lost.empty:
+        base_rows = b.merge(lost, on=keys)
+        gone = pd.DataFrame(
+            {
+                **{k: base_rows[k] for k in keys},
+                "base_time_p50": base_rows["time_p50"],
+                "base_busbw": base_rows["busbw"],
+                "base_ok": base_rows["ok"],
+                "new_ok": False,
+            }
+        )
+        gone["verdict"] = ["regressed" if ok else "still failing" for ok in gone["base_ok"]]
+        table = pd.concat([table, gone], ignore_index=True)
+    table = table.drop(columns=["base_ok", "new_ok"])
+    order = _order(base, new)
+    return Comparison(
+        table=sort_by_params(table[[*params, *COLUMNS]], order, KEYS),
+        only_base=sort_by_params(only_base, order, KEYS),
+        only_new=sort_by_params(only_new, order, KEYS),
+        params=params,
+        tolerance=tolerance,
+    )
+
+
+def _order(base: Results, new: Results) -> Results:
+    """A stand-in holding both sets' parameter order, for :func:`sort_by_params`."""
+    order = {p: list(v) for p, v in base.param_order.items()}
+    for p, values in new.param_order.items():
+        order[p] = list(dict.fromkeys([*order.get(p, []), *values]))
+    params = list(dict.fromkeys([*base.params, *new.params]))
+    return replace(
+        base, params=params, param_order={p: [str(v) for v in order.get(p, [])] for p in params}
+    )
+
+
+def _verdict(row: pd.Series, tolerance: float) -> str:
+    if not row["new_ok"]:
+        return "regressed" if row["base_ok"] else "still failing"
+    if not row["base_ok"]:
+        return "fixed"
+    ratio = row["ratio"]
+    if ratio > 1 + tolerance:
+        return "regressed"
+    if ratio < 1 - tolerance:
+        return "improved"
+    return "same"

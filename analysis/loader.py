@@ -1,0 +1,368 @@
+"""Results directories as tidy pandas tables. PURE: reads files, never imports ``testbed``.
+
+This module owns ``analysis.load(path)``: one results directory (what one ``testbed run`` wrote:
+``manifest.json`` + Parquet tables), a directory holding several of them, or a list of such paths
+become one :class:`Results` whose tables carry a ``results`` column (the results directory's
+name),
+``run_id`` and the sweep parameters as columns (values as written in the scenario, e.g.
+``wan[0].rate = "50mbit"``). Column meanings and units: docs/results.md ("Reports and
+comparisons"); the raw tables' columns are documented there too.
+
+Tables that a results directory does not have (no traces, every run skipped) are empty
+DataFrames, so callers test ``results.has("tcp")`` instead of catching errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+TABLES = ("collectives", "links", "delayline", "tcp", "queues", "flows")
+GOODPUT_FACTOR = 1448 / 1514  # TCP payload per HTB-counted frame, as testbed.plan (docs/model.md)
+RUN_COLUMNS = [
+    "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
+    "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
+    "wan_rate_bps", "wan_goodput_bps", "wan_delay_s", "rtt_s", "wan_loss", "aqm",
+    "aqm_profile", "buffer", "skipped_combinations", "trace_warnings",
+]  # fmt: skip
+
+
+class ResultsError(ValueError):
+    """A path is not a results directory (or holds none); the message says which and why."""
+
+
+@dataclass
+class Results:
+    """Everything one or more results directories hold, as tidy DataFrames.
+
+    ``runs``: one row per run (columns: :data:`RUN_COLUMNS` + sweep parameters).
+    ``summary``: one row per run x collective x algorithm x size (the manifest's summary, which
+    ``testbed run`` printed) + ``results`` and the run's ``status``.
+    ``iterations``: one row per run x collective x algorithm x size x timed iteration; ``seconds``
+    is the slowest rank's time (nccl-tests' convention).
+    ``collectives``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``: the Parquet tables
+    as written, + ``results`` (empty when absent). ``skipped``: collective/algorithm combinations
+    that do not exist (per run). ``manifests``: results name -> manifest.json content.
+    ``params``: the sweep parameter columns, in the order the sweeps wrote them.
+    ``param_order``: per parameter, its values sorted by the resolved number where it is one
+    (50mbit before 1gbit).
+    """
+
+    runs: pd.DataFrame
+    summary: pd.DataFrame
+    iterations: pd.DataFrame
+    collectives: pd.DataFrame
+    links: pd.DataFrame
+    delayline: pd.DataFrame
+    tcp: pd.DataFrame
+    queues: pd.DataFrame
+    flows: pd.DataFrame
+    skipped: pd.DataFrame
+    manifests: dict[str, dict[str, Any]]
+    paths: dict[str, Path]
+    params: list[str] = field(default_factory=list)
+    param_order: dict[str, list[Any]] = field(default_factory=dict)
+
+    def has(self, table: str) -> bool:
+        """True when ``table`` has at least one row."""
+        return not getattr(self, table).empty
+
+
+def find_results(path: str | Path) -> list[Path]:
+    """The results directories at ``path``: itself (it has a manifest.json), or its
+    sub-directories that have one (a results root such as ``results/``)."""
+    p = Path(path)
+    if p.is_file() and p.name == "manifest.json":
+        p = p.parent
+    if not p.exists():
+        raise ResultsError(f"{path}: no such file or directory")
+    if not p.is_dir():
+        raise ResultsError(f"{path}: not a results directory (expected a directory)")
+    if (p / "manifest.json").is_file():
+        return [p]
+    found = sorted(d for d in p.iterdir() if (d / "manifest.json").is_file())
+    if not found:
+        raise ResultsError(
+            f"{path}: not a results directory (no manifest.json in it or in its sub-directories; "
+            "`testbed run FILE --out DIR` writes one)"
+        )
+    return found
+
+
+def load(paths: str | Path | Iterable[str | Path]) -> Results:
+    """One results directory, a directory of them, or several paths -> one :class:`Results`."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    if not items:
+        raise ResultsError("no results directory given")
+    dirs: list[Path] = []
+    for item in items:
+        dirs += [d for d in find_results(item) if d.resolve() not in {x.resolve() for x in dirs}]
+    names = _source_names(dirs)
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in (*TABLES, "runs", "summary")}
+    skipped: list[dict[str, Any]] = []
+    manifests: dict[str, dict[str, Any]] = {}
+    params: list[str] = []
+    si: dict[str, dict[Any, float]] = {}
+    for d, source in zip(dirs, names, strict=True):
+        manifest = _read_manifest(d)
+        manifests[source] = manifest
+        runs = manifest.get("runs") or {}
+        for run in runs.values():
+            params += [p for p in run.get("params") or {} if p not in params]
+        parts["runs"].append(_runs_frame(source, runs, si))
+        summary = pd.DataFrame(manifest.get("summary") or [])
+        if not summary.empty:
+            summary.insert(0, "results", source)
+            parts["summary"].append(summary)
+        for name in TABLES:
+            path = d / f"{name}.parquet"
+            if path.is_file():
+                frame = pd.read_parquet(path)
+                frame.insert(0, "results", source)
+                parts[name].append(frame)
+        for run_id, run in runs.items():
+            for skip in run.get("skipped_combinations") or []:
+                skipped.append(
+                    {
+                        "results": source,
+                        "run_id": run_id,
+                        **(run.get("params") or {}),
+                        "collective": skip.get("collective"),
+                        "algorithm": skip.get("algorithm"),
+                        "size": skip.get("size"),
+                        "reason": skip.get("skipped"),
+                    }
+                )
+    runs_df = _concat(parts["runs"], RUN_COLUMNS)
+    tables = {name: _with_params(_concat(parts[name]), runs_df, params) for name in TABLES}
+    iterations = _iterations(tables["collectives"], runs_df, params)
+    summary = _concat(parts["summary"])
+    if summary.empty and not iterations.empty:
+        summary = _summary_from_iterations(iterations, params)
+    if not summary.empty:
+        summary = _with_params(summary, runs_df, params)
+        status = runs_df.set_index(["results", "run_id"])["status"]
+        keys = zip(summary["results"], summary["run_id"], strict=True)
+        summary["status"] = [status.get(key, "ok") for key in keys]
+    order = {p: _ordered(runs_df[p], si.get(p, {})) for p in params if p in runs_df}
+    return Results(
+        runs=runs_df,
+        summary=summary,
+        iterations=iterations,
+        skipped=pd.DataFrame(skipped),
+        manifests=manifests,
+        paths=dict(zip(names, dirs, strict=True)),
+        params=params,
+        param_order=order,
+        **tables,
+    )
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _read_manifest(d: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((d / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{d}/manifest.json: unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{d}/manifest.json: not a testbed manifest (expected a JSON object)")
+    return data
+
+
+def _source_names(dirs: list[Path]) -> list[str]:
+    """Each directory's name; parents are prepended where two would collide."""
+    names = [d.name for d in dirs]
+    if len(set(names)) < len(names):
+        names = [str(d) for d in dirs]
+    return names
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str] | None = None) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=columns or [])
+    return pd.concat(frames, ignore_index=True)
+
+
+_PATH_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)")
+
+
+def resolved_value(resolved: dict[str, Any], path: str) -> Any:
+    """The value at a sweep path (``wan[0].rate``) in a run's resolved scenario, or None."""
+    here: Any = resolved
+    for piece in path.split("."):
+        m = _PATH_PART.fullmatch(piece)
+        if not m:
+            return None
+        steps: list[str | int] = [m.group(1), *(int(i) for i in re.findall(r"\d+", m.group(2)))]
+        for step in steps:
+            if isinstance(step, int):
+                if not isinstance(here, list) or step >= len(here):
+                    return None
+            elif not isinstance(here, dict) or step not in here:
+                return None
+            here = here[step]
+    return here
+
+
+def _aqm_label(aqm: dict[str, Any] | None) -> str:
+    """'droptail', 'red 20-200KB p1%', 'step 30KB' (the profile as a short legend label)."""
+    if not aqm or aqm.get("kind") == "droptail":
+        return "droptail"
+    kind = aqm["kind"]
+    if kind == "red":
+        pmax = aqm.get("pmax") or 0
+        return f"red {aqm['kmin'] / 1e3:g}-{aqm['kmax'] / 1e3:g}KB p{pmax * 100:g}%"
+    if kind == "step":
+        return f"step {aqm['k'] / 1e3:g}KB"
+    return str(kind)
+
+
+def _network(resolved: dict[str, Any]) -> dict[str, Any]:
+    """What the analysis shows about a run's network: its first WAN link's forward direction
+    (a scenario with several links has all of them in ``resolved``) and its TCP settings."""
+    out: dict[str, Any] = {}
+    tcp = resolved.get("tcp") or {}
+    ccs = [tcp.get("congestion")]
+    ecns = [tcp.get("ecn")]
+    for cluster in (resolved.get("clusters") or {}).values():
+        override = (cluster or {}).get("tcp") or {}
+        ccs.append(override.get("congestion") or tcp.get("congestion"))
+        ecns.append(override["ecn"] if override.get("ecn") is not None else tcp.get("ecn"))
+    ccs = [c for c in dict.fromkeys(ccs[1:] or ccs) if c]
+    out["congestion"] = "/".join(ccs) if ccs else None
+    out["ecn"] = any(bool(e) for e in ecns)
+    wan = (resolved.get("wan") or [None])[0]
+    if wan:
+        rev = wan.get("reverse") or {}
+        rate = wan.get("rate")
+        out["wan_rate_bps"] = rate
+        out["wan_goodput_bps"] = rate * GOODPUT_FACTOR if rate else None
+        out["wan_delay_s"] = wan.get("delay")
+        back = rev.get("delay") if rev.get("delay") is not None else wan.get("delay")
+        out["rtt_s"] = (wan.get("delay") or 0.0) + (back or 0.0)
+        out["wan_loss"] = wan.get("loss")
+        out["aqm"] = (wan.get("aqm") or {}).get("kind") or "droptail"
+        out["aqm_profile"] = _aqm_label(wan.get("aqm"))
+        buffer = wan.get("buffer")
+        if isinstance(buffer, list | tuple) and len(buffer) == 2:
+            out["buffer"] = f"{buffer[1]:g}bdp" if buffer[0] == "bdp" else f"{buffer[1]:.0f}B"
+    return out
+
+
+def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float]]) -> pd.DataFrame:
+    rows = []
+    for run_id, run in runs.items():
+        params = run.get("params") or {}
+        resolved = run.get("resolved") or {}
+        for path, value in params.items():
+            number = resolved_value(resolved, path)
+            if isinstance(number, int | float) and not isinstance(number, bool):
+                si.setdefault(path, {})[_hashable(value)] = float(number)
+        point = re.match(r"p(\d+)", run_id)
+        rows.append(
+            {
+                "results": source,
+                "run_id": run_id,
+                "point": int(point.group(1)) if point else None,
+                "repeat": run.get("repeat", 0),
+                "status": run.get("status", "unknown"),
+                "reason": run.get("reason") or "",
+                "label": ", ".join(f"{k}={short_value(v)}" for k, v in params.items())
+                or "(no sweep)",
+                "backend": run.get("backend"),
+                "backend_reason": run.get("backend_reason"),
+                "world_size": run.get("world_size"),
+                "cpu_busy_mean": run.get("cpu_busy_mean"),
+                "cpu_saturated": bool(run.get("cpu_saturated", False)),
+                **_network(resolved),
+                "skipped_combinations": len(run.get("skipped_combinations") or []),
+                "trace_warnings": "; ".join(run.get("trace_warnings") or []),
+                **params,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def short_value(value: Any) -> str:
+    """A sweep value as legend text: '{"kind":"red","kmin":"20KB"}' -> 'kind=red kmin=20KB',
+    '["flat"]' -> '[flat]'."""
+    text = str(value)
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].replace('"', "").replace(",", " ").replace(":", "=")
+    elif text.startswith("[") and text.endswith("]"):
+        text = text.replace('"', "")
+    return text
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, list | dict) else value
+
+
+def _ordered(values: pd.Series, si: dict[Any, float]) -> list[Any]:
+    """Distinct values, by their resolved number when every value has one, else as first seen."""
+    distinct = list(dict.fromkeys(v for v in values if not _missing(v)))
+    if distinct and all(_hashable(v) in si for v in distinct):
+        return sorted(distinct, key=lambda v: si[_hashable(v)])
+    return distinct
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _with_params(frame: pd.DataFrame, runs: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """Add the sweep parameters a table lacks (tables of different sweeps, concatenated)."""
+    if frame.empty or runs.empty or "run_id" not in frame:
+        return frame
+    missing = [p for p in params if p not in frame.columns and p in runs.columns]
+    if not missing:
+        return frame
+    return frame.merge(runs[["results", "run_id", *missing]], on=["results", "run_id"], how="left")
+
+
+def _iterations(collectives: pd.DataFrame, runs: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    keys = ["results", "run_id", "collective", "algorithm", "size", "iteration"]
+    if collectives.empty or not set(keys) <= set(collectives.columns):
+        return pd.DataFrame(columns=[*keys, "seconds", "correct", "start", "ranks"])
+    per = collectives.groupby(keys, as_index=False, sort=False).agg(
+        seconds=("seconds", "max"),
+        correct=("correct", "all"),
+        start=("start", "min"),
+        ranks=("rank", "nunique"),
+    )
+    return _with_params(per, runs, params)
+
+
+def _summary_from_iterations(iterations: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """For manifests without a summary: p50/p95 of the slowest rank's time (no prediction)."""
+    keys = ["results", "run_id", "collective", "algorithm", "size"]
+    out = iterations.groupby(keys, as_index=False, sort=False).agg(
+        ranks=("ranks", "max"),
+        iterations=("iteration", "count"),
+        time_p50=("seconds", lambda s: s.quantile(0.5)),
+        time_p95=("seconds", lambda s: s.quantile(0.95)),
+        correct=("correct", "all"),
+    )
+    out["algbw"] = out["size"] / out["time_p50"]
+    factor = [_bus_factor(c, n) for c, n in zip(out["collective"], out["ranks"], strict=True)]
+    out["busbw"] = out["algbw"] * factor
+    out["predicted"] = None
+    out["measured_over_predicted"] = None
+    return out
+
+
+def _bus_factor(collective: str, n: int) -> float:
+    from analysis.metrics import bus_factor
+
+    try:
+        return bus_factor(collective, int(n))
+    except ValueError:
+        return math.nan

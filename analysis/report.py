@@ -1,0 +1,297 @@
+"""``testbed report``: one results set -> report.html (self-contained), report.md, PNGs and CSVs.
+
+This module owns the report's layout: which sections exist (each only where the data does), in
+what order, and the files written. The numbers come from :mod:`analysis.tables`, the figures from
+:mod:`analysis.plots`. PURE: reads results, writes into ``out``, never imports ``testbed``.
+
+Files in ``out`` (default: ``<results>/report``)::
+
+    report.html       everything, figures embedded as base64 PNGs (one file to mail or archive)
+    report.md         the same text and tables, figures linked from plots/
+    plots/<name>.png  one PNG per figure (time_vs_size, busbw_vs_rate, speedup, congestion,
+                      throughput_delay, queues, tcp)
+    summary.csv       the nccl-tests-style table (SI units: s, bytes, bytes/s)
+    runs.csv, warnings.csv, links.csv, speedup.csv, congestion.csv   (where there is data)
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import plots as P
+from analysis import tables as T
+from analysis.loader import Results, load
+
+CSV_NAMES = ("runs", "warnings", "links", "summary", "speedup", "congestion")
+
+
+@dataclass
+class Section:
+    """A report section: ``key`` (anchor), ``title``, intro text, tables and figures."""
+
+    key: str
+    title: str
+    text: str = ""
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    plots: list[P.Plot] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """What :func:`write_report` wrote: paths, section keys, figure names and the warnings."""
+
+    out: Path
+    html: Path
+    markdown: Path
+    csvs: list[Path]
+    pngs: list[Path]
+    sections: list[str]
+    warnings: pd.DataFrame
+
+
+def default_out(res: Results) -> Path:
+    """``<results>/report`` for one results directory, else ``<common parent>/report``."""
+    dirs = list(res.paths.values())
+    if len(dirs) == 1:
+        return dirs[0] / "report"
+    parents = {d.resolve().parent for d in dirs}
+    base = parents.pop() if len(parents) == 1 else Path.cwd()
+    return base / "report"
+
+
+def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
+    """The report's sections and the raw (SI-unit) tables to write as CSV."""
+    out: list[Section] = []
+    csv: dict[str, pd.DataFrame] = {}
+    warnings = T.warnings_table(res).reset_index(drop=True)
+    csv["runs"] = T.runs_table(res)
+    csv["warnings"] = warnings
+
+    out.append(Section("overview", "Overview", pairs=T.header(res)))
+    if warnings.empty:
+        out.append(Section("warnings", "Warnings", "None: every run finished ok."))
+    else:
+        counts = warnings["kind"].value_counts()
+        text = "; ".join(f"{n} {k}" for k, n in counts.items())
+        shown = warnings.drop(columns=["results"] if res.runs["results"].nunique() < 2 else [])
+        out.append(Section("warnings", "Warnings", text, tables=[("", shown)]))
+    runs = T.formatted(csv["runs"], drop=("reason",))
+    out.append(Section("runs", "Runs", f"{len(runs)} run(s).", tables=[("", runs)]))
+    links = T.links_table(res)
+    if not links.empty:
+        csv["links"] = links
+        bad = int((links["ok"] == False).sum())  # noqa: E712
+        text = (
+            "Before its workload each run measures every WAN direction: RTT with UDP probes and "
+            "one bulk TCP flow's goodput against the configuration (off by > 10% is flagged). "
+            + (f"{bad} direction(s) off." if bad else "All within tolerance.")
+        )
+        out.append(Section("links", "Link self-check", text, tables=[("", T.formatted(links))]))
+
+    table = T.collective_table(res)
+    if not table.empty:
+        csv["summary"] = table
+        sec = Section(
+            "collectives",
+            "Collectives",
+            "nccl-tests conventions: time = the slowest rank per iteration, p50/p95 over "
+            "iterations; algbw = size / time p50; busbw = algbw × bus factor; predicted = α-β "
+            "model (docs/model.md); CPU = the emulating host was saturated.",
+            tables=[("", T.formatted(table))],
+        )
+        sec.plots = [p for p in (P.plot_time_vs_size(res), P.plot_busbw_vs_rate(res)) if p]
+        out.append(sec)
+    speedup = T.speedup_table(res)
+    if not speedup.empty:
+        csv["speedup"] = speedup
+        shown = T.formatted(speedup.drop(columns=[p for p in res.params if p in speedup]))
+        sec = Section(
+            "speedup",
+            "Flat vs hierarchical",
+            "Speed-up = flat time p50 / hierarchical time p50 at the same sweep point and size "
+            "(> 1: the WAN-aware algorithm is faster).",
+            tables=[("", shown)],
+        )
+        sec.plots = [p for p in (P.plot_speedup(res, speedup),) if p]
+        out.append(sec)
+    if T.is_congestion_sweep(res):
+        cong = T.congestion_table(res)
+        if not cong.empty:
+            csv["congestion"] = cong
+            shown = T.formatted(cong.drop(columns=[*res.params, "label"], errors="ignore"))
+            shown = shown.loc[:, [c for c in shown.columns if (shown[c] != "-").any()]]
+            sec = Section(
+                "congestion",
+                "Congestion",
+                "Per run: goodput (busbw × 8), the WAN data sockets' srtt and cwnd "
+                "(tcp.parquet), the bottleneck's backlog, drops and CE marks "
+                "(queues.parquet), retransmitted and CE-marked shares of the payload "
+                "(flows.parquet), where traced.",
+                tables=[("", shown)],
+            )
+            sec.plots = [
+                p
+                for p in (
+                    P.plot_congestion(res, cong),
+                    P.plot_throughput_delay(res, cong),
+                    P.plot_queues(res),
+                    P.plot_tcp(res),
+                )
+                if p
+            ]
+            out.append(sec)
+    return out, csv
+
+
+def write_report(source: Results | str | Path | Iterable[str | Path], out: Path | None = None):
+    """Build the report of ``source`` (loaded results or paths) into ``out``; return a
+    :class:`Report`."""
+    res = source if isinstance(source, Results) else load(source)
+    out = Path(out) if out is not None else default_out(res)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    # A report written again into the same directory must not keep figures it no longer has.
+    for name in P.PLOT_NAMES:
+        (out / "plots" / f"{name}.png").unlink(missing_ok=True)
+    for name in CSV_NAMES:
+        (out / f"{name}.csv").unlink(missing_ok=True)
+    secs, csv = sections(res)
+    pngs: dict[str, tuple[Path, bytes]] = {}
+    for sec in secs:
+        for plot in sec.plots:
+            data = plot.png()
+            path = out / "plots" / f"{plot.name}.png"
+            path.write_bytes(data)
+            pngs[plot.name] = (path, data)
+    csvs = []
+    for name, df in csv.items():
+        path = out / f"{name}.csv"
+        df.to_csv(path, index=False)
+        csvs.append(path)
+    title = "Report: " + ", ".join(
+        dict.fromkeys(
+            str((m.get("scenario") or {}).get("name", "?")) for m in res.manifests.values()
+        )
+    )
+    files = [p.name for p in csvs]
+    html_path = out / "report.html"
+    html_path.write_text(_html(title, secs, pngs, files))
+    md_path = out / "report.md"
+    md_path.write_text(_markdown(title, secs, files))
+    return Report(
+        out=out,
+        html=html_path,
+        markdown=md_path,
+        csvs=csvs,
+        pngs=[p for p, _ in pngs.values()],
+        sections=[s.key for s in secs],
+        warnings=csv["warnings"],
+    )
+
+
+# -- HTML --------------------------------------------------------------------------------------
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; vertical-align: top; }
+th { background: #f3f3f3; } td.text { text-align: left; white-space: pre-wrap; max-width: 60em; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }
+dt { font-weight: bold; } dd { margin: 0; }
+figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; max-width: 60em; }
+img { max-width: 100%; border: 1px solid #eee; }
+nav a { margin-right: 1em; }
+"""
+TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "kind", "run_id"}
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(str(c))}</th>" for c in df.columns)
+    rows = []
+    for values in df.itertuples(index=False):
+        cells = []
+        for col, v in zip(df.columns, values, strict=True):
+            cls = ' class="text"' if col in TEXT_COLUMNS else ""
+            cells.append(f"<td{cls}>{esc('' if pd.isna(v) else str(v))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _html(
+    title: str, secs: list[Section], pngs: dict[str, tuple[Path, bytes]], files: list[str]
+) -> str:
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        "<nav>" + "".join(f'<a href="#{s.key}">{esc(s.title)}</a>' for s in secs) + "</nav>",
+    ]
+    for sec in secs:
+        parts.append(f'<section id="{sec.key}"><h2>{esc(sec.title)}</h2>')
+        if sec.text:
+            parts.append(f"<p>{esc(sec.text)}</p>")
+        if sec.pairs:
+            items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in sec.pairs)
+            parts.append(f"<dl>{items}</dl>")
+        for caption, df in sec.tables:
+            if caption:
+                parts.append(f"<h3>{esc(caption)}</h3>")
+            parts.append(_html_table(df))
+        for plot in sec.plots:
+            path, data = pngs[plot.name]
+            b64 = base64.b64encode(data).decode()
+            parts.append(
+                f'<figure id="fig-{plot.name}"><img src="data:image/png;base64,{b64}" '
+                f'alt="{esc(plot.title)}" data-file="plots/{path.name}">'
+                f"<figcaption><b>{esc(plot.title)}</b> (plots/{esc(path.name)}). "
+                f"{esc(plot.caption)}</figcaption></figure>"
+            )
+        parts.append("</section>")
+    parts.append(
+        '<section id="files"><h2>Files</h2><p>'
+        + esc(", ".join([*files, "report.md", "plots/*.png"]))
+        + "</p></section></body></html>"
+    )
+    return "\n".join(parts)
+
+
+# -- Markdown ----------------------------------------------------------------------------------
+def _md_cell(v: object) -> str:
+    text = "" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(_md_cell(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(_md_cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
+
+
+def _markdown(title: str, secs: list[Section], files: list[str]) -> str:
+    lines = [f"# {title}", ""]
+    for sec in secs:
+        lines += [f"## {sec.title}", ""]
+        if sec.text:
+            lines += [sec.text, ""]
+        for k, v in sec.pairs:
+            lines.append(f"- **{k}**: {v}")
+        if sec.pairs:
+            lines.append("")
+        for caption, df in sec.tables:
+            if caption:
+                lines += [f"### {caption}", ""]
+            lines += [_md_table(df), ""]
+        for plot in sec.plots:
+            lines += [f"![{plot.title}](plots/{plot.name}.png)", "", f"*{plot.caption}*", ""]
+    lines += ["## Files", "", ", ".join([*files, "report.html", "plots/*.png"]), ""]
+    return "\n".join(lines)
