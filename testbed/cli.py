@@ -489,6 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vm.add_arguments(s)
     s.set_defaults(fn=cmd_vm)
+    from testbed import cli_report
+
+    cli_report.add_parsers(sub)  # report, compare
     return p
 
 

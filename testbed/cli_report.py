@@ -1,0 +1,171 @@
+"""The ``testbed report`` and ``testbed compare`` verbs: thin printing over :mod:`analysis`.
+
+Neither needs root or touches the network. Exit codes: 0 ok (compare: nothing regressed), 1
+compare found a regression beyond the tolerance, 2 bad input (no such directory, not a results
+directory, no matching runs, a bad tolerance), printed as one line without a traceback.
+``analysis`` (pandas, matplotlib) is imported inside the verbs so other verbs start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from testbed.errors import TestbedError
+from testbed.units import format_duration, format_percent, format_size, parse_percent
+
+out = Console()
+
+
+class ReportError(TestbedError):
+    """Bad input to report/compare: the message names the path or value and what was expected."""
+
+    exit_code = 2
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``report`` and ``compare`` on the CLI's sub-parsers."""
+    s = sub.add_parser(
+        "report",
+        help="write report.html (plots embedded), report.md and CSV summaries of results",
+    )
+    s.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="a results directory (testbed run's output), a directory of them, or several",
+    )
+    s.add_argument("--out", help="output directory (default: RESULTS/report)")
+    s.set_defaults(fn=cmd_report)
+    s = sub.add_parser(
+        "compare",
+        help="compare collective times of two results sets; exit 1 when something regressed",
+    )
+    s.add_argument("base", metavar="BASE", help="results directory (or directory of them)")
+    s.add_argument("new", metavar="NEW", help="results directory (or directory of them)")
+    s.add_argument(
+        "--tolerance",
+        default="10%",
+        help="allowed change of time p50 before a row counts as regressed/improved (default 10%%)",
+    )
+    s.set_defaults(fn=cmd_compare)
+
+
+def _load(paths: Any) -> Any:
+    from analysis.loader import ResultsError, load
+
+    try:
+        return load(paths)
+    except ResultsError as exc:
+        raise ReportError(str(exc)) from None
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.report import write_report
+
+    res = _load(args.results)
+    report = write_report(res, args.out)
+    # Paths are printed unwrapped, so they can be copied from any terminal width.
+    say = {"highlight": False, "soft_wrap": True}
+    out.print(f"report: {report.html}", **say)
+    out.print(f"        {report.markdown}", **say)
+    names = f" ({', '.join(p.stem for p in report.pngs)})" if report.pngs else ""
+    out.print(f"plots:  {len(report.pngs)} in {report.out / 'plots'}{names}", **say)
+    out.print(f"tables: {', '.join(p.name for p in report.csvs)} in {report.out}", **say)
+    if not report.warnings.empty:
+        counts = report.warnings["kind"].value_counts()
+        text = ", ".join(f"{n} {k}" for k, n in counts.items())
+        out.print(f"[yellow]warnings:[/] {text} (listed in the report)", **say)
+    return 0
+
+
+VERDICT_STYLE = {
+    "regressed": "bold red",
+    "improved": "green",
+    "same": "",
+    "still failing": "yellow",
+    "fixed": "green",
+}
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from analysis.compare import compare
+    from analysis.loader import ResultsError
+
+    try:
+        tolerance = parse_percent(args.tolerance)
+    except ValueError as exc:
+        raise ReportError(f"--tolerance: {exc}") from None
+    base, new = _load(args.base), _load(args.new)
+    try:
+        cmp = compare(base, new, tolerance)
+    except ResultsError as exc:
+        raise ReportError(f"{args.base} vs {args.new}: {exc}") from None
+    t = Table(title=f"collective time p50: NEW {args.new} vs BASE {args.base}")
+    columns = [*cmp.params, "collective", "algorithm", "size", "base p50", "new p50", "change"]
+    columns += ["base busbw", "new busbw", "verdict"]
+    for col in columns:
+        t.add_column(col, justify="left" if col in cmp.params else "right")
+    for r in cmp.table.to_dict("records"):
+        style = VERDICT_STYLE.get(r["verdict"], "")
+        t.add_row(
+            *(str(r[p]) for p in cmp.params),
+            r["collective"],
+            r["algorithm"],
+            format_size(r["size"]),
+            _time(r["base_time_p50"]),
+            _time(r["new_time_p50"]),
+            _change(r["ratio"]),
+            _bw(r["base_busbw"]),
+            _bw(r["new_busbw"]),
+            f"[{style}]{r['verdict']}[/]" if style else r["verdict"],
+        )
+    out.print(t)
+    for label, rows in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
+        for r in rows.to_dict("records"):
+            where = ", ".join(f"{p}={r[p]}" for p in cmp.params if r.get(p) not in (None, ""))
+            out.print(
+                f"[yellow]unmatched[/] ({label}): {where + ' ' if where else ''}"
+                f"{r['collective']} {r['algorithm']} {format_size(r['size'])}",
+                highlight=False,
+            )
+    counts = cmp.counts()
+    order = ("regressed", "improved", "same", "still failing", "fixed")
+    text = ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
+    unmatched = len(cmp.only_base) + len(cmp.only_new)
+    verdict = "[bold red]REGRESSED[/]" if cmp.regressed else "[green]OK[/]"
+    worst = cmp.table.dropna(subset=["ratio"]).sort_values("ratio").tail(1)
+    slowest = ""
+    if not worst.empty:
+        w = worst.iloc[0]
+        where = ", ".join(f"{p}={w[p]}" for p in cmp.params if w[p] not in (None, ""))
+        slowest = (
+            f"; worst {_change(w['ratio'])} ({w['collective']} "
+            f"{w['algorithm']} {format_size(w['size'])}{', ' + where if where else ''})"
+        )
+    out.print(
+        f"{verdict}: {len(cmp.table)} matched ({text}); {unmatched} unmatched; tolerance "
+        f"{format_percent(tolerance)} on time p50{slowest}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 1 if cmp.regressed else 0
+
+
+def _missing(x: Any) -> bool:
+    return x is None or x != x  # NaN is not equal to itself
+
+
+def _time(x: Any) -> str:
+    return "-" if _missing(x) else format_duration(float(x))
+
+
+def _bw(x: Any) -> str:
+    return "-" if _missing(x) else f"{float(x) / 1e6:.4g} MB/s"
+
+
+def _change(ratio: Any) -> str:
+    return "-" if _missing(ratio) else f"{(float(ratio) - 1) * 100:+.1f}%"
