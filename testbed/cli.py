@@ -320,6 +320,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             interrupted, ok = True, False
     print_summary(exp)
+    checks = [] if interrupted else exp.check_expectations()
+    for c in checks:
+        colour = {"passed": "green", "failed": "red"}.get(c.status, "yellow")
+        out.print(f"[{colour}]{c.text()}[/]", highlight=False)
+    failed_checks = [c for c in checks if c.status == "failed"]
+    if checks:
+        out.print(
+            f"expectations: {sum(c.status == 'passed' for c in checks)} passed, "
+            f"{len(failed_checks)} failed, {sum(c.status == 'unchecked' for c in checks)} unchecked"
+        )
     if interrupted:
         err.print(
             f"interrupted; what was measured is in {exp.results.path} "
@@ -327,7 +337,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     out.print(f"results: {exp.results.path}")
-    return 0 if ok else 1
+    return 0 if ok and not failed_checks else 1
 
 
 def print_summary(exp) -> None:

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from analysis.model import Link, Topology, predict
 from testbed import netns
 from testbed.api import Terminated, Testbed
 from testbed.errors import TestbedError
+from testbed.expect import Check, check
 from testbed.layout import RankSlot, place_ranks
 from testbed.plan import GOODPUT_FACTOR, NetworkPlan
 from testbed.results import ResultsDir, versions
@@ -479,6 +480,23 @@ class Experiment:
             self.manifest["status"] = "failed"
         self.manifest["finished"] = time.time()
         self.results.update_manifest(**self.manifest)
+
+    def check_expectations(self) -> list[Check]:
+        """The scenario's ``expect`` entries against every summary row; kept in the manifest."""
+        expectations = self.runs[0].scenario.expect
+        if not expectations:
+            return []
+        runs = self.manifest["runs"]
+        checks = check(
+            list(expectations),
+            self.summaries,
+            {rid: r.get("resolved") or {} for rid, r in runs.items()},
+            list(self.runs[0].params),
+            skipped_runs=sum(r["status"] == "skipped" for r in runs.values()),
+        )
+        self.manifest["expectations"] = [asdict(c) for c in checks]
+        self.results.update_manifest(**self.manifest)
+        return checks
 
     def run(
         self,

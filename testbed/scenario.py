@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from testbed.errors import ScenarioError
+from testbed.expect import Expectation
 from testbed.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
 
 MAX_CLUSTERS = 16
@@ -306,6 +307,8 @@ class Scenario(_Strict):
     # lists them and a resolved run can show what it came from.
     sweep: dict[str, list[Any]] = {}
     repeat: int = Field(1, ge=1, le=1000)
+    # What the results must show; checked by `testbed run` (testbed.expect).
+    expect: list[Expectation] = []
 
     @field_validator("name")
     @classmethod
