@@ -259,8 +259,10 @@ def _network(resolved: dict[str, Any]) -> dict[str, Any]:
 
 def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float]]) -> pd.DataFrame:
     rows = []
+    extra: list[str] = []
     for run_id, run in runs.items():
         params = run.get("params") or {}
+        extra += [p for p in params if p not in extra]
         resolved = run.get("resolved") or {}
         for path, value in params.items():
             number = resolved_value(resolved, path)
@@ -288,7 +290,9 @@ def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float
                 **params,
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows, columns=list(dict.fromkeys([*RUN_COLUMNS, *extra])))
+    # Manifests of older versions lack some keys: the columns exist anyway (as None).
+    return frame.astype({"cpu_saturated": bool}) if rows else frame
 
 
 def short_value(value: Any) -> str:

@@ -122,6 +122,21 @@ def _plain_log(axis: Any, fmt: Any = None) -> None:
     axis.set_minor_formatter(_PlainLogFormatter(fmt))
 
 
+def _legend(ax: Any, **kw: Any) -> None:
+    """A legend inside the axes while it is short, beside them once it would hide the data."""
+    handles, _ = ax.get_legend_handles_labels()
+    count = len(kw.get("handles") or handles)
+    if count > 6:
+        kw.update(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    ax.legend(**kw)
+
+
+def _combos(df: pd.DataFrame, limit: int = 4) -> list[tuple[Any, ...]]:
+    """(collective, algorithm, size) groups with the most runs first: where the sweep is."""
+    sizes = df.groupby(["collective", "algorithm", "size"]).size()
+    return list(sizes.sort_values(ascending=False, kind="stable").index[:limit])
+
+
 def _spans_decade(values: pd.Series | list[float]) -> bool:
     vals = [v for v in values if v is not None and not pd.isna(v) and v > 0]
     return bool(vals) and max(vals) / min(vals) >= 10
@@ -212,7 +227,7 @@ def plot_time_vs_size(res: Results) -> Plot | None:
             ax.set_xlabel("message size (nccl-tests semantics)")
             ax.set_ylabel("time, slowest rank")
             ax.set_title(f"{coll} — {point}")
-            ax.legend()
+            _legend(ax)
         fig.suptitle("Collective time vs message size")
     caption = (
         "Markers: median over iterations of the slowest rank's time (bar up to p95); dashed: the "
@@ -230,10 +245,19 @@ def plot_busbw_vs_rate(res: Results) -> Plot | None:
         return None
     rate_params = [p for p in point_params(res) if p.endswith(".rate") and p.startswith("wan")]
     others = [p for p in point_params(res) if p in s and p not in rate_params]
-    collectives = sorted(s["collective"].unique())[:MAX_PANELS]
-    s = s.assign(series=s["algorithm"] + " " + s["size"].map(_size_text))
+    series = s["algorithm"] + " " + s["size"].map(_size_text)
     if others:
-        s["series"] += ", " + [point_label(r, others) for _, r in s.iterrows()]
+        labels = [point_label(r, others) for _, r in s.iterrows()]
+        extra = ["" if x == "(no sweep)" else f", {x}" for x in labels]
+        series = series + pd.Series(extra, index=s.index)
+    if s["results"].nunique() > 1:
+        series = s["results"] + ": " + series
+    s = s.assign(series=series)
+    # Only series measured at two rates or more make a line.
+    s = s[s.groupby("series")["wan_rate_bps"].transform("nunique") > 1]
+    if s.empty:
+        return None
+    collectives = sorted(s["collective"].unique())[:MAX_PANELS]
     colours = _colours(sorted(s["algorithm"].unique()))
     sizes = sorted(s["size"].unique())
     with _style():
@@ -267,7 +291,7 @@ def plot_busbw_vs_rate(res: Results) -> Plot | None:
             ax.set_xlabel("WAN rate (Mbit/s)")
             ax.set_ylabel("busbw (MB/s)")
             ax.set_title(coll)
-            ax.legend()
+            _legend(ax)
         fig.suptitle("Bus bandwidth vs WAN rate")
     caption = (
         "busbw = algbw × the collective's bus factor (nccl-tests), at the median time. The grey "
@@ -331,6 +355,8 @@ def _describe(col: str, value: Any) -> str:
         return f"RTT {value * 1e3:g} ms"
     if col == "ecn":
         return "ECN" if value else "no ECN"
+    if col == "wan_rate_bps":
+        return f"WAN {value / 1e6:g} Mbit/s"
     return short_value(value)
 
 
@@ -343,14 +369,14 @@ def plot_congestion(res: Results, cong: pd.DataFrame) -> Plot | None:
     congestion control x the other varying settings (RTT, marking profile, ECN)."""
     if cong.empty:
         return None
-    dims = ["wan_loss", "rtt_s", "aqm_profile", "ecn"]
+    dims = ["wan_loss", "rtt_s", "aqm_profile", "ecn", "wan_rate_bps"]
     varying = _varying(cong, dims)
     if not varying and cong["congestion"].nunique() < 2:
         return None
     x_col = next((c for c in ("wan_loss", "rtt_s") if c in varying), None)
     x_col = x_col or (varying[0] if varying else "congestion")
     rest = [c for c in varying if c != x_col]
-    combos = list(cong.groupby(["collective", "algorithm", "size"]).groups)[:4]
+    combos = _combos(cong)
     xs = sorted(cong[x_col].dropna().unique(), key=lambda v: (str(type(v)), v))
     ccs = sorted(cong["congestion"].dropna().unique())
     colours = _colours(ccs)
@@ -396,8 +422,8 @@ def plot_congestion(res: Results, cong: pd.DataFrame) -> Plot | None:
                 ax_t.yaxis.set_major_formatter(FuncFormatter(_time_text))
             ax_g.set_title(f"goodput — {_combo(size, coll, algo)}")
             ax_t.set_title(f"time — {_combo(size, coll, algo)}")
-            ax_g.legend()
-            ax_t.legend()
+            _legend(ax_g)
+            _legend(ax_t)
         fig.suptitle("Goodput and collective time per congestion control")
     caption = (
         "Goodput is the collective's bus bandwidth in bit/s (for the flat ring across one WAN "
@@ -412,7 +438,7 @@ def plot_throughput_delay(res: Results, cong: pd.DataFrame) -> Plot | None:
     if cong.empty or cong["srtt_p95_ms"].isna().all():
         return None
     df = cong.dropna(subset=["srtt_p95_ms", "goodput_bps"])
-    combos = list(df.groupby(["collective", "algorithm", "size"]).groups)[:4]
+    combos = _combos(df)
     ccs = sorted(df["congestion"].dropna().unique())
     colours = _colours(ccs)
     profiles = list(dict.fromkeys(df["aqm_profile"].fillna("droptail")))
@@ -447,7 +473,7 @@ def plot_throughput_delay(res: Results, cong: pd.DataFrame) -> Plot | None:
             ax.set_xlabel("p95 smoothed RTT of the WAN flows (ms, tcp_info; lower is right)")
             ax.set_ylabel("goodput = busbw × 8 (Mbit/s)")
             ax.set_title(f"throughput vs delay — {_combo(size, coll, algo)}")
-            ax.legend()
+            _legend(ax)
         fig.suptitle("Throughput vs delay per congestion control (Pantheon-style)")
     caption = (
         "One point per run: x = 95th percentile of srtt over the tcp_info samples of the WAN data "
@@ -536,8 +562,8 @@ def plot_queues(res: Results) -> Plot | None:
                 Line2D([], [], color="grey", label="drops"),
                 Line2D([], [], color="grey", marker=".", lw=1.5, label="CE marks"),
             ]
-            ax_b.legend(handles=run_handles + dir_handles)
-            ax_c.legend(handles=counter_handles + dir_handles)
+            _legend(ax_b, handles=run_handles + dir_handles)
+            _legend(ax_c, handles=counter_handles + dir_handles)
             ax_b.set_ylabel("backlog (KB)")
             ax_c.set_ylabel("count since first sample (packets)")
             ax_b.set_title(f"queue occupancy — {profile}")
@@ -593,7 +619,7 @@ def plot_tcp(res: Results) -> Plot | None:
                 if col != "srtt_ms" and _spans_decade(sub[col]) and (sub[col] > 0).all():
                     ax.set_yscale("log")
             axes[-1][j].set_xlabel("time since the first timed iteration (s)")
-            axes[0][j].legend()
+            _legend(axes[0][j])
         fig.suptitle("TCP state of the WAN flows (tcp_info)")
     caption = (
         "tcp.parquet, for each run and host pair across the WAN the socket that sent the most "

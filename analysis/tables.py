@@ -156,7 +156,7 @@ def data_sockets(res: Results) -> pd.DataFrame:
 
 CONGESTION_COLUMNS = [
     "results", "run_id", "label", "congestion", "ecn", "wan_loss", "rtt_s", "aqm_profile",
-    "collective", "algorithm", "size", "time_p50", "time_p95", "goodput_bps",
+    "wan_rate_bps", "collective", "algorithm", "size", "time_p50", "time_p95", "goodput_bps",
     "wan_goodput_bps", "cpu_saturated",
     "srtt_p50_ms", "srtt_p95_ms", "cwnd_p50", "retransmits",
     "backlog_p50_bytes", "backlog_p95_bytes", "backlog_max_bytes", "dropped", "marked",
@@ -170,7 +170,7 @@ def congestion_table(res: Results) -> pd.DataFrame:
     if runs.empty or res.summary.empty:
         return pd.DataFrame(columns=[*res.params, *CONGESTION_COLUMNS])
     desc = ["results", "run_id", "label", "congestion", "ecn", "wan_loss", "rtt_s"]
-    desc += ["aqm_profile", "wan_goodput_bps"]
+    desc += ["aqm_profile", "wan_rate_bps", "wan_goodput_bps"]
     summary = res.summary[["results", "run_id", *SUMMARY_KEYS, "time_p50", "time_p95", "busbw"]]
     df = runs[[*desc, "cpu_saturated", *[p for p in res.params if p in runs]]].merge(
         summary, on=["results", "run_id"]
@@ -422,6 +422,7 @@ FORMATS = {
     "busbw": _fmt_bw,
     "goodput_bps": _fmt_rate,
     "wan_goodput_bps": _fmt_rate,
+    "wan_rate_bps": _fmt_rate,
     "goodput_configured_bps": _fmt_rate,
     "measured_over_predicted": lambda x: _fmt_num(x, ".2f"),
     "speedup": lambda x: _fmt_num(x, ".2f"),
@@ -451,6 +452,7 @@ HEADERS = {
     "flat_time_p50": "flat p50",
     "goodput_bps": "goodput",
     "wan_goodput_bps": "WAN ceiling",
+    "wan_rate_bps": "WAN rate",
     "rtt_configured_s": "RTT conf",
     "rtt_median_s": "RTT p50",
     "rtt_p99_s": "RTT p99",
