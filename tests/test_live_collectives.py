@@ -160,8 +160,35 @@ def test_cli_run_prints_summary_and_resume_skips_finished_runs(root, tmp_path):
     assert len(df[df.run_id == "p001-r0"]) == 4 * 2
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(root, tmp_path):
+def test_cli_run_checks_expectations_and_fails_with_the_numbers(root, tmp_path):
+    data = workload_scenario("exp", algorithms=["flat", "hierarchical"])
+    data["expect"] = [
+        {"metric": "time_p50", "relation": "<", "value": 60},
+        {"where": {"algorithm": "flat"}, "metric": "time_p50", "relation": "<", "value": 1e-9},
+    ]
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(data))
+    r = subprocess.run(
+        [*CLI, "run", str(path), "--out", str(tmp_path / "out"), "--selfcheck", "0.3"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "220"},
+        timeout=300,
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "expect[0] passed" in r.stdout
+    assert "expect[1] failed: algorithm=flat: time_p50 < 1e-09" in r.stdout
+    assert "expectations: 2 passed, 1 failed, 0 unchecked" in r.stdout
+    (results,) = (tmp_path / "out").iterdir()
+    manifest = json.loads((results / "manifest.json").read_text())
+    assert manifest["status"] == "ok"  # the runs themselves were fine
+    assert [c["status"] for c in manifest["expectations"]] == ["passed", "passed", "failed"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(root, tmp_path, sig):
     data = workload_scenario("int", sizes=["1MiB"], iterations=1000, timeout="120s")
+    data["sweep"] = {"workload.warmup": [1, 2]}  # a second run that must not start
     path = tmp_path / "s.yaml"
     path.write_text(json.dumps(data))
     proc = subprocess.Popen(
@@ -178,7 +205,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(root, tmp_path):
             time.sleep(0.2)
         assert rows, "the ranks never started"
         time.sleep(2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -188,5 +215,6 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(root, tmp_path):
     (results,) = (tmp_path / "out").iterdir()
     manifest = json.loads((results / "manifest.json").read_text())
     assert manifest["runs"]["p000-r0"]["status"] == "interrupted"
+    assert "p001-r0" not in manifest["runs"]
     assert len(pd.read_parquet(results / "collectives.parquet")) > 0
     assert not [r for r in registry.records() if r.name.startswith(data["name"][:30])]
