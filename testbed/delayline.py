@@ -223,18 +223,9 @@ def iptables_rules(
     return rules
 
 
-def iptables_delete_rules(
-    in_iface: str,
-    queue_num: int,
-    *,
-    iptables: str = "iptables",
-    ce_iface: str | None = None,
-    ce_mark: int = DEFAULT_CE_MARK,
-) -> list[list[str]]:
+def iptables_delete_rules(in_iface: str, queue_num: int, **options: Any) -> list[list[str]]:
     """argv lists deleting the rules of :func:`iptables_rules` (same arguments)."""
-    rules = iptables_rules(
-        in_iface, queue_num, iptables=iptables, ce_iface=ce_iface, ce_mark=ce_mark
-    )
+    rules = iptables_rules(in_iface, queue_num, **options)
     return [[("-D" if a == "-A" else a) for a in rule] for rule in rules]
 
 
