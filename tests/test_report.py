@@ -230,14 +230,15 @@ def test_report_of_a_failed_run_and_skipped_points_lists_both(reports):
 def test_report_renders_without_some_tables(tmp_path):
     src = tmp_path / "congestion-untraced"
     shutil.copytree(CONGESTION, src)
-    for name in ("tcp", "flows", "links"):
+    for name in ("tcp", "flows", "queues", "links"):
         (src / f"{name}.parquet").unlink()
     rep = write_report(src)  # default: RESULTS/report
     assert rep.out == src / "report"
-    assert {p.stem for p in rep.pngs} == {"congestion", "queues"}
+    assert {p.stem for p in rep.pngs} == {"congestion"}  # no trace figures without traces
     assert "links" not in rep.sections and "congestion" in rep.sections
     cong = pd.read_csv(rep.out / "congestion.csv")
-    assert cong["srtt_p95_ms"].isna().all() and cong["backlog_max_bytes"].notna().all()
+    assert cong["srtt_p95_ms"].isna().all() and cong["backlog_max_bytes"].isna().all()
+    assert cong["goodput_bps"].notna().all()
 
 
 # -- compare -----------------------------------------------------------------------------------
@@ -335,3 +336,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_report_of_skipped_only_and_of_an_older_manifest(tmp_path):
+    manifest = json.loads((FAILURE / "manifest.json").read_text())
+    skipped = tmp_path / "skipped"
+    skipped.mkdir()
+    runs = {k: v for k, v in manifest["runs"].items() if v["status"] == "skipped"}
+    (skipped / "manifest.json").write_text(json.dumps({**manifest, "runs": runs, "summary": []}))
+    rep = write_report(skipped)
+    assert rep.sections == ["overview", "warnings", "runs"] and not rep.pngs
+    assert "unsupported on this kernel" in rep.html.read_text()
+    # no summary and no resolved scenarios (older manifests): computed from collectives.parquet
+    older = tmp_path / "older"
+    older.mkdir()
+    shutil.copy(FAILURE / "collectives.parquet", older)
+    runs = {k: {f: v for f, v in r.items() if f != "resolved"} for k, r in manifest["runs"].items()}
+    (older / "manifest.json").write_text(json.dumps({"runs": runs}))
+    res = load(older)
+    assert len(res.summary) == 3 and res.summary["predicted"].isna().all()
+    assert "collectives" in write_report(res, tmp_path / "out").sections
