@@ -11,7 +11,8 @@ Files in ``out`` (default: ``<results>/report``)::
     plots/<name>.png  one PNG per figure (time_vs_size, busbw_vs_rate, speedup, congestion,
                       throughput_delay, queues, tcp)
     summary.csv       the nccl-tests-style table (SI units: s, bytes, bytes/s)
-    runs.csv, warnings.csv, links.csv, speedup.csv, congestion.csv   (where there is data)
+    runs.csv, warnings.csv, links.csv, expectations.csv, speedup.csv, congestion.csv
+                      (where there is data)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from analysis import plots as P
 from analysis import tables as T
 from analysis.loader import Results, load
 
-CSV_NAMES = ("runs", "warnings", "links", "summary", "speedup", "congestion")
+CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "speedup", "congestion")
 
 
 @dataclass
@@ -95,6 +96,15 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         )
         out.append(Section("links", "Link self-check", text, tables=[("", T.formatted(links))]))
 
+    expectations = T.expectations_table(res)
+    if not expectations.empty:
+        csv["expectations"] = expectations
+        counts = expectations["status"].value_counts()
+        text = "The scenario's `expect` entries, checked by `testbed run`: " + ", ".join(
+            f"{n} {k}" for k, n in counts.items()
+        )
+        shown = T.formatted(expectations)
+        out.append(Section("expectations", "Expectations", text, tables=[("", shown)]))
     table = T.collective_table(res)
     if not table.empty:
         csv["summary"] = table

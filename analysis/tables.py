@@ -10,7 +10,8 @@ exist; :func:`formatted` turns one into display strings with units.
 * :func:`congestion_table`: one row per run of a congestion sweep: time, goodput, the WAN
   sockets' srtt/cwnd/retransmissions (tcp.parquet), the bottleneck's backlog, drops and marks
   (queues.parquet), the flows' retransmission and CE shares (flows.parquet).
-* :func:`links_table`, :func:`runs_table`, :func:`warnings_table`, :func:`header`.
+* :func:`links_table`, :func:`runs_table`, :func:`warnings_table`, :func:`header`,
+  :func:`expectations_table` (the scenario's ``expect`` checks recorded by ``testbed run``).
 
 *Goodput* here is the collective's bus bandwidth in bit/s (``busbw × 8``): nccl-tests defines
 busbw so that it compares with a link's speed, and for gloo's ring over one WAN direction it is
@@ -315,11 +316,44 @@ def warnings_table(res: Results) -> pd.DataFrame:
                         f"{cap.get('label')}: the capture reached its size cap "
                         f"({cap.get('packets')} packets); flows.parquet covers the start only",
                     )
-    order = ["failed", "interrupted", "unknown", "wrong result", "skipped", "not run"]
+    for e in expectations_table(res).itertuples():
+        if e.status == "failed":
+            numbers = (
+                f": {e.lhs:.4g} vs {e.rhs:.4g}" if e.lhs is not None and e.rhs is not None else ""
+            )
+            add(
+                "expectation failed",
+                e.results,
+                "",
+                str(e.row or ""),
+                f"expect[{e.expectation}] {e.description}{numbers}"
+                + (f" ({e.detail})" if e.detail else ""),
+            )
+    order = ["failed", "interrupted", "unknown", "expectation failed", "wrong result", "skipped"]
+    order += ["not run"]
     order += ["link check", "cpu-saturated", "trace", "pcap truncated"]
     df = pd.DataFrame(rows, columns=["kind", "results", "run_id", "label", "message"])
     df["__k"] = df["kind"].map({k: i for i, k in enumerate(order)})
     return df.sort_values(["__k", "results", "run_id"], kind="stable").drop(columns="__k")
+
+
+EXPECTATION_COLUMNS = ["results", "expectation", "status", "description", "row", "lhs", "rhs"]
+EXPECTATION_COLUMNS += ["detail"]
+
+
+def expectations_table(res: Results) -> pd.DataFrame:
+    """The scenario's ``expect`` checks as ``testbed run`` recorded them in the manifest
+    (``expectations``): one row per expectation x summary row it applied to."""
+    rows = [
+        {"results": source, **check}
+        for source, manifest in res.manifests.items()
+        for check in manifest.get("expectations") or []
+    ]
+    df = pd.DataFrame(rows)
+    for col in EXPECTATION_COLUMNS:
+        if col not in df:
+            df[col] = None
+    return df[EXPECTATION_COLUMNS]
 
 
 def header(res: Results) -> list[tuple[str, str]]:

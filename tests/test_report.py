@@ -356,3 +356,22 @@ def test_report_of_skipped_only_and_of_an_older_manifest(tmp_path):
     res = load(older)
     assert len(res.summary) == 3 and res.summary["predicted"].isna().all()
     assert "collectives" in write_report(res, tmp_path / "out").sections
+
+
+def test_report_shows_the_scenarios_expectations(tmp_path):
+    src = tmp_path / "expected"
+    shutil.copytree(FAILURE, src)
+    manifest = json.loads((src / "manifest.json").read_text())
+    manifest["expectations"] = [
+        {"expectation": 0, "description": "hierarchical time <= 0.5 x flat", "status": "failed",
+         "row": "p000-r0 all_reduce 65536", "lhs": 0.0229, "rhs": 0.0121, "detail": ""},
+        {"expectation": 1, "description": "busbw >= 1 MB/s", "status": "passed",
+         "row": "p000-r0 all_reduce 65536", "lhs": 2.7e6, "rhs": 1e6, "detail": ""},
+    ]  # fmt: skip
+    (src / "manifest.json").write_text(json.dumps(manifest))
+    rep = write_report(src)
+    assert "expectations" in rep.sections
+    failed = rep.warnings[rep.warnings["kind"] == "expectation failed"]
+    want = "expect[0] hierarchical time <= 0.5 x flat: 0.0229 vs 0.0121"
+    assert failed["message"].tolist() == [want]
+    assert "busbw &gt;= 1 MB/s" in rep.html.read_text()
