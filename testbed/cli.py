@@ -58,7 +58,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         routes = [f"{r.dst} via {r.via}" for r in plan.routes if r.ns == ns.name]
         t.add_row(ns.label, ns.role, "\n".join(addrs), "\n".join(routes))
     out.print(t)
-    t = Table(title="WAN directions (bottleneck: HTB + bfifo on the sending gateway)")
+    t = Table(title="WAN directions (bottleneck: HTB on the sending gateway; docs/congestion.md)")
     for col in (
         "direction",
         "rate",
@@ -70,6 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "buffer",
         "HTB burst",
         "netem limit",
+        "queue",
     ):
         t.add_column(col, justify="right")
     for d in plan.wan:
@@ -84,6 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             format_size(d.buffer),
             format_size(d.shaper.burst),
             f"{d.impairment.netem_limit} pkt",
+            _queue_text(d.aqm),
         )
     out.print(t)
     if plan.fabric:
@@ -117,6 +119,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for w in plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
     return 0
+
+
+def _queue_text(aqm) -> str:
+    if aqm is None:
+        return "drop-tail (bfifo)"
+    if aqm.kind == "red":
+        text = f"red {format_size(aqm.kmin)}..{format_size(aqm.kmax)} p {format_percent(aqm.pmax)}"
+    elif aqm.kind == "step":
+        text = f"step > {format_size(aqm.k)}"
+    else:
+        return "drop-tail"
+    return text + (" ECN" if aqm.ecn else " drop")
 
 
 # -- live verbs -------------------------------------------------------------------------------
