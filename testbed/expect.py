@@ -7,7 +7,8 @@ expect:
     metric: time_p50
     relation: "<"
     factor: 1.0                            # optional: rhs x factor ("< 0.8 x flat": factor 0.8)
-    when: {wan[0].rate: "<=200mbit"}       # ...at these sweep points only
+    when:                                  # ...at these sweep points only
+      wan[0].rate: "<=200mbit"             # (block style: YAML reads [ in {...} as a list)
   - metric: measured_over_predicted        # or against a fixed value
     relation: "<="
     value: 1.25
