@@ -1,0 +1,289 @@
+"""The pytest plugin (testbed.pytest_plugin) seen from a user's test suite, run with pytester in a
+subprocess each (real namespaces and rank processes), plus pure tests of what run_ranks accepts.
+
+Scenarios are tiny (2 clusters x 1 host, 100 Mbit/s, 5 ms): most of a case's time is the rank
+processes importing torch and joining gloo.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import kernel, registry
+from testbed.ranktest import RankFunctionError, TimeStats, _quantile, describe_function
+
+pytest_plugins = ["pytester"]
+
+TINY = """\
+name: tiny
+clusters:
+  east: {hosts: 1}
+  west: {hosts: 1}
+wan:
+  - between: [east, west]
+    rate: 100mbit
+    delay: 5ms
+"""
+INNER_TIMEOUT = 120  # seconds an inner pytest run may take before the outer test fails
+
+
+def run_inner(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    pytester.makefile(".yaml", tiny=TINY)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=INNER_TIMEOUT)
+
+
+def rank_processes_of(run_dir: str) -> list[int]:
+    """Pids whose command line names this call's directory (its spec.json): that call's ranks."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if run_dir in cmdline:
+                pids.append(int(proc.name))
+    return pids
+
+
+# -- live: a user's suite ----------------------------------------------------------------------
+def test_passing_rank_function(root, pytester):
+    pytester.makepyfile(
+        test_pass="""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        def double(ctx, nbytes):
+            t = torch.ones(nbytes // 4)
+            with ctx.timer("all_reduce"):
+                dist.all_reduce(t)
+            assert float(t[0]) == ctx.world_size
+            return ctx.rank * 2
+
+        @pytest.mark.testbed("tiny.yaml", set={"wan[0].delay": "5ms"})
+        def test_double(testbed):
+            res = testbed.run_ranks(double, nbytes=64 << 10, iterations=3, warmup=1)
+            assert res.ok, res.explain()
+            assert res.returns == [0, 2]
+            assert res.errors == {} and res.problems == []
+            assert res.time.n == 3 and len(res.times) == 3
+            assert 0 < res.time.p50 <= res.time.p95 <= res.time.max
+            assert set(res.phases) == {"all_reduce"}
+            assert 0 < res.predicted("all_reduce", "flat") < 1
+            assert res.predicted("all_reduce", "flat", size=1 << 20) > res.predicted("all_reduce")
+            assert [r.host for r in testbed.ranks] == ["east-h0", "west-h0"]
+            assert [c.direction for c in res.links] == ["east->west", "west->east"]
+            assert testbed.testbed.name.startswith("pt")
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=1)
+
+
+def test_rank_that_raises_shows_its_rank_and_traceback(root, pytester):
+    pytester.makepyfile(
+        test_raises="""
+        import pytest
+
+        def explode(ctx):
+            if ctx.rank == 1:
+                raise ValueError("bad gradient on purpose")
+            return ctx.rank
+
+        @pytest.mark.testbed("tiny.yaml", selfcheck=False)
+        def test_explode(testbed):
+            res = testbed.run_ranks(explode)
+            assert 1 in res.errors and "bad gradient on purpose" in res.errors[1]
+            assert res.problems[0].startswith("rank 1 (west-h0) raised ValueError")
+            assert res.ok
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*testbed: ranks and network*",
+            "*rank 1 (west-h0) raised ValueError: bad gradient on purpose*",
+            '*test_raises.py", line 5, in explode*',
+            '*raise ValueError("bad gradient on purpose")*',
+            "*network: testbed pt*",
+        ]
+    )
+
+
+def test_rank_that_hangs_times_out_and_everything_is_torn_down(root, pytester):
+    pytester.makepyfile(
+        test_hang="""
+        import time
+        from pathlib import Path
+        import pytest
+
+        def hang(ctx):
+            if ctx.rank == 1:
+                time.sleep(3600)
+            return ctx.rank
+
+        @pytest.mark.testbed("tiny.yaml", selfcheck=False)
+        def test_hang(testbed):
+            Path("testbed-name").write_text(testbed.testbed.name)
+            Path("testbed-prefix").write_text(testbed.testbed.record.prefix)
+            res = testbed.run_ranks(hang, timeout=5)
+            Path("run-dir").write_text(str(res.run_dir))
+            assert res.returns[0] == 0
+            assert res.ok, res
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*rank 1 (west-h0) did not finish within 5 s (in test_hang:hang, iteration 0)*",
+            "*stack when stopped*",
+            '*test_hang.py", line 7 in hang*',
+        ]
+    )
+    name = (pytester.path / "testbed-name").read_text()
+    prefix = (pytester.path / "testbed-prefix").read_text()
+    run_dir = (pytester.path / "run-dir").read_text()
+    assert name not in {r.name for r in registry.records()}
+    assert registry.namespaces_with_prefix(prefix) == []
+    assert rank_processes_of(run_dir) == []
+
+
+def test_skipped_when_the_kernel_lacks_what_the_scenario_needs(root, pytester):
+    if kernel.probe().congestion_supported("dctcp"):
+        pytest.skip("this kernel has dctcp: nothing to skip here")
+    pytester.makefile(".yaml", dctcp=TINY + "tcp: {congestion: dctcp}\n")
+    pytester.makepyfile(
+        test_skip="""
+        import pytest
+
+        @pytest.mark.testbed("dctcp.yaml")
+        def test_needs_dctcp(testbed):
+            raise AssertionError("must not run")
+
+        def test_fixture_without_marker(testbed):
+            raise AssertionError("must not run")
+        """
+    )
+    result = run_inner(pytester, "-rs")
+    result.assert_outcomes(skipped=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*the `testbed` fixture needs a scenario*",
+            "SKIPPED*unsupported on this kernel: dctcp*",
+        ]
+    )
+
+
+def test_skipped_when_not_root(pytester):
+    pytester.makeconftest("import os\nos.geteuid = lambda: 1000  # pretend: not root\n")
+    pytester.makepyfile(
+        test_user="""
+        import pytest
+
+        @pytest.mark.testbed("tiny.yaml")
+        def test_needs_root(testbed):
+            raise AssertionError("must not run")
+        """
+    )
+    result = run_inner(pytester, "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*needs root*"])
+
+
+def test_module_scoped_network_is_shared(root, pytester):
+    pytester.makepyfile(
+        test_module="""
+        import pytest
+
+        pytestmark = pytest.mark.testbed("tiny.yaml", scope="module", selfcheck=False)
+        seen = []
+
+        def test_first(testbed):
+            seen.append(testbed.testbed.name)
+            assert testbed.testbed.run("east-h0", ["ping", "-c1", "-W2", "west-h0"]).returncode == 0
+
+        def test_second_sees_the_same_network(testbed):
+            assert seen == [testbed.testbed.name]
+            with pytest.raises(TypeError, match="lambda"):
+                testbed.run_ranks(lambda ctx: 0)
+
+        @pytest.mark.testbed("tiny.yaml", scope="module", set={"wan[0].delay": "1ms"},
+                             selfcheck=False)
+        def test_other_arguments_other_network(testbed):
+            assert testbed.testbed.name not in seen
+            assert testbed.plan.wan[0].delay == 0.001
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=3)
+    assert not [r for r in registry.records() if not r.live() and r.name.startswith("pt")]
+
+
+# -- pure: what can be sent to the ranks -------------------------------------------------------
+def top_level(ctx, x):
+    return x
+
+
+class Holder:
+    @staticmethod
+    def static(ctx):
+        return 0
+
+    def method(self, ctx):
+        return 0
+
+
+def test_top_level_functions_and_static_methods_are_accepted():
+    module = __name__
+    assert describe_function(top_level) == (f"{module}:top_level", str(Path(__file__).resolve()))
+    assert describe_function(Holder.static)[0] == f"{module}:Holder.static"
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (lambda ctx: 0, "lambda"),
+        (functools.partial(top_level, x=1), "not a plain function"),
+        (Holder().method, "bound method"),
+        (print, "not a plain function"),
+    ],
+)
+def test_what_cannot_run_on_ranks_is_refused_with_a_reason(fn, message):
+    with pytest.raises(RankFunctionError, match=message):
+        describe_function(fn)
+
+
+def test_closures_are_refused():
+    y = 1
+
+    def inner(ctx):
+        return y
+
+    with pytest.raises(RankFunctionError, match="nested function or closure"):
+        describe_function(inner)
+
+
+def test_time_stats():
+    assert _quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    stats = TimeStats.of([0.3, 0.1, 0.2])
+    assert (stats.p50, stats.max, stats.min, stats.n) == (0.2, 0.3, 0.1, 3)
+    empty = TimeStats.of([])
+    assert empty.n == 0 and not (empty.p50 <= 1.0)  # NaN: a timing assertion fails, not errors
+
+
+def test_plugin_import_is_cheap():
+    code = (
+        "import sys, testbed.pytest_plugin; print('torch' in sys.modules, 'pandas' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["False", "False"]
