@@ -56,6 +56,8 @@ _STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent ca
 _STATE_TEXT = {
     "starting": "starting Python and loading the function",
     "setup": "joining torch.distributed",
+    "import": "loading the function or its arguments",
+    "return": "sending its return value",
     "final-barrier": "in the final barrier after returning",
     "done": "finished",
 }

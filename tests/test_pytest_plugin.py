@@ -52,6 +52,7 @@ def rank_processes_of(run_dir: str) -> list[int]:
 
 
 # -- live: a user's suite ----------------------------------------------------------------------
+@pytest.mark.live
 def test_passing_rank_function(root, pytester):
     pytester.makepyfile(
         test_pass="""
@@ -86,6 +87,7 @@ def test_passing_rank_function(root, pytester):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.live
 def test_rank_that_raises_shows_its_rank_and_traceback(root, pytester):
     pytester.makepyfile(
         test_raises="""
@@ -117,6 +119,7 @@ def test_rank_that_raises_shows_its_rank_and_traceback(root, pytester):
     )
 
 
+@pytest.mark.live
 def test_rank_that_hangs_times_out_and_everything_is_torn_down(root, pytester):
     pytester.makepyfile(
         test_hang="""
@@ -156,6 +159,7 @@ def test_rank_that_hangs_times_out_and_everything_is_torn_down(root, pytester):
     assert rank_processes_of(run_dir) == []
 
 
+@pytest.mark.live
 def test_skipped_when_the_kernel_lacks_what_the_scenario_needs(root, pytester):
     if kernel.probe().congestion_supported("dctcp"):
         pytest.skip("this kernel has dctcp: nothing to skip here")
@@ -198,6 +202,7 @@ def test_skipped_when_not_root(pytester):
     result.stdout.fnmatch_lines(["SKIPPED*needs root*"])
 
 
+@pytest.mark.live
 def test_module_scoped_network_is_shared(root, pytester):
     pytester.makepyfile(
         test_module="""
