@@ -146,10 +146,11 @@ class RankOutcome:
 
     @property
     def primary(self) -> bool:
-        """True when this rank's own code (or setup) failed, not a consequence of another's."""
-        return self.status == "timeout" or (
-            self.status in ("error", "crashed")
-            and self.where not in ("barrier", "final-barrier", "stopped")
+        """True when this rank's own code (or setup) failed or hung, not when it failed or
+        waited in one of the harness's barriers (because another rank did not arrive)."""
+        return self.status in ("error", "crashed", "timeout") and self.where not in (
+            "barrier",
+            "final-barrier",
         )
 
 
@@ -314,7 +315,10 @@ class RankResults:
             text = o.error or o.stack
             if text and not o.primary and any(x.primary for x in self.outcomes):
                 # a consequence of another rank's failure: its harness traceback is noise
-                lines.append(f"  | {o.error_summary or o.status} (after another rank failed)")
+                if o.status in ("timeout", "stopped"):
+                    lines.append("  | was waiting for the other ranks when stopped")
+                else:
+                    lines.append(f"  | {o.error_summary} (after another rank failed)")
             elif text:
                 body = text.splitlines()
                 if len(body) > TRACEBACK_TAIL:
