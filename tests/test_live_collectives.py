@@ -196,6 +196,9 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(root, tmp_path, sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A suite started in the background (`make test &`) inherits SIGINT ignored, and Python
+        # keeps it ignored: give the CLI the terminal's default, as a user's shell would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 90
