@@ -95,7 +95,11 @@ def test_red_marks_ce_at_the_kernel_bottleneck(make_testbed):
     q = _qdisc_stats(tb, "east->west")
     assert q["kind"] == "red"
     assert q["marked"] > 0, q
-    assert q["drops"] == 0, q  # ECN senders are marked, not dropped
+    # ECN data is marked, not dropped: no overflow drops, and early (RED) drops only hit the few
+    # packets that are not ECN-capable (SYN, pure ACKs, the self-check's UDP probes).
+    print(f"red qdisc: {q}")
+    assert q["pdrop"] == 0, q
+    assert q["early"] < q["marked"], q
 
 
 def test_dctcp_is_in_effect_on_the_senders_socket(make_testbed):

@@ -189,7 +189,9 @@ def test_longest_cluster_name_is_accepted() -> None:
 
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
-ALLOWED_TOP = "name, description, clusters, wan, tcp, backend, workload, trace, sweep, repeat, expect"
+ALLOWED_TOP = (
+    "name, description, clusters, wan, tcp, backend, workload, trace, sweep, repeat, expect"
+)
 ALLOWED_WAN = "between, rate, delay, jitter, loss, reorder, buffer, aqm, reverse"
 ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle"
 CLUSTER_RULE = "allowed: a lowercase letter, then a-z and 0-9, at most 12 characters"
