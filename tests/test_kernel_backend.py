@@ -50,7 +50,9 @@ def test_netem_loss_and_jitter(make_testbed):
     tb = make_testbed(
         wan(delay="20ms", loss="5%", jitter="4ms", reverse={"loss": "0%", "jitter": "0ms"})
     )
-    r = probe_rtt(tb, "east-h0", "west-h0", count=600, interval=0.005)
+    # 50 probes/s: at 200/s one CI run in a TCG guest lost 28% for 5% configured, more than
+    # netem explains; the Python prober and echo server under slow emulation are the suspects.
+    r = probe_rtt(tb, "east-h0", "west-h0", count=500, interval=0.02)
     assert 0.02 <= r["lost"] / r["sent"] <= 0.08, r["lost"]
     std = statistics.pstdev(r["forward"])
     assert std > 0.002, std  # jitter is applied (netem may reorder; the line would not)
