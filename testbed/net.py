@@ -75,29 +75,32 @@ def ensure_congestion_allowed(wanted: tuple[str, ...], feats: KernelFeatures) ->
             f"(available: {', '.join(feats.congestion_available)}); "
             "`testbed doctor` lists what this kernel has"
         )
-    allowed = INIT_ALLOWED_CC.read_text().split()
-    needed = [c for c in wanted if c not in allowed]
-    if not needed:
-        return
-    backup = registry.STATE_DIR / ALLOWED_CC_BACKUP
-    if not backup.exists():
-        registry.STATE_DIR.mkdir(parents=True, exist_ok=True)
-        backup.write_text(" ".join(allowed))
-    try:
-        INIT_ALLOWED_CC.write_text(" ".join(allowed + needed))
-    except OSError as exc:
-        raise UnsupportedError(
-            f"cannot allow congestion control {', '.join(needed)} in namespaces: {exc.strerror}"
-        ) from None
+    # Under the registry lock, like claim() and restore: otherwise a testbed extending the list
+    # while the last other one restores it can leave the list grown with no backup to restore.
+    with registry.locked():
+        allowed = INIT_ALLOWED_CC.read_text().split()
+        needed = [c for c in wanted if c not in allowed]
+        if not needed:
+            return
+        backup = registry.STATE_DIR / ALLOWED_CC_BACKUP
+        if not backup.exists():
+            backup.write_text(" ".join(allowed))
+        try:
+            INIT_ALLOWED_CC.write_text(" ".join(allowed + needed))
+        except OSError as exc:
+            raise UnsupportedError(
+                f"cannot allow congestion control {', '.join(needed)} in namespaces: {exc.strerror}"
+            ) from None
 
 
 def restore_congestion_allowed() -> None:
     """Put back the init namespace's allowed list once no testbed needs it any more."""
     backup = registry.STATE_DIR / ALLOWED_CC_BACKUP
-    if backup.exists() and not registry.records():
-        with contextlib.suppress(OSError):
-            INIT_ALLOWED_CC.write_text(backup.read_text())
-        backup.unlink(missing_ok=True)
+    with registry.locked():
+        if backup.exists() and not registry.records():
+            with contextlib.suppress(OSError):
+                INIT_ALLOWED_CC.write_text(backup.read_text())
+            backup.unlink(missing_ok=True)
 
 
 def write_hosts_files(plan: NetworkPlan) -> None:

@@ -85,7 +85,8 @@ class Record:
 
 
 @contextlib.contextmanager
-def _locked() -> Iterator[None]:
+def locked() -> Iterator[None]:
+    """The machine-wide registry lock (flock): claims, and the shared allowed-cc list."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with open(STATE_DIR / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -123,7 +124,7 @@ def claim(name: str, scenario: str = "", persistent: bool = False) -> Record:
         raise RegistryError(
             f"{name!r} is not a valid testbed name; allowed: a-z, 0-9 and '-', at most 48 chars"
         )
-    with _locked():
+    with locked():
         existing = records()
         for rec in existing:
             if rec.name == name and rec.live():
