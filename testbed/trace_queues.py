@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import netns
+from testbed.netlink import NLMSGHDR, attributes, messages
 
 LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of testbed.render
 
@@ -44,9 +45,7 @@ NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 TCA_KIND, TCA_XSTATS, TCA_STATS2 = 1, 4, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
-_NLMSGHDR = struct.Struct("=IHHII")
 _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
-_RTA = struct.Struct("=HH")
 _BASIC = struct.Struct("=QI")  # bytes, packets
 _QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
 RED_XSTATS = struct.Struct("=IIII")  # struct tc_red_xstats: early, pdrop, other, marked
@@ -57,17 +56,6 @@ class QdiscTarget:
     direction: str
     ns: str
     ifname: str
-
-
-def _attrs(data: memoryview) -> dict[int, memoryview]:
-    out, off = {}, 0
-    while off + 4 <= len(data):
-        alen, atype = _RTA.unpack_from(data, off)
-        if alen < 4:
-            break
-        out[atype & 0x3FFF] = data[off + 4 : off + alen]
-        off += (alen + 3) & ~3
-    return out
 
 
 class QdiscReader:
@@ -88,21 +76,14 @@ class QdiscReader:
         """Every qdisc of the interface: handle, kind and counters (red: its marks too)."""
         self.seq += 1
         req = _TCMSG.pack(0, self.index, 0, 0, 0)
-        hdr = _NLMSGHDR.pack(
-            _NLMSGHDR.size + len(req), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0
+        hdr = NLMSGHDR.pack(
+            NLMSGHDR.size + len(req), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0
         )
         self.sock.send(hdr + req)
         out: list[dict[str, Any]] = []
         while True:
             n = self.sock.recv_into(self.buf)
-            view = memoryview(self.buf)[:n]
-            off = 0
-            while off + _NLMSGHDR.size <= n:
-                mlen, mtype, _flags, seq, _pid = _NLMSGHDR.unpack_from(view, off)
-                if mlen < _NLMSGHDR.size:
-                    return out
-                body = view[off + _NLMSGHDR.size : off + mlen]
-                off += (mlen + 3) & ~3
+            for mtype, seq, body in messages(memoryview(self.buf), n):
                 if seq != self.seq:
                     continue
                 if mtype == NLMSG_DONE:
@@ -115,9 +96,8 @@ class QdiscReader:
                 if mtype != RTM_NEWQDISC:
                     continue
                 _fam, ifindex, handle, _parent, _info = _TCMSG.unpack_from(body)
-                if ifindex != self.index:
-                    continue
-                out.append(_qdisc(handle, _attrs(body[_TCMSG.size :])))
+                if ifindex == self.index:
+                    out.append(_qdisc(handle, attributes(body, _TCMSG.size)))
 
     def close(self) -> None:
         self.sock.close()
@@ -126,7 +106,7 @@ class QdiscReader:
 def _qdisc(handle: int, attrs: dict[int, memoryview]) -> dict[str, Any]:
     kind = bytes(attrs.get(TCA_KIND, b"")).rstrip(b"\0").decode()
     q: dict[str, Any] = {"handle": handle, "kind": kind}
-    stats = _attrs(attrs[TCA_STATS2]) if TCA_STATS2 in attrs else {}
+    stats = attributes(attrs[TCA_STATS2]) if TCA_STATS2 in attrs else {}
     if TCA_STATS_BASIC in stats and len(stats[TCA_STATS_BASIC]) >= _BASIC.size:
         q["bytes"], q["packets"] = _BASIC.unpack_from(stats[TCA_STATS_BASIC])
     if TCA_STATS_QUEUE in stats and len(stats[TCA_STATS_QUEUE]) >= _QUEUE.size:

@@ -95,6 +95,7 @@ from types import TracebackType
 
 from testbed import netns
 from testbed.errors import NetError
+from testbed.netlink import NLMSGHDR, attributes, messages
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -129,11 +130,9 @@ TCP_INFINITE_SSTHRESH = 0x7FFFFFFF
 U32_MAX = 0xFFFFFFFF
 U64_MAX = 0xFFFFFFFFFFFFFFFF
 
-_NLMSGHDR = struct.Struct("=IHHII")
 _REQ = struct.Struct("=BBBxI")  # inet_diag_req_v2 up to its inet_diag_sockid
 SOCKID_LEN = 48  # struct inet_diag_sockid: ports, addresses, interface, cookie
 _PORTS = struct.Struct(">HH")
-_RTA = struct.Struct("=HH")
 DIAG_MSG_LEN = 72  # struct inet_diag_msg
 _BBR = struct.Struct("=IIIII")  # bw_lo, bw_hi (bytes/s), min_rtt (us), pacing_gain, cwnd_gain
 _DCTCP = struct.Struct("=HHIII")  # enabled, ce_state, alpha (/1024), ab_ecn, ab_tot
@@ -386,8 +385,8 @@ class DiagReader:
         whether a connection was still in its handshake (it may be ESTABLISHED by next tick)."""
         seq = self._next_seq()
         req = _REQ.pack(family, socket.IPPROTO_TCP, EXTENSIONS, DUMP_STATES)
-        hdr = _NLMSGHDR.pack(
-            _NLMSGHDR.size + len(req) + SOCKID_LEN,
+        hdr = NLMSGHDR.pack(
+            NLMSGHDR.size + len(req) + SOCKID_LEN,
             SOCK_DIAG_BY_FAMILY,
             NLM_F_REQUEST | NLM_F_DUMP,
             seq,
@@ -402,7 +401,7 @@ class DiagReader:
             if body[1] != TCP_ESTABLISHED:
                 handshakes = True
                 continue
-            rows.append(_row(now, host, names, body[0], body, _attributes(body)))
+            rows.append(_row(now, host, names, body[0], body, attributes(body, DIAG_MSG_LEN)))
             known.add(bytes(body[0:1]) + bytes(body[4 : 4 + SOCKID_LEN]))
         return handshakes
 
@@ -419,8 +418,8 @@ class DiagReader:
                 seq = self._next_seq()
                 batch[seq] = key
                 req = _REQ.pack(key[0], socket.IPPROTO_TCP, EXTENSIONS, DUMP_STATES)
-                out += _NLMSGHDR.pack(
-                    _NLMSGHDR.size + len(req) + SOCKID_LEN,
+                out += NLMSGHDR.pack(
+                    NLMSGHDR.size + len(req) + SOCKID_LEN,
                     SOCK_DIAG_BY_FAMILY,
                     NLM_F_REQUEST,
                     seq,
@@ -443,7 +442,9 @@ class DiagReader:
                 elif body[1] != TCP_ESTABLISHED:
                     self._known.discard(key)  # closing: no longer reported
                 else:
-                    rows.append(_row(now, host, names, body[0], body, _attributes(body)))
+                    rows.append(
+                        _row(now, host, names, body[0], body, attributes(body, DIAG_MSG_LEN))
+                    )
         if failures:
             self._must_dump = True  # forgotten sockets must be found again
             raise OSError(failures[0], f"sock_diag lookup: {os.strerror(failures[0])}")
@@ -457,7 +458,7 @@ class DiagReader:
         view = memoryview(self._buf)
         while waiting:
             n = self.sock.recv_into(self._buf)
-            for kind, mseq, body in _messages(view, n):
+            for kind, mseq, body in messages(view, n):
                 if mseq in waiting:
                     waiting.discard(mseq)
                     yield mseq, (kind, body)
@@ -467,7 +468,7 @@ class DiagReader:
         view = memoryview(self._buf)
         while True:
             n = self.sock.recv_into(self._buf)
-            for kind, mseq, body in _messages(view, n):
+            for kind, mseq, body in messages(view, n):
                 if mseq not in seqs:  # leftover of an earlier, interrupted request
                     continue
                 if kind == NLMSG_ERROR:
@@ -489,29 +490,6 @@ def _ehash_buckets() -> int:
         return int(Path("/proc/sys/net/ipv4/tcp_ehash_entries").read_text())
     except (OSError, ValueError):
         return -1
-
-
-def _messages(view: memoryview, n: int) -> Iterator[tuple[int, int, memoryview]]:
-    """(type, seq, body) of each netlink message in the first ``n`` bytes of ``view``."""
-    off = 0
-    while off + _NLMSGHDR.size <= n:
-        length, kind, _flags, seq, _ = _NLMSGHDR.unpack_from(view, off)
-        if length < _NLMSGHDR.size or off + length > n:
-            raise OSError(f"malformed netlink message (length {length})")
-        yield kind, seq, view[off + _NLMSGHDR.size : off + length]
-        off += (length + 3) & ~3
-
-
-def _attributes(body: memoryview) -> dict[int, memoryview]:
-    attrs = {}
-    off = DIAG_MSG_LEN
-    while off + _RTA.size <= len(body):
-        length, kind = _RTA.unpack_from(body, off)
-        if length < _RTA.size:
-            break
-        attrs[kind & 0x3FFF] = body[off + _RTA.size : off + length]  # strip NLA_F_* flag bits
-        off += (length + 3) & ~3
-    return attrs
 
 
 def _open_in(ns: str) -> DiagReader:
