@@ -90,7 +90,7 @@ class DelayLineSupervisor:
                     "userspace delay line (it emulates the bottleneck queue in order); use the "
                     "kernel backend (testbed vm) or drop one of them"
                 )
-            if d.impairment.active or d.aqm is not None:
+            if d.impairment.active or d.queue_in_line(True):
                 by_wire.setdefault(d.impairment.ns, []).append(d)
         for ns, dirs in by_wire.items():
             label = ns.removeprefix(f"{plan.prefix}-")
@@ -101,7 +101,7 @@ class DelayLineSupervisor:
     @staticmethod
     def ce_iface(d: WanDirection) -> str | None:
         """Where the CE-marking rule of ``d`` sits (its wire egress), if ``d`` marks."""
-        return d.impairment.egress_if if d.aqm is not None else None
+        return d.impairment.egress_if if d.queue_in_line(True) else None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,7 +125,7 @@ class DelayLineSupervisor:
                     "seed": zlib.crc32(f"{self.plan.scenario}/{d.name}".encode()),
                 }
             )
-            if d.aqm is not None:
+            if d.queue_in_line(True):
                 queues[-1].update(
                     rate=d.rate,
                     buffer=d.buffer,

@@ -147,7 +147,7 @@ def tc_batches(
     ``sch_red`` leaves."""
     out: dict[str, list[str]] = defaultdict(list)
     for d in plan.wan:
-        if not (line_queues and d.aqm is not None):
+        if not d.queue_in_line(line_queues):
             out[d.shaper.ns] += wan_shaper_lines(d)
     for p in plan.fabric:
         out[p.ns] += fabric_lines(p, kernel_propagation)

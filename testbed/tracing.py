@@ -17,6 +17,7 @@ from tcp_info (one light sample per second when ``tcp_info`` tracing is off) and
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ class RunTraces:
             targets = [
                 QdiscTarget(d.name, d.shaper.ns, d.shaper.ifname)
                 for d in plan.wan
-                if not (line_queues and d.aqm is not None)
+                if not d.queue_in_line(line_queues)
             ]
             self.qdiscs = QdiscSampler(targets, trace.queues) if targets else None
         self.pcap: PcapCapture | None = None
@@ -70,8 +71,6 @@ class RunTraces:
         self.window: tuple[float, float] = (0.0, 0.0)
 
     def __enter__(self) -> RunTraces:
-        import time
-
         self.window = (time.time(), 0.0)
         try:
             if self.pcap is not None:
@@ -88,8 +87,6 @@ class RunTraces:
         self._stop()
 
     def _stop(self) -> None:
-        import time
-
         self.window = (self.window[0], time.time())
         with contextlib.suppress(Exception):
             self.tcp.stop()
