@@ -75,13 +75,12 @@ class Expectation(BaseModel):
         if self.name:
             return self.name
         where = _show(self.where) if self.where else "every row"
-        rhs = (
-            f"{self.factor:g} x {self.metric} of {_show(self.compare_to or {})}"
-            if self.compare_to is not None and self.factor != 1
-            else f"{self.metric} of {_show(self.compare_to or {})}"
-            if self.compare_to is not None
-            else f"{self.value:g}"
-        )
+        if self.compare_to is None:
+            rhs = f"{self.value:g}"
+        else:
+            rhs = f"{self.metric} of {_show(self.compare_to)}"
+            if self.factor != 1:
+                rhs = f"{self.factor:g} x {rhs}"
         when = f" when {_show(self.when)}" if self.when else ""
         return f"{where}: {self.metric} {self.relation} {rhs}{when}"
 
@@ -197,38 +196,36 @@ def check(
     """Apply every expectation to the summary rows. ``resolved``: run_id -> resolved scenario
     (JSON form); ``params``: the sweep's paths (twins must agree on the others)."""
     out: list[Check] = []
+
+    def run_of(row: dict[str, Any]) -> dict[str, Any] | None:
+        return resolved.get(row.get("run_id", ""))
+
     for i, exp in enumerate(expectations):
         desc = exp.describe()
         rel = RELATIONS[exp.relation]
         chosen = [
             r
             for r in summaries
-            if matches(r, resolved.get(r.get("run_id", "")), exp.where)
-            and holds(r, resolved.get(r.get("run_id", "")), exp.when)
+            if matches(r, run_of(r), exp.where) and holds(r, run_of(r), exp.when)
         ]
+        twins: dict[tuple, dict[str, Any]] = {}  # identity -> the first row with compare_to
         if exp.compare_to is not None:
             changed = set(exp.compare_to)
-            chosen = [
-                r for r in chosen if not matches(r, resolved.get(r["run_id"]), exp.compare_to)
-            ]
+            chosen = [r for r in chosen if not matches(r, run_of(r), exp.compare_to)]
+            for t in summaries:
+                if matches(t, run_of(t), exp.compare_to):
+                    twins.setdefault(_identity(t, run_of(t), changed, params), t)
         before = len(out)
         for row in chosen:
-            res = resolved.get(row.get("run_id", ""))
             lhs = row.get(exp.metric)
             if exp.compare_to is None:
                 rhs = exp.value
             else:
-                ident = _identity(row, res, changed, params)
-                twins = [
-                    t
-                    for t in summaries
-                    if matches(t, resolved.get(t.get("run_id", "")), exp.compare_to)
-                    and _identity(t, resolved.get(t.get("run_id", "")), changed, params) == ident
-                ]
-                if not twins:
+                twin = twins.get(_identity(row, run_of(row), changed, params))
+                if twin is None:
                     out.append(Check(i, desc, "unchecked", _label(row), detail="no twin row"))
                     continue
-                rhs = twins[0].get(exp.metric)
+                rhs = twin.get(exp.metric)
             if lhs is None or rhs is None:
                 out.append(
                     Check(i, desc, "unchecked", _label(row), detail=f"{exp.metric} is missing")
