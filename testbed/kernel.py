@@ -152,7 +152,8 @@ def choose_backend(
                 f"{feats.release}); use `backend: auto` or `userspace`"
             )
         if netem or needs_marking:
-            return BackendChoice("kernel", "backend: kernel requested; this kernel has netem")
+            has = "sch_netem" if netem else "sch_red"
+            return BackendChoice("kernel", f"backend: kernel requested; this kernel has {has}")
         return BackendChoice("none", "backend: kernel requested; no delay/loss to emulate")
     if requested == "userspace":
         return BackendChoice("userspace", "backend: userspace requested")
