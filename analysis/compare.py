@@ -1,6 +1,6 @@
 """``testbed compare``: did collective times change between two results sets? PURE pandas.
 
-This module owns the matching and the verdicts; the CLI (``testbed.cli_report``) only prints.
+This module owns the matching and the verdicts; the CLI (``testbed.cli.report``) only prints.
 
 Rows of the two sets' summaries are matched on (sweep parameters, collective, algorithm, size);
 the results directory's name and the run id do not matter, so a re-run of the same scenario

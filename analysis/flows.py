@@ -1,6 +1,6 @@
 """TCP flows from pcap files: per-flow, per-time-bin throughput, retransmissions and ECN. PURE.
 
-This module owns turning a headers-only capture (``testbed.trace_pcap`` writes them) into pandas
+This module owns turning a headers-only capture (``testbed.trace.pcap`` writes them) into pandas
 tables. It reads files only and never imports the network layer.
 
 ``flows_from_pcap(path, bin_seconds=0.1, label=None)`` -> one row per TCP flow (one *direction*:

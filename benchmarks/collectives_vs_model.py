@@ -18,8 +18,8 @@ import time
 from contextlib import redirect_stdout
 
 from benchmarks._results import write_section
-from testbed.runner import Experiment
-from testbed.sweep import expand
+from testbed.config.sweep import expand
+from testbed.run.experiment import Experiment
 
 
 def scenario(hosts: int) -> dict:

@@ -30,10 +30,10 @@ import sys
 import time
 
 from benchmarks._results import write_section
-from testbed import kernel
-from testbed.api import Testbed
-from testbed.scenario import parse_scenario
-from testbed.selfcheck import measure_rtt
+from testbed.config.scenario import parse_scenario
+from testbed.net import probe as kernel
+from testbed.run.selfcheck import measure_rtt
+from testbed.run.testbed import Testbed
 
 PORT = 5301
 CONGESTION = ("cubic", "bbr")

@@ -14,8 +14,8 @@ import tempfile
 import time
 
 from benchmarks._results import write_section
-from testbed.runner import Experiment
-from testbed.sweep import expand
+from testbed.config.sweep import expand
+from testbed.run.experiment import Experiment
 
 CLUSTERS = ["east", "west", "north", "south"]
 

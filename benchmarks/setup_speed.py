@@ -17,8 +17,8 @@ import statistics
 import time
 
 from benchmarks._results import write_section
-from testbed.api import Testbed
-from testbed.scenario import parse_scenario
+from testbed.config.scenario import parse_scenario
+from testbed.run.testbed import Testbed
 
 CLUSTERS = ["east", "west", "north", "south"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from testbed import registry
-from testbed.api import Testbed
-from testbed.scenario import parse_scenario
+from testbed.config.scenario import parse_scenario
+from testbed.net import registry
+from testbed.run.testbed import Testbed
 
 RUN_TAG = f"t{os.getpid()}"
 

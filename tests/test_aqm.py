@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from testbed.delayline import (
+from testbed.config.scenario import parse_scenario
+from testbed.core.errors import PlanError, ScenarioError, UnsupportedError
+from testbed.link.delayline.line import (
     Config,
     ConfigError,
     Queue,
@@ -17,11 +19,9 @@ from testbed.delayline import (
     mark_probability,
     wire_bytes,
 )
-from testbed.errors import PlanError, ScenarioError, UnsupportedError
-from testbed.kernel import KernelFeatures, choose_backend
-from testbed.plan import build_plan
-from testbed.render import red_args, tc_batches
-from testbed.scenario import parse_scenario
+from testbed.net.probe import KernelFeatures, choose_backend
+from testbed.plan.render import red_args, tc_batches
+from testbed.plan.topology import build_plan
 
 RED = {"kind": "red", "kmin": "20KB", "kmax": "200KB", "pmax": "1%"}
 STEP = {"kind": "step", "k": "65KB"}
@@ -182,7 +182,7 @@ def bottleneck(**aqm) -> Queue:
 
 
 def test_queue_drains_at_the_rate_and_drops_at_the_buffer() -> None:
-    from testbed.delayline import DelayLine
+    from testbed.link.delayline.line import DelayLine
 
     q = bottleneck()
     full = 52 + 40 * 1448  # ~60 kB GSO packets
@@ -196,7 +196,7 @@ def test_queue_drains_at_the_rate_and_drops_at_the_buffer() -> None:
 
 
 def test_step_marks_ect_and_drops_non_ect_above_k() -> None:
-    from testbed.delayline import DelayLine
+    from testbed.link.delayline.line import DelayLine
 
     q = bottleneck(kind="step", k=1000, ecn=True)
     assert DelayLine._enqueue(q, 1, 0.0, 1500, 0x02) > 0  # empty queue: no mark

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from testbed import delayline as dl
+from testbed.link.delayline import line as dl
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -196,7 +196,7 @@ class Line:
         self.stderr = open(self.stderr_path, "w")  # noqa: SIM115
         self.proc = topo.spawn(
             topo.r,
-            [PYTHON, "-m", "testbed.delayline", "--config", str(self.config)],
+            [PYTHON, "-m", "testbed.link.delayline", "--config", str(self.config)],
             stdout=subprocess.PIPE,
             stderr=self.stderr,
             text=True,
@@ -454,7 +454,7 @@ def test_bad_config_exits_2(tmp_path: Path) -> None:
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"queues": [{"num": 1, "loss": 2}]}))
     r = subprocess.run(
-        [PYTHON, "-m", "testbed.delayline", "--config", str(cfg)],
+        [PYTHON, "-m", "testbed.link.delayline", "--config", str(cfg)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -680,7 +680,9 @@ def test_queue_already_bound_fails(topo: Topo, tmp_path: Path) -> None:
     with delay_line(topo, tmp_path / "one", qcfg(Q_AB, "a->b", 0.0), qcfg(Q_BA, "b->a", 0.0)):
         cfg = tmp_path / "two.json"
         cfg.write_text(json.dumps({"queues": [qcfg(Q_AB, "dup", 0.0)]}))
-        r = sh(nsx(topo.r, [PYTHON, "-m", "testbed.delayline", "--config", str(cfg)]), check=False)
+        r = sh(
+            nsx(topo.r, [PYTHON, "-m", "testbed.link.delayline", "--config", str(cfg)]), check=False
+        )
         assert r.returncode == 1 and "READY" not in r.stdout
         assert "cannot bind NFQUEUE" in r.stderr
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.expect import Expectation, check, parse_value, split_condition
-from testbed.scenario import parse_scenario
-from testbed.sweep import expand
+from testbed.config.expect import Expectation, check, parse_value, split_condition
+from testbed.config.scenario import parse_scenario
+from testbed.config.sweep import expand
+from testbed.core.errors import ScenarioError
 
 BASE = {
     "name": "x",

@@ -13,8 +13,8 @@ import statistics
 import pytest
 from conftest import scenario
 
-from testbed import kernel
-from testbed.selfcheck import check_direction, probe_rtt
+from testbed.net import probe as kernel
+from testbed.run.selfcheck import check_direction, probe_rtt
 
 pytestmark = [pytest.mark.live, pytest.mark.kernel_qdiscs]
 
@@ -107,7 +107,7 @@ def test_red_marks_ce_at_the_kernel_bottleneck(make_testbed):
 def test_dctcp_is_in_effect_on_the_senders_socket(make_testbed):
     if not kernel.probe().congestion_supported("dctcp"):
         pytest.skip("unsupported on this kernel: dctcp")
-    from testbed.trace_tcp import TcpInfoSampler
+    from testbed.trace.tcp import TcpInfoSampler
 
     data = wan(delay="5ms", buffer="8bdp", aqm={"kind": "step", "k": "30KB"})
     data["wan"][0]["rate"] = "20mbit"

@@ -10,8 +10,8 @@ import statistics
 
 import pytest
 
-from testbed.selfcheck import measure_goodput
-from testbed.trace_tcp import TcpInfoSampler
+from testbed.run.selfcheck import measure_goodput
+from testbed.trace.tcp import TcpInfoSampler
 
 pytestmark = pytest.mark.live
 

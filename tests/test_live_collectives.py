@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from conftest import RUN_TAG, scenario
 
-from testbed import registry
-from testbed.runner import Experiment
-from testbed.sweep import expand
+from testbed.config.sweep import expand
+from testbed.net import registry
+from testbed.run.experiment import Experiment
 
 pytestmark = pytest.mark.live
 CLI = [sys.executable, "-m", "testbed.cli"]

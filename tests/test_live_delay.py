@@ -16,8 +16,8 @@ import time
 import pytest
 from conftest import scenario
 
-from testbed import netns
-from testbed.selfcheck import check_direction, probe_rtt
+from testbed.net import netns
+from testbed.run.selfcheck import check_direction, probe_rtt
 
 pytestmark = pytest.mark.live
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import RUN_TAG, scenario, unique_name
 
-from testbed import netns, registry
-from testbed.plan import GOODPUT_FACTOR
-from testbed.selfcheck import check_direction
+from testbed.net import netns, registry
+from testbed.plan.topology import GOODPUT_FACTOR
+from testbed.run.selfcheck import check_direction
 
 pytestmark = pytest.mark.live
 CLI = [sys.executable, "-m", "testbed.cli"]
@@ -202,7 +202,7 @@ def test_cli_up_exec_ls_down(root, tmp_path):
 
 
 def test_backend_kernel_without_netem_is_a_clear_error(root, tmp_path):
-    from testbed import kernel
+    from testbed.net import probe as kernel
 
     if kernel.probe().has_qdisc("netem"):
         pytest.skip("this kernel has netem")
@@ -222,9 +222,9 @@ def test_backend_kernel_without_netem_is_a_clear_error(root, tmp_path):
 
 
 def test_fabric_delay_on_the_userspace_backend_is_a_clear_error(root):
-    from testbed.api import Testbed
-    from testbed.errors import UnsupportedError
-    from testbed.scenario import parse_scenario
+    from testbed.config.scenario import parse_scenario
+    from testbed.core.errors import UnsupportedError
+    from testbed.run.testbed import Testbed
 
     data = scenario(backend="userspace")
     data["clusters"]["east"]["fabric"] = {"delay": "50us"}
@@ -265,7 +265,7 @@ def test_plan_cli_touches_no_kernel(tmp_path):
 
 
 def test_doctor_reports_netem(root):
-    from testbed import kernel
+    from testbed.net import probe as kernel
 
     r = subprocess.run(
         [*CLI, "doctor"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}

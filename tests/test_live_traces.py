@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from conftest import RUN_TAG
 
-from testbed import kernel
-from testbed.runner import Experiment
-from testbed.sweep import expand
+from testbed.config.sweep import expand
+from testbed.net import probe as kernel
+from testbed.run.experiment import Experiment
 
 pytestmark = pytest.mark.live
 

@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
-from testbed.errors import PlanError, ScenarioError
-from testbed.plan import (
+from testbed.config.scenario import load_scenario, parse_scenario
+from testbed.core.errors import PlanError, ScenarioError
+from testbed.plan.render import ip_batches, root_batch, tc_batches
+from testbed.plan.topology import (
     FRAME_BYTES,
     MIN_BUFFER,
     NetworkPlan,
@@ -29,8 +31,6 @@ from testbed.plan import (
     htb_quantum,
     netem_limit,
 )
-from testbed.render import ip_batches, root_batch, tc_batches
-from testbed.scenario import load_scenario, parse_scenario
 
 PREFIX = "mctb0000"
 SLOT = 77

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import kernel, registry
-from testbed.ranktest import RankFunctionError, TimeStats, _quantile, describe_function
+from testbed.net import probe as kernel
+from testbed.net import registry
+from testbed.testing.ranktest import RankFunctionError, TimeStats, _quantile, describe_function
 
 pytest_plugins = ["pytester"]
 

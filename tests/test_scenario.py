@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.scenario import load_scenario, parse_scenario
+from testbed.config.scenario import load_scenario, parse_scenario
+from testbed.core.errors import ScenarioError
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"

@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 
-from testbed.errors import ScenarioError
-from testbed.layout import place_ranks
-from testbed.plan import build_plan
-from testbed.scenario import parse_scenario
-from testbed.sweep import expand, parse_override, parse_path, set_path
+from testbed.config.scenario import parse_scenario
+from testbed.config.sweep import expand, parse_override, parse_path, set_path
+from testbed.core.errors import ScenarioError
+from testbed.plan.placement import place_ranks
+from testbed.plan.topology import build_plan
 
 
 def base(**extra) -> dict:

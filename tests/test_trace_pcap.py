@@ -10,12 +10,12 @@ import pytest
 from conftest import scenario
 
 from analysis.flows import flow_summary, flows_from_pcap
-from testbed import registry
-from testbed.selfcheck import SELFCHECK_PORT, measure_goodput
-from testbed.trace_pcap import CaptureError, CaptureSpec, PcapCapture
+from testbed.net import registry
+from testbed.run.selfcheck import SELFCHECK_PORT, measure_goodput
+from testbed.trace.pcap import CaptureError, CaptureSpec, PcapCapture
 
 if TYPE_CHECKING:  # imported at run time, pytest would try to collect the class Testbed
-    from testbed.api import Testbed
+    from testbed.run.testbed import Testbed
 
 pytestmark = pytest.mark.live
 RATE = 50e6

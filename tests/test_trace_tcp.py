@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 from conftest import scenario
 
-from testbed.trace_tcp import TcpInfoSampler, read_tcp_info
+from testbed.trace.tcp import TcpInfoSampler, read_tcp_info
 
 if TYPE_CHECKING:  # imported at run time, pytest would try to collect it as a test class
-    from testbed.api import Testbed
+    from testbed.run.testbed import Testbed
 
 pytestmark = pytest.mark.live
 

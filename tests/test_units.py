@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.units import (
+from testbed.core.units import (
     format_duration,
     format_percent,
     format_rate,

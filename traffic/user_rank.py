@@ -1,4 +1,4 @@
-"""One rank running a user's function, started by :mod:`testbed.ranktest` inside a host.
+"""One rank running a user's function, started by :mod:`testbed.testing.ranktest` inside a host.
 
     python -m traffic.user_rank --spec SPEC.json --rank R
 

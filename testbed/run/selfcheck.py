@@ -16,9 +16,9 @@ import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from testbed.api import Testbed
-from testbed.errors import NetError
-from testbed.plan import GOODPUT_FACTOR, NetworkPlan, WanDirection
+from testbed.core.errors import NetError
+from testbed.plan.topology import GOODPUT_FACTOR, NetworkPlan, WanDirection
+from testbed.run.testbed import Testbed
 
 SELFCHECK_PORT = 5299
 RTT_PORT = 5298

@@ -17,12 +17,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed import netns, registry
-from testbed.errors import NetError, UnsupportedError
-from testbed.kernel import KernelFeatures
-from testbed.plan import NetworkPlan
-from testbed.registry import Record
-from testbed.render import ip_batches, root_batch, tc_batches, teardown_batch
+from testbed.core.errors import NetError, UnsupportedError
+from testbed.net import netns, registry
+from testbed.net.probe import KernelFeatures
+from testbed.net.registry import Record
+from testbed.plan.render import ip_batches, root_batch, tc_batches, teardown_batch
+from testbed.plan.topology import NetworkPlan
 
 ETC_NETNS = Path("/etc/netns")
 INIT_ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")

@@ -3,7 +3,7 @@
 Where a direction's queue lives depends on the backend (docs/congestion.md): in the kernel, the
 leaf qdisc under HTB on the sending gateway's egress (``bfifo`` for drop-tail, ``red`` for a
 marking profile); on the userspace backend with an ``aqm``, inside the delay line, which writes its
-own samples (JSONL, see :mod:`testbed.delayline`). This module samples the former
+own samples (JSONL, see :mod:`testbed.link.delayline`). This module samples the former
 (:class:`QdiscSampler`, one rtnetlink dump per direction per period) and reads
 the latter (:func:`line_trace_rows`), both into the same columns:
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed import netns
-from testbed.netlink import NLMSGHDR, attributes, messages
+from testbed.net import netns
+from testbed.net.netlink import NLMSGHDR, attributes, messages
 
 LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of testbed.render
 

@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import TestbedError
-from testbed.units import format_duration, format_percent, format_size, parse_percent
+from testbed.core.errors import TestbedError
+from testbed.core.units import format_duration, format_percent, format_size, parse_percent
 
 out = Console()
 

@@ -93,9 +93,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-from testbed import netns
-from testbed.errors import NetError
-from testbed.netlink import NLMSGHDR, attributes, messages
+from testbed.core.errors import NetError
+from testbed.net import netns
+from testbed.net.netlink import NLMSGHDR, attributes, messages
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20

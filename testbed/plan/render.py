@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from testbed.plan import (
+from testbed.plan.topology import (
     FRAME_BYTES,
     FabricPort,
     Impairment,

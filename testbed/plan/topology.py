@@ -16,8 +16,8 @@ happens in the wire, after a veth crossing: a netem qdisc on the wire's egress `
 backend) or the userspace delay line on the wire's ingress ``to-a``. Fabric links are shaped with
 HTB on both ends of each host veth.
 
-Nothing here touches the kernel: the plan is data, and ``testbed.render`` turns it into iproute2
-batch input.
+Nothing here touches the kernel: the plan is data, and ``testbed.plan.render`` turns it into
+iproute2 batch input.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from testbed.errors import PlanError
-from testbed.scenario import Aqm, Scenario, TcpSettings
+from testbed.config.scenario import Aqm, Scenario, TcpSettings
+from testbed.core.errors import PlanError
 
 # Frame accounting: HTB on a veth counts the 14-byte Ethernet header but no preamble/FCS, and TCP
 # with timestamps carries 1448 payload bytes in a 1514-byte frame.

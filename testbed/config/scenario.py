@@ -24,9 +24,9 @@ from pydantic import (
     model_validator,
 )
 
-from testbed.errors import ScenarioError
-from testbed.expect import Expectation
-from testbed.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
+from testbed.config.expect import Expectation
+from testbed.core.errors import ScenarioError
+from testbed.core.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
 
 MAX_CLUSTERS = 16
 MAX_HOSTS_PER_CLUSTER = 64

@@ -3,7 +3,7 @@
 This module owns :class:`RankTestbed` (a network built from a scenario, ranks placed on its
 hosts, functions run on them) and :class:`RankResults` (per-rank returns, timings, errors with
 tracebacks, problems, the link self-check and α-β predictions). The pytest plugin
-(:mod:`testbed.pytest_plugin`) is a thin layer over it; scripts may use it directly::
+(:mod:`testbed.testing.plugin`) is a thin layer over it; scripts may use it directly::
 
     with RankTestbed.from_file("scenarios/quickstart.yaml", set={"wan[0].delay": "50ms"}) as rt:
         res = rt.run_ranks(mypkg.comms.my_allreduce, nbytes=16 << 20)
@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.api import Testbed
-from testbed.errors import ScenarioError, TestbedError
-from testbed.layout import RankSlot, place_ranks
-from testbed.units import format_duration, format_rate, parse_duration
+from testbed.core.errors import ScenarioError, TestbedError
+from testbed.core.units import format_duration, format_rate, parse_duration
+from testbed.plan.placement import RankSlot, place_ranks
+from testbed.run.testbed import Testbed
 
 RANK_MODULE = "traffic.user_rank"
 FAILURE_GRACE = 5.0  # after one rank failed, seconds the others get to report their own error
@@ -446,8 +446,8 @@ class RankTestbed:
     ) -> RankTestbed:
         """A RankTestbed (not up yet) for a scenario file with ``set`` overrides applied
         (``{"wan[0].delay": "50ms"}``, as ``testbed run --set``)."""
-        from testbed.scenario import load_yaml
-        from testbed.sweep import expand
+        from testbed.config.scenario import load_yaml
+        from testbed.config.sweep import expand
 
         runs = expand(load_yaml(path), str(path), list((set or {}).items()))
         if len(runs) != 1:
@@ -476,7 +476,7 @@ class RankTestbed:
             if self.out_dir is None:
                 self.out_dir = Path(tempfile.mkdtemp(prefix=f"testbed-{self.name}-"))
             if self.selfcheck:
-                from testbed.selfcheck import check_links
+                from testbed.run.selfcheck import check_links
 
                 self.links = check_links(self.testbed, duration=self.selfcheck_seconds, pings=20)
         except BaseException:
@@ -527,7 +527,7 @@ class RankTestbed:
         return "\n".join(lines)
 
     def _topology(self) -> Any:
-        from testbed.runner import model_topology
+        from testbed.run.experiment import model_topology
 
         assert self.testbed.plan is not None
         return model_topology(self.testbed.plan, self.ranks, self.placement, self.ranks_per_host)
@@ -623,7 +623,7 @@ class _Launch:
         return {"state": None, "iteration": None}
 
     def run(self, timeout: float, setup_timeout: float) -> list[str]:
-        from testbed.runner import _rank_env
+        from testbed.run.experiment import _rank_env
 
         self.timeouts = (timeout, setup_timeout)
         try:

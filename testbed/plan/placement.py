@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from testbed.plan import NetworkPlan
+from testbed.plan.topology import NetworkPlan
 
 
 @dataclass(frozen=True)

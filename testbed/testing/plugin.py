@@ -10,7 +10,7 @@ is enough::
 
 This module owns the pytest side only: the ``testbed`` marker, the ``testbed`` fixture (building,
 sharing and always tearing down networks), skips, and the failure report section. Running the
-ranks is :mod:`testbed.ranktest`. Importing this module must stay cheap (every pytest run of
+ranks is :mod:`testbed.testing.ranktest`. Importing this module must stay cheap (every pytest run of
 every project with the package installed imports it): nothing but pytest at import time.
 
 Marker: ``@pytest.mark.testbed(scenario, set=None, scope="function", ranks_per_host=None,
@@ -143,8 +143,8 @@ def _request(request: pytest.FixtureRequest) -> _Request:
 
 def _build(req: _Request, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A network that is up, or a _Skip saying why this host cannot build it."""
-    from testbed.errors import ScenarioError, TestbedError
-    from testbed.ranktest import RankTestbed
+    from testbed.core.errors import ScenarioError, TestbedError
+    from testbed.testing.ranktest import RankTestbed
 
     # pt<pid>-<hex>: unique per run and per network, a valid registry name; `testbed ls` shows
     # which pytest process made it
@@ -230,7 +230,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         return
     report = outcome.get_result()
     if call.excinfo is not None:
-        from testbed.api import Terminated
+        from testbed.run.testbed import Terminated
 
         if call.excinfo.errisinstance(Terminated):
             # SIGTERM (a CI job's timeout): this network is torn down by the fixture; do not

@@ -49,10 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.errors import TestbedError
+from testbed.core.errors import TestbedError
 
 if TYPE_CHECKING:
-    from testbed.registry import Record
+    from testbed.net.registry import Record
 
 RECORD_OVERHEAD = 16  # bytes of the pcap record header in front of every captured packet
 FILE_HEADER = 24  # bytes of the pcap file header

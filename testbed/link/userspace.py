@@ -25,17 +25,17 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import registry
-from testbed.delayline import (
+from testbed.core.errors import NetError, UnsupportedError
+from testbed.link.delayline.line import (
     DEFAULT_CE_MARK,
     iptables_delete_rules,
     iptables_rules,
     read_stats,
 )
-from testbed.errors import NetError, UnsupportedError
-from testbed.plan import NetworkPlan, WanDirection
-from testbed.registry import Record
-from testbed.trace_queues import line_trace_rows
+from testbed.net import registry
+from testbed.net.registry import Record
+from testbed.plan.topology import NetworkPlan, WanDirection
+from testbed.trace.queues import line_trace_rows
 
 READY_TIMEOUT = 15.0
 STATS_INTERVAL = 0.5
@@ -143,7 +143,7 @@ class DelayLineSupervisor:
 
     def _start_one(self, line: LineProcess) -> None:
         line.config_path.write_text(json.dumps(self._config(line), indent=1))
-        argv = [sys.executable, "-m", "testbed.delayline", "--config", str(line.config_path)]
+        argv = [sys.executable, "-m", "testbed.link.delayline", "--config", str(line.config_path)]
         # stderr goes to a file: the line must outlive a `testbed up` that started it.
         with open(line.log_path, "w") as log:
             line.proc = subprocess.Popen(

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.errors import UnsupportedError
+from testbed.core.errors import UnsupportedError
 
 QDISC_TRIALS = {
     "htb": "htb default 1",
@@ -64,7 +64,7 @@ def _module_names(release: str, subdir: str, stem: str) -> list[str]:
 
 def _probe_qdiscs() -> tuple[dict[str, bool], list[str]]:
     # Imported here: kernel.py is used by pure callers (plan display) that never probe.
-    from testbed import registry
+    from testbed.net import registry
 
     rec = registry.claim(f"probe-{os.getpid()}")
     ns = f"{rec.prefix}-probe"

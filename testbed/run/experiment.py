@@ -36,16 +36,16 @@ import pandas as pd
 
 from analysis.metrics import algbw, busbw
 from analysis.model import Link, Topology, predict
-from testbed import netns
-from testbed.api import Terminated, Testbed
-from testbed.errors import TestbedError
-from testbed.expect import Check, check
-from testbed.layout import RankSlot, place_ranks
-from testbed.plan import GOODPUT_FACTOR, NetworkPlan
-from testbed.results import ResultsDir, versions
-from testbed.selfcheck import check_links
-from testbed.sweep import RunSpec
-from testbed.tracing import RunTraces
+from testbed.config.expect import Check, check
+from testbed.config.sweep import RunSpec
+from testbed.core.errors import TestbedError
+from testbed.net import netns
+from testbed.plan.placement import RankSlot, place_ranks
+from testbed.plan.topology import GOODPUT_FACTOR, NetworkPlan
+from testbed.run.results import ResultsDir, versions
+from testbed.run.selfcheck import check_links
+from testbed.run.testbed import Terminated, Testbed
+from testbed.trace.run_traces import RunTraces
 
 CPU_SATURATED = 0.95  # busy share of all cores that counts as saturated
 CPU_FLAG_SHARE = 0.5  # flag the run when more than this share of samples was saturated

@@ -14,11 +14,14 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from testbed import kernel, net, registry, vm
-from testbed.errors import TestbedError
-from testbed.plan import build_plan
-from testbed.scenario import load_scenario
-from testbed.units import format_duration, format_percent, format_rate, format_size
+from testbed import vm
+from testbed.config.scenario import load_scenario
+from testbed.core.errors import TestbedError
+from testbed.core.units import format_duration, format_percent, format_rate, format_size
+from testbed.net import build as net
+from testbed.net import probe as kernel
+from testbed.net import registry
+from testbed.plan.topology import build_plan
 
 out = Console()
 err = Console(stderr=True)
@@ -145,7 +148,7 @@ def _print_hosts(tb) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from testbed.api import Testbed
+    from testbed.run.testbed import Testbed
 
     _need_root("up")
     sc = load_scenario(args.file)
@@ -171,7 +174,7 @@ def _announce(tb) -> None:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from testbed.api import Testbed
+    from testbed.run.testbed import Testbed
 
     _need_root("exec")
     tb = Testbed.attach(args.name)
@@ -299,8 +302,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from testbed.runner import Experiment
-    from testbed.sweep import load_runs, parse_override
+    from testbed.config.sweep import load_runs, parse_override
+    from testbed.run.experiment import Experiment
 
     _need_root("run")
     runs = load_runs(args.file, [parse_override(s) for s in args.set])
@@ -513,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vm.add_arguments(s)
     s.set_defaults(fn=cmd_vm)
-    from testbed import cli_report
+    from testbed.cli import report as cli_report
 
     cli_report.add_parsers(sub)  # report, compare
     return p

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from testbed.units import parse_duration, parse_percent, parse_rate, parse_size
+from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
 
 METRICS = ("time_p50", "time_p95", "algbw", "busbw", "predicted", "measured_over_predicted")
 SUMMARY_KEYS = ("collective", "algorithm", "size", "ranks")
@@ -140,7 +140,7 @@ def lookup(row: dict[str, Any], resolved: dict[str, Any] | None, key: str) -> An
     """A summary column, else a field path in the run's resolved scenario (None if absent)."""
     if key in SUMMARY_KEYS or resolved is None:
         return row.get(key)
-    from testbed.sweep import parse_path  # sweep imports scenario; keep this module light
+    from testbed.config.sweep import parse_path  # sweep imports scenario; keep this module light
 
     node: Any = resolved
     try:

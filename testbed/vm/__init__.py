@@ -59,7 +59,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.errors import TestbedError
+from testbed.core.errors import TestbedError
 
 QEMU = "qemu-system-x86_64"
 DEFAULT_KERNEL_PACKAGES = ("linux-image-amd64", "linux-image-generic")  # Debian, Ubuntu

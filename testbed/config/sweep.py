@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import ScenarioError
-from testbed.scenario import Scenario, format_path, load_yaml, parse_scenario
+from testbed.config.scenario import Scenario, format_path, load_yaml, parse_scenario
+from testbed.core.errors import ScenarioError
 
 _PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)")
 

@@ -3,10 +3,10 @@
 ``trace:`` in the scenario says what is recorded (all off by default); this module starts the
 samplers just before the ranks and stops them just after:
 
-* ``tcp_info``: every TCP socket in the ranks' host namespaces (:mod:`testbed.trace_tcp`);
-* ``queues``: each WAN direction's bottleneck, from its qdisc (:mod:`testbed.trace_queues`) or,
+* ``tcp_info``: every TCP socket in the ranks' host namespaces (:mod:`testbed.trace.tcp`);
+* ``queues``: each WAN direction's bottleneck, from its qdisc (:mod:`testbed.trace.queues`) or,
   where the userspace delay line is the bottleneck, from the line's own samples;
-* ``pcap``: headers only, on the wire's egress of each direction (:mod:`testbed.trace_pcap`),
+* ``pcap``: headers only, on the wire's egress of each direction (:mod:`testbed.trace.pcap`),
   where a packet has been shaped, delayed and, if so, CE-marked; ``analysis.flows`` makes
   ``flows.parquet`` of it.
 
@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.api import Testbed
-from testbed.scenario import Trace
-from testbed.trace_pcap import CaptureSpec, PcapCapture
-from testbed.trace_queues import QdiscSampler, QdiscTarget
-from testbed.trace_tcp import TcpInfoSampler
+from testbed.config.scenario import Trace
+from testbed.run.testbed import Testbed
+from testbed.trace.pcap import CaptureSpec, PcapCapture
+from testbed.trace.queues import QdiscSampler, QdiscTarget
+from testbed.trace.tcp import TcpInfoSampler
 
 READBACK_PERIOD = 1.0  # s: tcp_info sampling just to learn what is in effect
 

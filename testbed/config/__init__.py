@@ -1,0 +1,2 @@
+"""Scenario files to validated runs: schema, YAML loading and error wording, sweeps,
+expectations."""

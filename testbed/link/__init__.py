@@ -1,0 +1,1 @@
+"""How a WAN direction is emulated: one LinkBackend per way (kernel netem, userspace delay line)."""

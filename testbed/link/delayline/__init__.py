@@ -1,0 +1,1 @@
+"""The userspace delay line (one process per wire namespace), standard library only."""

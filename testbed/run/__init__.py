@@ -1,0 +1,1 @@
+"""Running experiments: the live Testbed, the sweep driver, ranks, the link self-check, results."""

@@ -1,0 +1,190 @@
+"""The Python API: a ``Testbed`` is one live network built from a scenario, always torn down.
+
+    with Testbed.from_file("scenarios/quickstart.yaml") as tb:
+        tb.run("east-h0", ["ping", "-c3", "west-h1"])
+
+Commands run through ``ip netns exec`` so that they see the testbed's ``/etc/hosts``; processes
+started with ``popen`` are recorded (pid + start time) so teardown and ``testbed clean`` can stop
+exactly them. SIGTERM is turned into an exception while a testbed is up, so ``kill`` tears down
+as cleanly as Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from testbed.config.scenario import Scenario, load_scenario
+from testbed.core.errors import RegistryError, TestbedError, UnsupportedError
+from testbed.link.userspace import DelayLineSupervisor
+from testbed.net import build as net
+from testbed.net import probe as kernel
+from testbed.net import registry
+from testbed.plan.topology import NetworkPlan, build_plan
+
+
+class Terminated(TestbedError):
+    """SIGTERM arrived while a testbed was up."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated("terminated by SIGTERM; tearing down")
+
+
+class Testbed:
+    def __init__(
+        self,
+        scenario: Scenario,
+        name: str | None = None,
+        persistent: bool = False,
+        source: str = "",
+    ) -> None:
+        self.scenario = scenario
+        self.name = name or f"{scenario.name}-{registry.secrets.token_hex(2)}"
+        self.persistent = persistent
+        self.source = source
+        self.record: registry.Record | None = None
+        self.plan: NetworkPlan | None = None
+        self.backend: kernel.BackendChoice | None = None
+        self.features: kernel.KernelFeatures | None = None
+        self.delay_line: DelayLineSupervisor | None = None
+        self.delay_line_stats: list[dict] = []
+        self.line_queue_trace: list[dict] = []  # the delay line's bottleneck samples, after down
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
+        return cls(load_scenario(path), source=str(path), **kwargs)
+
+    @classmethod
+    def attach(cls, name: str) -> Testbed:
+        """A handle on a testbed that is already up (made by ``testbed up``)."""
+        rec = registry.find(name)
+        if not rec.live():
+            raise RegistryError(f"testbed {name!r} is a leftover, not live; run `testbed clean`")
+        tb = cls.__new__(cls)
+        tb.scenario, tb.name, tb.persistent, tb.source = None, rec.name, rec.persistent, ""  # type: ignore[assignment]
+        tb.record, tb.plan, tb.backend, tb.features = rec, None, None, None
+        tb.delay_line, tb.delay_line_stats, tb.line_queue_trace = None, [], []
+        return tb
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def up(self) -> Testbed:
+        self.features = kernel.probe()
+        self.record = registry.claim(self.name, self.source)
+        try:
+            self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
+            self.backend = kernel.choose_backend(
+                self.scenario.backend,
+                self.plan.needs_propagation_emulation(),
+                self.features,
+                self.plan.needs_marking(),
+            )
+            if self.backend.backend == "userspace" and any(p.delay for p in self.plan.fabric):
+                raise UnsupportedError(
+                    "clusters.*.fabric.delay needs netem (backend: kernel); the userspace delay "
+                    "line emulates WAN links only (unsupported on this kernel: netem). Remove "
+                    "the fabric delay or run in the Vagrant VM"
+                )
+            self.record.backend = self.backend.backend
+            self.record.save()
+            userspace = self.backend.backend == "userspace"
+            net.build(
+                self.plan, self.record, self.features, self.backend.backend == "kernel", userspace
+            )
+            if self.backend.backend == "userspace":
+                self.delay_line = DelayLineSupervisor(
+                    self.plan, self.record, self.scenario.trace.queues
+                )
+                self.delay_line.start()
+            self.record.phase = "up"
+            self.record.persistent = self.persistent
+            self.record.save()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        try:
+            if self.delay_line is not None:
+                self.delay_line.stop()
+                self.delay_line_stats = self.delay_line.stats()
+                self.line_queue_trace = self.delay_line.queue_trace()
+                self.delay_line = None
+        finally:
+            if self.record is not None:
+                net.destroy(self.record)
+                self.record = None
+
+    def problems(self) -> list[str]:
+        """What is broken in the emulation right now (a dead delay line, queue overflow)."""
+        return self.delay_line.problems() if self.delay_line is not None else []
+
+    def link_stats(self) -> list[dict]:
+        """Counters of the propagation emulation per WAN direction (userspace backend)."""
+        if self.delay_line is not None:
+            return self.delay_line.stats()
+        return list(self.delay_line_stats)
+
+    def __enter__(self) -> Testbed:
+        self._old_term = signal.getsignal(signal.SIGTERM)
+        with contextlib.suppress(ValueError):  # not in the main thread: leave signals alone
+            signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            return self.up()
+        except BaseException:
+            self._restore_signals()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.down()
+        finally:
+            self._restore_signals()
+
+    def _restore_signals(self) -> None:
+        with contextlib.suppress(ValueError, TypeError):
+            signal.signal(signal.SIGTERM, self._old_term)
+
+    # -- using it ----------------------------------------------------------------------------
+    @property
+    def hosts(self) -> dict[str, str]:
+        """Name -> address of every host and gateway."""
+        assert self.record is not None, "testbed is not up"
+        return dict(self.record.hosts)
+
+    def namespace(self, host: str) -> str:
+        rec = self.record
+        assert rec is not None, "testbed is not up"
+        if host not in rec.hosts:
+            known = ", ".join(rec.hosts)
+            raise RegistryError(f"no host {host!r} in testbed {rec.name!r}; hosts: {known}")
+        return f"{rec.prefix}-{host}"
+
+    def command(self, host: str, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(host), *argv]
+
+    def run(self, host: str, argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        """Run ``argv`` inside ``host`` and wait (kwargs go to ``subprocess.run``)."""
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        return subprocess.run(self.command(host, argv), **kwargs)
+
+    def popen(
+        self, host: str, argv: Sequence[str], what: str = "", **kwargs: Any
+    ) -> subprocess.Popen:
+        """Start ``argv`` inside ``host``; the process is recorded and stopped at teardown."""
+        assert self.record is not None
+        proc = subprocess.Popen(self.command(host, argv), **kwargs)
+        self.record.add_process(proc.pid, what or " ".join(argv)[:80])
+        return proc
+
+    def python(self, host: str, module: str, *args: str, **kwargs: Any) -> subprocess.Popen:
+        """Start ``python -m module args`` of this very interpreter inside ``host``."""
+        return self.popen(host, [sys.executable, "-m", module, *args], what=module, **kwargs)
