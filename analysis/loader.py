@@ -24,8 +24,10 @@ from typing import Any
 
 import pandas as pd
 
+from testbed.core.frames import GOODPUT_FACTOR
+from testbed.core.paths import get_path
+
 TABLES = ("collectives", "links", "delayline", "tcp", "queues", "flows")
-GOODPUT_FACTOR = 1448 / 1514  # TCP payload per HTB-counted frame, as testbed.plan (docs/model.md)
 RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
@@ -191,27 +193,6 @@ def _concat(frames: list[pd.DataFrame], columns: list[str] | None = None) -> pd.
     return pd.concat(frames, ignore_index=True)
 
 
-_PATH_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)")
-
-
-def resolved_value(resolved: dict[str, Any], path: str) -> Any:
-    """The value at a sweep path (``wan[0].rate``) in a run's resolved scenario, or None."""
-    here: Any = resolved
-    for piece in path.split("."):
-        m = _PATH_PART.fullmatch(piece)
-        if not m:
-            return None
-        steps: list[str | int] = [m.group(1), *(int(i) for i in re.findall(r"\d+", m.group(2)))]
-        for step in steps:
-            if isinstance(step, int):
-                if not isinstance(here, list) or step >= len(here):
-                    return None
-            elif not isinstance(here, dict) or step not in here:
-                return None
-            here = here[step]
-    return here
-
-
 def _aqm_label(aqm: dict[str, Any] | None) -> str:
     """'droptail', 'red 20-200KB p1%', 'step 30KB' (the profile as a short legend label)."""
     if not aqm or aqm.get("kind") == "droptail":
@@ -265,7 +246,7 @@ def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float
         extra += [p for p in params if p not in extra]
         resolved = run.get("resolved") or {}
         for path, value in params.items():
-            number = resolved_value(resolved, path)
+            number = get_path(resolved, path)
             if isinstance(number, int | float) and not isinstance(number, bool):
                 si.setdefault(path, {})[_hashable(value)] = float(number)
         point = re.match(r"p(\d+)", run_id)

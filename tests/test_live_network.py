@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import RUN_TAG, scenario, unique_name
 
+from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns, registry
-from testbed.plan.topology import GOODPUT_FACTOR
 from testbed.run.selfcheck import check_direction
 
 pytestmark = pytest.mark.live

@@ -19,7 +19,7 @@ from analysis.model import (
 
 MiB = 1 << 20
 S = 16 * MiB
-GOODPUT = 1448 / 1514  # TCP payload per 1514-byte frame (testbed.plan.GOODPUT_FACTOR)
+GOODPUT = 1448 / 1514  # TCP payload per 1514-byte frame (testbed.core.frames.GOODPUT_FACTOR)
 ALPHA = 50e-6
 
 

@@ -21,9 +21,9 @@ import pytest
 
 from testbed.config.scenario import load_scenario, parse_scenario
 from testbed.core.errors import PlanError, ScenarioError
+from testbed.core.frames import FRAME_BYTES
 from testbed.plan.render import ip_batches, root_batch, tc_batches
 from testbed.plan.topology import (
-    FRAME_BYTES,
     MIN_BUFFER,
     NetworkPlan,
     build_plan,

@@ -41,19 +41,17 @@ are cleared to 0 before each run and an element nobody wrote is caught.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-if TYPE_CHECKING:
-    from traffic.rank import RankContext
+from traffic.context import RankContext
 
 ALGORITHMS = ("flat", "hierarchical", "hierarchical-2d")
 
@@ -665,13 +663,3 @@ def measure(
             res.got = float(out[bad])
             res.want = float(prepared.expected[bad])
         yield res
-
-
-@contextlib.contextmanager
-def phase_timer(phases: dict[str, float], name: str) -> Iterator[None]:
-    """Add the duration of the ``with`` body to ``phases[name]`` (seconds)."""
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0

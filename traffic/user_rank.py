@@ -12,7 +12,7 @@ user communication code on every rank). The spec carries what :mod:`traffic.rank
      "sys_path": ["/src", ...],                # the caller's sys.path, so its modules import here
      "iterations": 1, "warmup": 0}
 
-The rank joins torch.distributed (:func:`traffic.rank.setup`), then for each of ``warmup +
+The rank joins torch.distributed (:func:`traffic.context.setup`), then for each of ``warmup +
 iterations`` iterations: a world barrier, then ``fn(ctx, *args, **kwargs)`` timed with
 ``perf_counter`` and the phases the function timed with ``ctx.timer(name)``. The last
 iteration's return value is kept.
@@ -61,8 +61,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-EXIT_OK = 0
-EXIT_ERROR = 1
+from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 
 class _Failure(Exception):
@@ -150,7 +149,7 @@ def _run(spec: dict[str, Any], rank: int, files: _Files, result: dict[str, Any])
         # torch is imported here, not at module import: a bad spec fails fast and cheaply
         import torch.distributed as dist
 
-        from traffic.rank import setup
+        from traffic.context import setup
 
         ctx = setup(spec, rank)
     except Exception as exc:

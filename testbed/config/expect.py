@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from testbed.core.paths import MISSING, get_path
 from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
 
 METRICS = ("time_p50", "time_p95", "algbw", "busbw", "predicted", "measured_over_predicted")
@@ -140,15 +141,8 @@ def lookup(row: dict[str, Any], resolved: dict[str, Any] | None, key: str) -> An
     """A summary column, else a field path in the run's resolved scenario (None if absent)."""
     if key in SUMMARY_KEYS or resolved is None:
         return row.get(key)
-    from testbed.config.sweep import parse_path  # sweep imports scenario; keep this module light
-
-    node: Any = resolved
-    try:
-        for part in parse_path(key):
-            node = node[part]
-    except (KeyError, IndexError, TypeError, ValueError):
-        return row.get(key)
-    return node
+    value = get_path(resolved, key, MISSING)
+    return row.get(key) if value is MISSING else value
 
 
 def _equal(actual: Any, wanted: Any) -> bool:

@@ -8,7 +8,6 @@ file, the field path (``wan[0].delay``), the bad value and what is allowed.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +25,7 @@ from pydantic import (
 
 from testbed.config.expect import Expectation
 from testbed.core.errors import ScenarioError
+from testbed.core.paths import format_path
 from testbed.core.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
 
 MAX_CLUSTERS = 16
@@ -394,17 +394,6 @@ class _FieldError(ValueError):
         super().__init__(message)
         self.path = path
         self.message = message
-
-
-def format_path(parts: Sequence[Any]) -> str:
-    """['wan', 0, 'rate'] -> 'wan[0].rate': how every message names a field."""
-    path = ""
-    for part in parts:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else str(part)
-    return path
 
 
 def _loc_to_path(loc: tuple[Any, ...]) -> str:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import copy
 import itertools
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from testbed.config.scenario import Scenario, format_path, load_yaml, parse_scenario
+from testbed.config.scenario import Scenario, load_yaml, parse_scenario
 from testbed.core.errors import ScenarioError
-
-_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)")
+from testbed.core.paths import parse_path, set_path
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class RunSpec:
     scenario: Scenario
 
     def label(self) -> str:
-        return ", ".join(f"{k}={_show(v)}" for k, v in self.params.items()) or "(no sweep)"
+        return _label(self.params) or "(no sweep)"
 
 
 def _show(value: Any) -> str:
@@ -41,45 +39,6 @@ def _show(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{_show(v)}" for k, v in value.items()) + "}"
     return str(value)
-
-
-def parse_path(path: str) -> list[str | int]:
-    """'wan[0].rate' -> ['wan', 0, 'rate']."""
-    steps: list[str | int] = []
-    for piece in path.split("."):
-        m = _PART.fullmatch(piece)
-        if not m:
-            raise ValueError(f"{path!r} is not a field path; examples: wan[0].rate, tcp.congestion")
-        steps.append(m.group(1))
-        steps += [int(i) for i in re.findall(r"\[([0-9]+)\]", m.group(2))]
-    return steps
-
-
-def set_path(data: dict[str, Any], path: str, value: Any) -> None:
-    """Set ``value`` at ``path`` inside raw scenario data (missing mapping keys are created)."""
-    steps = parse_path(path)
-    here: Any = data
-    for i, step in enumerate(steps[:-1]):
-        nxt = steps[i + 1]
-        if isinstance(step, int):
-            if not isinstance(here, list) or step >= len(here):
-                raise ValueError(f"{path}: there is no {format_path(steps[: i + 1])}")
-            here = here[step]
-        else:
-            if not isinstance(here, dict):
-                raise ValueError(f"{path}: {format_path(steps[:i])} is not a mapping")
-            if step not in here or here[step] is None:
-                if isinstance(nxt, int):
-                    raise ValueError(f"{path}: there is no {format_path(steps[: i + 1])}")
-                here[step] = {}
-            here = here[step]
-    last = steps[-1]
-    if isinstance(last, int):
-        if not isinstance(here, list) or last >= len(here):
-            raise ValueError(f"{path}: there is no {path}")
-    elif not isinstance(here, dict):
-        raise ValueError(f"{path}: {format_path(steps[:-1])} is not a mapping")
-    here[last] = copy.deepcopy(value)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

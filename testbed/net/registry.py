@@ -10,7 +10,6 @@ leftover. Processes are identified by (pid, start time) so a reused pid is never
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -20,7 +19,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.core import files
 from testbed.core.errors import RegistryError
+from testbed.core.files import atomic_write_text
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 PREFIX_STEM = "mctb"
@@ -71,9 +72,7 @@ class Record:
 
     def save(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, json.dumps(asdict(self), indent=1))
 
     def add_process(self, pid: int, what: str) -> None:
         self.processes.append((pid, process_start(pid), what))
@@ -87,13 +86,8 @@ class Record:
 @contextlib.contextmanager
 def locked() -> Iterator[None]:
     """The machine-wide registry lock (flock): claims, and the shared allowed-cc list."""
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(STATE_DIR / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with files.locked(STATE_DIR / ".lock"):
+        yield
 
 
 def records() -> list[Record]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from testbed.core.frames import FRAME_BYTES
 from testbed.plan.topology import (
-    FRAME_BYTES,
     FabricPort,
     Impairment,
     NetworkPlan,

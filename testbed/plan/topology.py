@@ -29,13 +29,8 @@ from dataclasses import dataclass, field
 
 from testbed.config.scenario import Aqm, Scenario, TcpSettings
 from testbed.core.errors import PlanError
+from testbed.core.frames import FRAME_BYTES, GOODPUT_FACTOR
 
-# Frame accounting: HTB on a veth counts the 14-byte Ethernet header but no preamble/FCS, and TCP
-# with timestamps carries 1448 payload bytes in a 1514-byte frame.
-MTU = 1500
-FRAME_BYTES = MTU + 14
-TCP_PAYLOAD = MTU - 20 - 20 - 12
-GOODPUT_FACTOR = TCP_PAYLOAD / FRAME_BYTES
 # A GSO packet can be up to 64 KiB; a byte-limited queue smaller than two of them would drop
 # every large packet, so buffers get this floor (and the plan says so).
 MIN_BUFFER = 2 * 65536

@@ -39,13 +39,16 @@ from analysis.model import Link, Topology, predict
 from testbed.config.expect import Check, check
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError
+from testbed.core.frames import GOODPUT_FACTOR
+from testbed.core.stats import quantile
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
-from testbed.plan.topology import GOODPUT_FACTOR, NetworkPlan
+from testbed.plan.topology import NetworkPlan
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
 from testbed.trace.run_traces import RunTraces
+from traffic.exit_codes import EXIT_WRONG
 
 CPU_SATURATED = 0.95  # busy share of all cores that counts as saturated
 CPU_FLAG_SHARE = 0.5  # flag the run when more than this share of samples was saturated
@@ -96,7 +99,7 @@ class CpuMonitor:
         saturated = sum(1 for x in xs if x >= CPU_SATURATED) / len(xs)
         return {
             "cpu_busy_mean": sum(xs) / len(xs),
-            "cpu_busy_p95": sorted(xs)[int(0.95 * (len(xs) - 1))],
+            "cpu_busy_p95": quantile(xs, 0.95),
             "cpu_saturated_share": saturated,
             "cpu_saturated": saturated > CPU_FLAG_SHARE,
         }
@@ -238,7 +241,7 @@ def _wait_ranks(tb: Testbed, procs: list, timeout: float) -> list[str]:
     for s, p, _ in procs:
         code = p.poll()
         if code not in (None, 0):
-            what = "produced a wrong result" if code == 3 else f"exited with code {code}"
+            what = "produced a wrong result" if code == EXIT_WRONG else f"exited with code {code}"
             problems.append(f"rank {s.rank} ({s.host}) {what}")
     return problems
 

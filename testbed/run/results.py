@@ -7,7 +7,6 @@ and the manifest is rewritten as the run progresses so a failed run keeps what i
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -17,11 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+from testbed.core.files import atomic_write, atomic_write_text
 
 
 def versions() -> dict[str, str | None]:
@@ -60,7 +55,7 @@ class ResultsDir:
 
     def _save_manifest(self, data: dict[str, Any]) -> None:
         text = json.dumps(data, indent=2, default=str)
-        _atomic_write(self.manifest_path, lambda p: p.write_text(text))
+        atomic_write_text(self.manifest_path, text)
 
     def update_manifest(self, **fields: Any) -> None:
         data = self.read_manifest()
@@ -71,5 +66,5 @@ class ResultsDir:
     def write_table(self, name: str, rows: list[dict[str, Any]]) -> Path:
         path = self.path / f"{name}.parquet"
         frame = pd.DataFrame(rows)
-        _atomic_write(path, lambda p: frame.to_parquet(p, index=False))
+        atomic_write(path, lambda p: frame.to_parquet(p, index=False))
         return path

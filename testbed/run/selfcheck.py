@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from testbed.core.errors import NetError
-from testbed.plan.topology import GOODPUT_FACTOR, NetworkPlan, WanDirection
+from testbed.core.frames import GOODPUT_FACTOR
+from testbed.core.stats import quantile
+from testbed.plan.topology import NetworkPlan, WanDirection
 from testbed.run.testbed import Testbed
 
 SELFCHECK_PORT = 5299
@@ -62,12 +63,6 @@ def configured_goodput(plan: NetworkPlan, d: WanDirection) -> float:
     ends = {plan.host(f"{c}-h0").ns for c in (d.src, d.dst)}
     rates = [d.rate] + [p.rate for p in plan.fabric if p.rate and p.ns in ends]
     return min(rates) * GOODPUT_FACTOR
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[k]
 
 
 def measure_rtt(tb: Testbed, src: str, dst: str, pings: int, interval: float = 0.05) -> list[float]:
@@ -139,8 +134,8 @@ def check_direction(
     good_conf = configured_goodput(plan, d)
     problems = []
     samples = measure_rtt(tb, src, dst, pings)
-    median = statistics.median(samples) if samples else None
-    p99 = _percentile(samples, 0.99) if samples else None
+    median = quantile(samples, 0.5) if samples else None
+    p99 = quantile(samples, 0.99) if samples else None
     if not samples:
         problems.append("no ping replies")
     elif abs(median - rtt_conf) > max(TOLERANCE * rtt_conf, 0.001):

@@ -12,6 +12,7 @@ as cleanly as Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import signal
 import subprocess
 import sys
@@ -46,7 +47,7 @@ class Testbed:
         source: str = "",
     ) -> None:
         self.scenario = scenario
-        self.name = name or f"{scenario.name}-{registry.secrets.token_hex(2)}"
+        self.name = name or f"{scenario.name}-{secrets.token_hex(2)}"
         self.persistent = persistent
         self.source = source
         self.record: registry.Record | None = None

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.core.errors import ScenarioError, TestbedError
+from testbed.core.stats import quantile
 from testbed.core.units import format_duration, format_rate, parse_duration
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.run.testbed import Testbed
@@ -68,15 +69,6 @@ class RankFunctionError(TypeError):
 
 
 # -- statistics --------------------------------------------------------------------------------
-def _quantile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's and pandas' default)."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 @dataclass(frozen=True)
 class TimeStats:
     """Seconds over iterations. Empty (no iteration finished): every value is NaN, so any
@@ -95,8 +87,8 @@ class TimeStats:
             nan = float("nan")
             return cls(nan, nan, nan, nan, nan, 0)
         return cls(
-            p50=_quantile(values, 0.5),
-            p95=_quantile(values, 0.95),
+            p50=quantile(values, 0.5),
+            p95=quantile(values, 0.95),
             max=max(values),
             min=min(values),
             mean=sum(values) / len(values),
@@ -547,7 +539,7 @@ class RankTestbed:
         ``iterations`` timed times, each after a world barrier.
 
         ``fn`` must be a top-level function (rank processes import it by name); arguments and
-        return values travel by pickle. ``ctx`` is a :class:`traffic.rank.RankContext`.
+        return values travel by pickle. ``ctx`` is a :class:`traffic.context.RankContext`.
         ``timeout`` bounds the iterations once every rank has joined torch.distributed;
         ``setup_timeout`` bounds the joining. Never raises for what happens on the ranks: check
         ``.ok``. Raises RankFunctionError (before any process starts) for a function or arguments

@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
-import fcntl
 import hashlib
 import io
 import json
@@ -55,11 +54,12 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.core.errors import TestbedError
+from testbed.core.files import atomic_write_bytes, locked
 
 QEMU = "qemu-system-x86_64"
 DEFAULT_KERNEL_PACKAGES = ("linux-image-amd64", "linux-image-generic")  # Debian, Ubuntu
@@ -250,18 +250,6 @@ def resolve_kernel_package(name: str | None) -> str:
     )
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock between concurrent `testbed vm` runs preparing the same cache entry."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _run(argv: Sequence[str], what: str, **kw) -> subprocess.CompletedProcess:
     try:
         r = subprocess.run(list(argv), capture_output=True, text=True, **kw)
@@ -333,8 +321,7 @@ def _with_vmlinux(k: Kernel) -> Kernel:
     if not (elf and elf_has_pvh_entry(elf)):
         return dataclasses.replace(k, vmlinux=None)
     path = k.home / "vmlinux"
-    path.with_suffix(".part").write_bytes(elf)
-    path.with_suffix(".part").rename(path)
+    atomic_write_bytes(path, elf)
     return dataclasses.replace(k, vmlinux=path)
 
 
@@ -345,7 +332,7 @@ def ensure_kernel(package: str | None, log=print) -> Kernel:
     key = local.name.removesuffix(".deb") if local else package
     pdir = cache_dir() / "kernels" / key
     meta = pdir / "kernel.json"
-    with _locked(pdir.parent / f"{key}.lock"):
+    with locked(pdir.parent / f"{key}.lock"):
         k = _load_kernel(meta)
         if k:
             return k
@@ -571,7 +558,7 @@ def _static_busybox(log=print) -> str | None:
 
 
 def _cached_busybox(home: Path, log) -> str | None:
-    with _locked(home.with_suffix(".lock")):
+    with locked(home.with_suffix(".lock")):
         found = sorted(home.glob("root/**/bin/busybox"))
         if found:
             return str(found[0])

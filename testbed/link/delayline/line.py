@@ -121,6 +121,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.core.files import atomic_write_text
+from testbed.core.frames import ETH_HEADER, MSS, TCP_IP_HEADERS
+
 # --- netlink / nfnetlink_queue constants (linux/netlink.h, linux/netfilter/nfnetlink_queue.h) ---
 NETLINK_NETFILTER = 12
 SO_RCVBUFFORCE = 33
@@ -170,11 +173,6 @@ _BE32 = struct.Struct(">I")
 _BE64x2 = struct.Struct(">QQ")
 _I32 = struct.Struct("=i")
 
-# Wire accounting of a (GSO) TCP packet, as HTB counts it on a veth: 14 bytes of Ethernet per
-# segment, and the 52 bytes of IP+TCP headers (with timestamps) repeated for every segment.
-ETH_HEADER = 14
-TCP_IP_HEADERS = 52
-MSS = 1448
 DEFAULT_CE_MARK = 0x1
 CE_TARGET = ("-j", "TOS", "--set-tos", "0x03/0x03")  # clear the ECN bits, then set 11 (CE)
 
@@ -839,13 +837,9 @@ class DelayLine:
         if not path:
             return
         p = Path(path)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1)
-                f.write("\n")
-            os.replace(tmp, p)
+            atomic_write_text(p, json.dumps(data, indent=1) + "\n")
         except OSError as e:
             msg = f"delayline: cannot write stats {path}: {e}"
             if self._reported.get("stats_write") != msg:  # say it once, not every interval

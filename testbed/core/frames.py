@@ -1,0 +1,14 @@
+"""Frame accounting shared by the plan, the delay line, the self-check and the analysis.
+
+HTB on a veth counts the 14-byte Ethernet header but no preamble/FCS, and TCP with timestamps
+carries 1448 payload bytes in a 1514-byte frame; a GSO packet repeats the 52 bytes of IP+TCP
+headers (and is counted with one Ethernet header) per segment.
+"""
+
+MTU = 1500
+ETH_HEADER = 14
+TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12
+FRAME_BYTES = MTU + ETH_HEADER
+MSS = MTU - TCP_IP_HEADERS
+TCP_PAYLOAD = MSS
+GOODPUT_FACTOR = TCP_PAYLOAD / FRAME_BYTES
