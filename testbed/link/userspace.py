@@ -24,6 +24,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.link.delayline.line import (
@@ -35,7 +36,6 @@ from testbed.link.delayline.line import (
 from testbed.net import registry
 from testbed.net.registry import Record
 from testbed.plan.topology import NetworkPlan, WanDirection
-from testbed.trace.queues import line_trace_rows
 
 READY_TIMEOUT = 15.0
 STATS_INTERVAL = 0.5
@@ -265,3 +265,28 @@ class DelayLineSupervisor:
                 row["errors"] = "; ".join(data.get("errors", []) or [])
                 rows.append(row)
         return rows
+
+
+def line_trace_rows(path: Path) -> list[dict[str, Any]]:
+    """The delay line's JSONL samples as queue-trace rows (a torn last line is skipped)."""
+    rows = []
+    with contextlib.suppress(OSError), open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                s = json.loads(line)
+            except ValueError:
+                continue
+            rows.append(
+                {
+                    "time": s["time"],
+                    "direction": s["direction"],
+                    "source": "delayline",
+                    "backlog_bytes": s["backlog_bytes"],
+                    "backlog_packets": s["backlog_packets"],
+                    "packets": s["packets"],
+                    "bytes": s["bytes"],
+                    "dropped": s["dropped"],
+                    "marked": s["marked"],
+                }
+            )
+    return rows

@@ -27,7 +27,7 @@ from testbed.link.userspace import DelayLineSupervisor
 from testbed.net import build as net
 from testbed.net import probe as kernel
 from testbed.net import registry
-from testbed.plan.topology import NetworkPlan, build_plan
+from testbed.plan.topology import NetworkPlan, WanDirection, build_plan
 
 
 class Terminated(TestbedError):
@@ -126,6 +126,10 @@ class Testbed:
     def problems(self) -> list[str]:
         """What is broken in the emulation right now (a dead delay line, queue overflow)."""
         return self.delay_line.problems() if self.delay_line is not None else []
+
+    def queue_in_line(self, d: WanDirection) -> bool:
+        """Whether this direction's bottleneck queue is the delay line's, not a qdisc's."""
+        return self.backend is not None and d.queue_in_line(self.backend.backend == "userspace")
 
     def link_stats(self) -> list[dict]:
         """Counters of the propagation emulation per WAN direction (userspace backend)."""

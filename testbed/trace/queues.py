@@ -5,7 +5,7 @@ leaf qdisc under HTB on the sending gateway's egress (``bfifo`` for drop-tail, `
 marking profile); on the userspace backend with an ``aqm``, inside the delay line, which writes its
 own samples (JSONL, see :mod:`testbed.link.delayline`). This module samples the former
 (:class:`QdiscSampler`, one rtnetlink dump per direction per period) and reads
-the latter (:func:`line_trace_rows`), both into the same columns:
+the latter (:func:`testbed.link.userspace.line_trace_rows`), both into the same columns:
 
 ======================  =========================================================================
 ``time``                unix seconds (``time.time()``), the clock of every trace table
@@ -22,15 +22,12 @@ the latter (:func:`line_trace_rows`), both into the same columns:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import socket
 import struct
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from testbed.net import netns
@@ -193,28 +190,3 @@ class QdiscSampler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def line_trace_rows(path: Path) -> list[dict[str, Any]]:
-    """The delay line's JSONL samples as queue-trace rows (a torn last line is skipped)."""
-    rows = []
-    with contextlib.suppress(OSError), open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                s = json.loads(line)
-            except ValueError:
-                continue
-            rows.append(
-                {
-                    "time": s["time"],
-                    "direction": s["direction"],
-                    "source": "delayline",
-                    "backlog_bytes": s["backlog_bytes"],
-                    "backlog_packets": s["backlog_packets"],
-                    "packets": s["packets"],
-                    "bytes": s["bytes"],
-                    "dropped": s["dropped"],
-                    "marked": s["marked"],
-                }
-            )
-    return rows

@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from testbed.config.scenario import Trace
-from testbed.run.testbed import Testbed
+from testbed.net.registry import Record
+from testbed.plan.topology import NetworkPlan, WanDirection
 from testbed.trace.pcap import CaptureSpec, PcapCapture
 from testbed.trace.queues import QdiscSampler, QdiscTarget
 from testbed.trace.tcp import TcpInfoSampler
@@ -30,11 +31,25 @@ from testbed.trace.tcp import TcpInfoSampler
 READBACK_PERIOD = 1.0  # s: tcp_info sampling just to learn what is in effect
 
 
+class TracedNetwork(Protocol):
+    """What the traces need of a live network (``testbed.run.testbed.Testbed`` is one)."""
+
+    plan: NetworkPlan | None
+    record: Record | None
+    line_queue_trace: list[dict]
+
+    def namespace(self, host: str) -> str: ...
+
+    def queue_in_line(self, d: WanDirection) -> bool: ...
+
+
 class RunTraces:
     """Context manager around the workload of one run."""
 
-    def __init__(self, tb: Testbed, trace: Trace, run_dir: Path, rank_hosts: list[str]) -> None:
-        assert tb.plan is not None and tb.backend is not None
+    def __init__(
+        self, tb: TracedNetwork, trace: Trace, run_dir: Path, rank_hosts: list[str]
+    ) -> None:
+        assert tb.plan is not None
         self.tb = tb
         self.trace = trace
         self.run_dir = run_dir
@@ -46,13 +61,12 @@ class RunTraces:
             trace.tcp_info or READBACK_PERIOD,
             names=names,
         )
-        line_queues = tb.backend.backend == "userspace"
         self.qdiscs: QdiscSampler | None = None
         if trace.queues:
             targets = [
                 QdiscTarget(d.name, d.shaper.ns, d.shaper.ifname)
                 for d in plan.wan
-                if not d.queue_in_line(line_queues)
+                if not tb.queue_in_line(d)
             ]
             self.qdiscs = QdiscSampler(targets, trace.queues) if targets else None
         self.pcap: PcapCapture | None = None
