@@ -129,7 +129,7 @@ def test_cli_run_prints_summary_and_resume_skips_finished_runs(root, tmp_path):
     data["sweep"] = {"workload.sizes": [["64KiB"], ["128KiB"]]}
     path = tmp_path / "s.yaml"
     path.write_text(json.dumps(data))
-    env = {**os.environ, "COLUMNS": "220"}
+    env = dict(os.environ)
     r = subprocess.run(
         [*CLI, "run", str(path), "--out", str(tmp_path / "out"), "--selfcheck", "0.5"],
         capture_output=True,
@@ -172,7 +172,7 @@ def test_cli_run_checks_expectations_and_fails_with_the_numbers(root, tmp_path):
         [*CLI, "run", str(path), "--out", str(tmp_path / "out"), "--selfcheck", "0.3"],
         capture_output=True,
         text=True,
-        env={**os.environ, "COLUMNS": "220"},
+        env=dict(os.environ),
         timeout=300,
     )
     assert r.returncode == 1, r.stdout + r.stderr

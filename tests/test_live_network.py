@@ -132,7 +132,7 @@ def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "COLUMNS": "200"},
+        env=dict(os.environ),
     )
     try:
         _wait_for_line(up, "press Ctrl-C", timeout=30)
@@ -142,7 +142,7 @@ def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
         time.sleep(0.2)
         up.send_signal(signal.SIGKILL)
         up.wait()
-        ls = subprocess.run([*CLI, "ls"], capture_output=True, text=True, env={"COLUMNS": "200"})
+        ls = subprocess.run([*CLI, "ls"], capture_output=True, text=True)
         assert "leftover" in ls.stdout
         r = subprocess.run([*CLI, "clean"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
@@ -172,7 +172,7 @@ def test_cli_up_exec_ls_down(root, tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(json.dumps(scenario()))
     name = unique_name("cli")
-    env = {**os.environ, "COLUMNS": "200"}
+    env = dict(os.environ)
     try:
         up = subprocess.run(
             [*CLI, "up", str(path), "--name", name], capture_output=True, text=True, env=env
@@ -256,7 +256,7 @@ def test_plan_cli_touches_no_kernel(tmp_path):
         [*CLI, "plan", "scenarios/quickstart.yaml"],
         capture_output=True,
         text=True,
-        env={**os.environ, "COLUMNS": "200"},
+        env=dict(os.environ),
     )
     assert r.returncode == 0, r.stderr
     assert "east->west" in r.stdout and "bfifo" in r.stdout
@@ -267,9 +267,7 @@ def test_plan_cli_touches_no_kernel(tmp_path):
 def test_doctor_reports_netem(root):
     from testbed.net import probe as kernel
 
-    r = subprocess.run(
-        [*CLI, "doctor"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}
-    )
+    r = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     line = next(line for line in r.stdout.splitlines() if "qdisc netem" in line)
     assert ("yes" in line) == kernel.probe().has_qdisc("netem")

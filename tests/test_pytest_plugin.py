@@ -14,9 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from testbed.core.stats import quantile as _quantile
 from testbed.net import probe as kernel
 from testbed.net import registry
-from testbed.testing.ranktest import RankFunctionError, TimeStats, _quantile, describe_function
+from testbed.testing.ranktest import (
+    RankFunctionError,
+    TimeStats,
+    check_signature,
+    describe_function,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -293,3 +299,19 @@ def test_plugin_import_is_cheap():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["False", "False"]
+
+
+def _without_ctx(nbytes):
+    return nbytes
+
+
+def _with_ctx(ctx, nbytes):
+    return nbytes
+
+
+def test_a_rank_function_without_the_context_first_is_refused_before_any_process_starts():
+    with pytest.raises(RankFunctionError, match=r"takes the rank context first"):
+        check_signature(_without_ctx, (), {"nbytes": 1})
+    check_signature(_with_ctx, (), {"nbytes": 1})
+    with pytest.raises(RankFunctionError, match="cannot be called"):
+        check_signature(_with_ctx, (1, 2), {})

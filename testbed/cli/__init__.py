@@ -11,10 +11,10 @@ import os
 import sys
 import time
 
-from rich.console import Console
 from rich.table import Table
 
 from testbed import vm
+from testbed.cli.console import escape, make_console
 from testbed.config.scenario import load_scenario
 from testbed.core.errors import TestbedError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
@@ -23,8 +23,12 @@ from testbed.net import probe as kernel
 from testbed.net import registry
 from testbed.plan.topology import build_plan
 
-out = Console()
-err = Console(stderr=True)
+DESCRIPTION = (
+    "Emulate a multi-datacenter network (clusters in Linux namespaces joined by slow, long, lossy "
+    "WAN links) and run real PyTorch collectives across it."
+)
+out = make_console()
+err = make_console(stderr=True)
 
 
 def _need_root(verb: str) -> None:
@@ -48,7 +52,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     sc = load_scenario(args.file)
     plan = build_plan(sc, "<prefix>", 64)
-    out.print(f"[bold]{sc.name}[/]: {sc.description}")
+    out.print(f"[bold]{escape(sc.name)}[/]: {escape(sc.description)}")
     out.print(
         "Namespaces are named <prefix>-<label>; addresses come from 10.<slot>.0.0/16 "
         "(shown for slot 64; each live testbed gets its own slot)."
@@ -120,7 +124,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "(`testbed doctor` tells which backend this kernel gets)"
     )
     for w in plan.warnings:
-        out.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {escape(w)}")
     return 0
 
 
@@ -168,9 +172,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _announce(tb) -> None:
-    out.print(f"backend: [bold]{tb.backend.backend}[/] ({tb.backend.reason})")
+    out.print(f"backend: [bold]{tb.backend.backend}[/] ({escape(tb.backend.reason)})")
     for w in tb.plan.warnings:
-        out.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -280,7 +284,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             f"[bold]{choice.backend}[/] — {choice.reason}"
         )
     except TestbedError as exc:
-        out.print(f"[red]{exc}[/]")
+        out.print(f"[red]{escape(exc)}[/]")
     if not feats.has_qdisc("netem"):
         out.print(
             "netem is missing on this kernel: WAN delay/jitter/loss/reorder use the "
@@ -295,7 +299,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "stock distribution kernel in a throwaway guest (docs/vm.md)"
         )
     for note in feats.notes:
-        out.print(f"note: {note}")
+        out.print(f"note: {escape(note)}")
     return 0
 
 
@@ -309,7 +313,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     runs = load_runs(args.file, [parse_override(s) for s in args.set])
     exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
     pending = [r for r in runs if not exp.done(r)]
-    out.print(f"{len(runs)} run(s), {len(pending)} to do; results: {exp.results.path}")
+    out.print(f"{len(runs)} run(s), {len(pending)} to do; results: {escape(exp.results.path)}")
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -321,15 +325,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         task = progress.add_task("starting", total=len(pending))
 
         def on_start(spec) -> None:
-            progress.update(task, description=f"{spec.run_id} {spec.label()}")
+            progress.update(task, description=escape(f"{spec.run_id} {spec.label()}"))
 
         def on_done(spec, result) -> None:
             progress.advance(task)
             colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
             backend = result.info.get("backend") or "-"
-            text = f"[{colour}]{result.status}[/] {spec.run_id} {spec.label()} (backend {backend})"
+            text = f"[{colour}]{result.status}[/] {escape(spec.run_id)} {escape(spec.label())} "
+            text += f"(backend {escape(backend)})"
             if result.reason:
-                text += f": {result.reason}"
+                text += f": {escape(result.reason)}"
             progress.console.print(text, highlight=False)
 
         try:
@@ -340,7 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     checks = [] if interrupted else exp.check_expectations()
     for c in checks:
         colour = {"passed": "green", "failed": "red"}.get(c.status, "yellow")
-        out.print(f"[{colour}]{c.text()}[/]", highlight=False)
+        out.print(f"[{colour}]{escape(c.text())}[/]", highlight=False)
     failed_checks = [c for c in checks if c.status == "failed"]
     if checks:
         out.print(
@@ -353,7 +358,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"(continue with --resume {exp.results.path})"
         )
         return 130
-    out.print(f"results: {exp.results.path}")
+    out.print(f"results: {escape(exp.results.path)}")
     return 0 if ok and not failed_checks else 1
 
 
@@ -388,9 +393,9 @@ def print_summary(exp) -> None:
             pred = s.get("predicted")
             ratio = s.get("measured_over_predicted")
             t.add_row(
-                *(str(s.get(p, "")) for p in params),
-                s["collective"],
-                s["algorithm"],
+                *(escape(s.get(p, "")) for p in params),
+                escape(s["collective"]),
+                escape(s["algorithm"]),
                 format_size(s["size"]),
                 str(s["ranks"]),
                 format_duration(s["time_p50"]),
@@ -405,11 +410,14 @@ def print_summary(exp) -> None:
     for run_id, info in exp.manifest["runs"].items():
         if info["status"] != "ok":
             colour = "yellow" if info["status"] == "skipped" else "red"
-            out.print(f"[{colour}]{info['status']}[/] {run_id}: {info['reason']}", highlight=False)
+            out.print(
+                f"[{colour}]{info['status']}[/] {escape(run_id)}: {escape(info['reason'])}",
+                highlight=False,
+            )
         for skip in info.get("skipped_combinations") or []:
             out.print(
-                f"[yellow]not run[/] {run_id} {skip.get('collective')} "
-                f"{skip.get('algorithm')}: {skip.get('skipped')}",
+                f"[yellow]not run[/] {escape(run_id)} {escape(skip.get('collective'))} "
+                f"{escape(skip.get('algorithm'))}: {escape(skip.get('skipped'))}",
                 highlight=False,
             )
 
@@ -455,7 +463,7 @@ def cmd_vm(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="testbed", description=DESCRIPTION)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     s = sub.add_parser("validate", help="check a scenario file")

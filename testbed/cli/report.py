@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from testbed.cli.console import make_console
 from testbed.core.errors import TestbedError
 from testbed.core.units import format_duration, format_percent, format_size, parse_percent
 
-out = Console()
+out = make_console()
 
 
 class ReportError(TestbedError):

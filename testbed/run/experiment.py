@@ -38,7 +38,7 @@ from analysis.metrics import algbw, busbw
 from analysis.model import Link, Topology, predict
 from testbed.config.expect import Check, check
 from testbed.config.sweep import RunSpec
-from testbed.core.errors import TestbedError
+from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.stats import quantile
 from testbed.net import netns
@@ -349,8 +349,7 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
         result.rows, result.skips = read_rank_rows(run_dir)
         raise _Interrupted(result) from None
     except TestbedError as exc:
-        unsupported = "unsupported on this kernel" in str(exc)
-        result.status = "skipped" if unsupported else "failed"
+        result.status = "skipped" if isinstance(exc, UnsupportedError) else "failed"
         result.reason = str(exc)
     return result
 

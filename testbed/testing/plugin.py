@@ -143,7 +143,7 @@ def _request(request: pytest.FixtureRequest) -> _Request:
 
 def _build(req: _Request, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A network that is up, or a _Skip saying why this host cannot build it."""
-    from testbed.core.errors import ScenarioError, TestbedError
+    from testbed.core.errors import ScenarioError, TestbedError, UnsupportedError
     from testbed.testing.ranktest import RankTestbed
 
     # pt<pid>-<hex>: unique per run and per network, a valid registry name; `testbed ls` shows
@@ -164,7 +164,7 @@ def _build(req: _Request, tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         return rt.up()
     except TestbedError as exc:
-        if "unsupported on this kernel" in str(exc):
+        if isinstance(exc, UnsupportedError):
             return _Skip(f"testbed: {exc}")
         raise
 

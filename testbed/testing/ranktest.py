@@ -375,6 +375,24 @@ def describe_function(fn: Callable[..., Any]) -> tuple[str, str | None]:
     return f"{module}:{qualname}", str(Path(file).resolve()) if file else None
 
 
+def check_signature(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+    """Raise RankFunctionError unless ``fn(ctx, *args, **kwargs)`` binds: the rank context comes
+    first, so a function without it would fail on every rank with a confusing TypeError."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(object(), *args, **kwargs)
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise RankFunctionError(
+            f"{name}{sig} cannot be called as {name}(ctx, *args, **kwargs) with these arguments "
+            f"({exc}); a rank function takes the rank context first, e.g. "
+            f"def {getattr(fn, '__name__', 'fn')}(ctx, nbytes): ..."
+        ) from None
+
+
 def _pickle_arguments(args: tuple, kwargs: dict[str, Any]) -> bytes:
     try:
         return pickle.dumps((args, kwargs))
@@ -546,6 +564,7 @@ class RankTestbed:
         that cannot be sent.
         """
         function, file = describe_function(fn)
+        check_signature(fn, args, kwargs)
         blob = _pickle_arguments(args, kwargs)
         timeout_s = _seconds(timeout, "timeout")
         setup_s = _seconds(setup_timeout, "setup_timeout")
