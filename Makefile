@@ -2,7 +2,7 @@
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint clean bench
+.PHONY: setup demo test test-unit lint clean bench
 
 setup:
 	scripts/setup.sh
@@ -13,8 +13,12 @@ demo: setup
 test: setup
 	$(SUDO) .venv/bin/python -m pytest -q $(PYTEST_ARGS)
 
+# The fast tier: pure tests, no root, no namespaces (seconds).
+test-unit: setup
+	.venv/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)
+
 lint: setup
-	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/lint-imports
 
 clean:
 	$(SUDO) .venv/bin/testbed clean

@@ -8,20 +8,24 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-# iproute2: ip/tc; iptables: the delay line's NFQUEUE rules; iperf3: bulk TCP benchmarks;
-# ethtool: offloads; iputils-ping: RTT checks; procps: sysctl/ps; qemu-system-x86, kmod:
-# `testbed vm` (a stock kernel with netem/fq/red/dctcp in a QEMU guest; docs/vm.md).
-PACKAGES=(iproute2 iptables iperf3 ethtool iputils-ping procps python3 python3-venv python3-dev
-          qemu-system-x86 kmod tcpdump)
+# iproute2: ip/tc; iptables: the delay line's NFQUEUE rules; tcpdump: pcap traces;
+# qemu-system-x86, kmod, zstd: `testbed vm` (a stock kernel with netem/fq/red/dctcp in a QEMU
+# guest; zstd unpacks Ubuntu's .ko.zst modules; docs/vm.md). Only the tests and benchmarks use
+# iputils-ping (RTT checks) and iperf3 (bulk TCP benchmarks).
+PACKAGES=(iproute2 iptables tcpdump qemu-system-x86 kmod zstd python3 python3-venv
+          iputils-ping iperf3)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 # A python3 outside dpkg (pyenv, a distribution build) is fine if it can make venvs.
 if command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; then
-  missing=("${missing[@]/python3}"); missing=("${missing[@]/python3-venv}"); missing=("${missing[@]/python3-dev}")
+  keep=()
+  for p in "${missing[@]}"; do
+    case "$p" in python3|python3-venv) ;; *) keep+=("$p") ;; esac
+  done
+  missing=("${keep[@]}")
 fi
-missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing system packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -293,7 +293,7 @@ def test_time_stats():
 
 def test_plugin_import_is_cheap():
     code = (
-        "import sys, testbed.pytest_plugin; print('torch' in sys.modules, 'pandas' in sys.modules)"
+        "import sys, testbed.testing.plugin; print('torch' in sys.modules, 'pandas' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -21,7 +21,7 @@ from testbed.core.files import atomic_write, atomic_write_text
 
 def versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": sys.version.split()[0]}
-    for dist in ("multicluster-testbed", "torch", "pydantic", "pyroute2", "pandas"):
+    for dist in ("multicluster-testbed", "torch", "pydantic", "pandas"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
