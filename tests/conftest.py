@@ -1,39 +1,35 @@
-"""Shared fixtures: live testbeds with unique names that are always torn down.
+"""Shared fixtures: live testbeds with unique names that are always torn down, and the test tiers.
 
-Live tests need root and real namespaces; they are skipped with the reason elsewhere. Every
-testbed a test makes is named ``t<pid>-<hex>`` and destroyed in a finalizer, and the session ends
-by checking that none of this run's testbeds is left (so a missing cleanup fails loudly).
+Tiers are directories, and each test gets its tier's marker from its path: ``tests/unit`` (pure,
+no root, seconds: ``make test-unit``), ``tests/live`` (root and real namespaces; skipped with the
+reason elsewhere), ``tests/guest`` (boots a QEMU guest). Every testbed a test makes is named
+``t<pid>-<hex>`` and destroyed in a finalizer, and the session ends by checking that none of this
+run's testbeds is left (so a missing cleanup fails loudly).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import RUN_TAG, unique_name
 
 from testbed.config.scenario import parse_scenario
 from testbed.net import registry
 from testbed.run.testbed import Testbed
 
-RUN_TAG = f"t{os.getpid()}"
+TIERS = ("unit", "live", "guest")
+HERE = Path(__file__).resolve().parent
 
 
-def unique_name(stem: str = "") -> str:
-    return f"{RUN_TAG}-{stem + '-' if stem else ''}{secrets.token_hex(2)}"
-
-
-def scenario(**overrides: Any) -> dict[str, Any]:
-    """Two clusters of two hosts and one WAN link; keys in ``overrides`` replace the defaults."""
-    data: dict[str, Any] = {
-        "name": "test",
-        "clusters": {"east": {"hosts": 2}, "west": {"hosts": 2}},
-        "wan": [{"between": ["east", "west"], "rate": "100mbit"}],
-    }
-    data.update(overrides)
-    return data
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.path)).resolve().relative_to(HERE).parts
+        if parts and parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))
 
 
 @pytest.fixture
@@ -61,7 +57,7 @@ def nothing_left_behind() -> Iterator[None]:
     yield
     left = [r for r in registry.records() if r.name.startswith(RUN_TAG)]
     for rec in left:  # clean up, then fail: a leak must not poison the next run
-        from testbed import net
+        from testbed.net import build
 
-        net.destroy(rec)
+        build.destroy(rec)
     assert not left, f"testbeds left behind by this test run: {[r.name for r in left]}"

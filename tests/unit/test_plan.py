@@ -34,7 +34,7 @@ from testbed.plan.topology import (
 
 PREFIX = "mctb0000"
 SLOT = 77
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
 GSO_FLOOR = 65536 + 1514  # one 64 KiB GSO packet plus an Ethernet frame
 

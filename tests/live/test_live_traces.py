@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import RUN_TAG
+from helpers import RUN_TAG
 
 from testbed.config.sweep import expand
 from testbed.net import probe as kernel

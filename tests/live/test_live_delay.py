@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import scenario
+from helpers import scenario
 
 from testbed.net import netns
 from testbed.run.selfcheck import check_direction, probe_rtt

@@ -30,7 +30,7 @@ import pytest
 
 from testbed.link.delayline import line as dl
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
 A_IP, B_IP = "10.77.1.1", "10.77.2.1"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 import pytest
-from conftest import scenario
+from helpers import scenario
 
 from testbed.trace.tcp import TcpInfoSampler, read_tcp_info
 

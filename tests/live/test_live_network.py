@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RUN_TAG, scenario, unique_name
+from helpers import RUN_TAG, scenario, unique_name
 
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns, registry

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import scenario
+from helpers import scenario
 
 from analysis.flows import flow_summary, flows_from_pcap
 from testbed.net import registry

@@ -403,7 +403,6 @@ def run_vm(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, flo
     return r, time.monotonic() - t0
 
 
-@pytest.mark.vm
 @needs_qemu
 def test_doctor_inside_the_guest_finds_the_stock_kernels_features(tmp_path: Path) -> None:
     r, took = run_vm(["--", "testbed", "doctor"], tmp_path)
@@ -420,7 +419,6 @@ def test_doctor_inside_the_guest_finds_the_stock_kernels_features(tmp_path: Path
     print(f"testbed doctor in the guest: {took:.1f} s; {r.stderr.strip().splitlines()[-1]}")
 
 
-@pytest.mark.vm
 @needs_qemu
 def test_exit_code_and_files_come_back(tmp_path: Path) -> None:
     script = (
@@ -438,12 +436,11 @@ def test_exit_code_and_files_come_back(tmp_path: Path) -> None:
     print(f"boot to command {m.group(1)} s, whole run {took:.1f} s")
 
 
-@pytest.mark.vm
 @needs_qemu
 def test_kernel_backend_tests_pass_inside_a_stock_kernel_guest() -> None:
-    """tests/test_kernel_backend.py (netem, red, dctcp; skipped on this host) run for real in the
-    guest."""
-    root = Path(__file__).resolve().parent.parent
+    """tests/live/test_kernel_backend.py (netem, red, dctcp; skipped on this host) run for real in
+    the guest."""
+    root = Path(__file__).resolve().parents[2]
     r, took = run_vm(
         [
             "--",
@@ -455,7 +452,7 @@ def test_kernel_backend_tests_pass_inside_a_stock_kernel_guest() -> None:
             "no:cacheprovider",
             "-m",
             "kernel_qdiscs",
-            "tests/test_kernel_backend.py",
+            "tests/live/test_kernel_backend.py",
         ],
         root,
     )
@@ -464,7 +461,6 @@ def test_kernel_backend_tests_pass_inside_a_stock_kernel_guest() -> None:
     print(f"kernel-backend tests in the guest: {took:.1f} s")
 
 
-@pytest.mark.vm
 @needs_qemu
 def test_two_rank_all_reduce_across_a_netem_wan_in_the_guest(tmp_path: Path) -> None:
     """Opt-in (TESTBED_VM_TORCH=1): under TCG, Python and torch run ~30x slower; measured here:

@@ -16,7 +16,7 @@ import pytest
 from testbed.config.scenario import load_scenario, parse_scenario
 from testbed.core.errors import ScenarioError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 DELETE = object()  # marker for edit(): remove the key
 

@@ -31,7 +31,7 @@ from analysis.tables import (
 )
 from testbed.cli import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "results"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "results"
 COLLECTIVES, CONGESTION, FAILURE = (FIXTURES / n for n in ("collectives", "congestion", "failure"))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -11,7 +11,7 @@ import os
 import statistics
 
 import pytest
-from conftest import scenario
+from helpers import scenario
 
 from testbed.net import probe as kernel
 from testbed.run.selfcheck import check_direction, probe_rtt

@@ -12,7 +12,7 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import RUN_TAG, scenario
+from helpers import RUN_TAG, scenario
 
 from testbed.config.sweep import expand
 from testbed.net import registry

@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 from traffic import collectives as C  # noqa: E402
 from traffic.context import RankContext, columns, topology  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ALL_COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 ALL_ALGORITHMS = ["flat", "hierarchical", "hierarchical-2d"]
 
