@@ -56,10 +56,6 @@ FINAL = ("ok", "failed", "skipped")
 TRACE_TABLES = ("tcp", "queues", "flows")
 
 
-class RunFailed(TestbedError):
-    """One run of a sweep failed (rank crash, timeout, wrong result, link failure)."""
-
-
 # -- CPU of the emulating host -----------------------------------------------------------------
 class CpuMonitor:
     """Samples the whole machine's CPU busy share (from /proc/stat) every ``period`` seconds."""

@@ -950,7 +950,7 @@ def _die_with_parent() -> None:
 
 
 @dataclass
-class RunResult:
+class GuestRun:
     exit_code: int
     boot_s: float  # QEMU started → the command started
     total_s: float  # QEMU started → QEMU exited
@@ -1036,7 +1036,7 @@ def run(
     verbose: bool = False,
     out=None,
     log=None,
-) -> RunResult:
+) -> GuestRun:
     """Boot a guest, run ``argv`` in the current directory there, return its exit code.
 
     The command's output (stdout and stderr, merged) goes to ``out`` (bytes) as it comes; this
@@ -1171,7 +1171,7 @@ def run(
             + _tail(console.boot)
         )
     boot = (console.started_at or t0) - t0
-    return RunResult(code, boot, total, accel, k, console.boot.decode(errors="replace"), notes)
+    return GuestRun(code, boot, total, accel, k, console.boot.decode(errors="replace"), notes)
 
 
 def _raise_interrupt(signum, frame) -> None:
