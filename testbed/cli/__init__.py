@@ -543,7 +543,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted; torn down")
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

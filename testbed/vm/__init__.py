@@ -1265,7 +1265,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; the guest is stopped", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m testbed.vm [OPTIONS] -- CMD``: the guest runner without the rest of the CLI."""
+
+import sys
+
+from testbed.vm import main
+
+sys.exit(main())
