@@ -101,7 +101,7 @@ def run_rtt(backends: list[str], delays: list[str]) -> list[str]:
             med = statistics.median(samples)
             p99 = sorted(samples)[int(0.99 * (len(samples) - 1))]
             note = f" ({'; '.join(problems)})" if problems else ""
-            used = tb.backend.backend if tb.backend else backend
+            used = tb.backend.name if tb.backend else backend
             lines.append(
                 f"| {delay} | {conf * 1e3:.1f} ms | {used}{note} | {med * 1e3:.2f} ms | "
                 f"{(med - conf) * 1e3:+.2f} ms | {p99 * 1e3:.2f} ms | "

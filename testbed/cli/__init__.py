@@ -18,6 +18,7 @@ from testbed.cli.console import escape, make_console
 from testbed.config.scenario import load_scenario
 from testbed.core.errors import TestbedError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
+from testbed.link.choose import choose_backend
 from testbed.net import build as net
 from testbed.net import probe as kernel
 from testbed.net import registry
@@ -172,7 +173,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _announce(tb) -> None:
-    out.print(f"backend: [bold]{tb.backend.backend}[/] ({escape(tb.backend.reason)})")
+    out.print(f"backend: [bold]{tb.backend.name}[/] ({escape(tb.backend.reason)})")
     for w in tb.plan.warnings:
         out.print(f"[yellow]warning:[/] {escape(w)}")
 
@@ -278,10 +279,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         requested = "auto"
     try:
-        choice = kernel.choose_backend(requested, needs, feats, marking)
+        choice = choose_backend(requested, needs, feats, marking)
         out.print(
             f"backend for {args.file or 'a scenario with WAN delay'}: "
-            f"[bold]{choice.backend}[/] — {choice.reason}"
+            f"[bold]{choice.name}[/] — {escape(choice.reason)}"
         )
     except TestbedError as exc:
         out.print(f"[red]{escape(exc)}[/]")

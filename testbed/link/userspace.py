@@ -1,5 +1,5 @@
-"""Supervision of the userspace delay line: one process per wire namespace, started, watched and
-stopped like a real component.
+"""The userspace backend: the delay line (one process per wire namespace) behind HTB, started,
+watched and stopped like a real component.
 
 Order matters (FIELD-NOTES): the process binds its queues and prints READY *before* any iptables
 rule sends packets to it; at shutdown the rules go *before* the process, because the kernel drops
@@ -24,9 +24,10 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from testbed.core.errors import NetError, UnsupportedError
+from testbed.link.base import LinkBackend
 from testbed.link.delayline.line import (
     DEFAULT_CE_MARK,
     iptables_delete_rules,
@@ -73,6 +74,66 @@ def _ns_exec(ns: str, argv: list[str]) -> list[str]:
     return ["ip", "netns", "exec", ns, *argv]
 
 
+def line_holds_queue(d: WanDirection) -> bool:
+    """On this backend every direction with an ``aqm`` has its bottleneck queue in the line
+    (docs/congestion.md): the line must know the queue it marks on."""
+    return d.aqm is not None
+
+
+class UserspaceBackend(LinkBackend):
+    """Delay, jitter, loss and reorder by the delay line; rates by HTB, except where the line
+    holds the queue."""
+
+    name: ClassVar[str] = "userspace"
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.supervisor: DelayLineSupervisor | None = None
+        self._stats: list[dict] = []
+        self._queue_trace: list[dict] = []
+
+    def check(self, plan: NetworkPlan) -> None:
+        if any(p.delay for p in plan.fabric):
+            raise UnsupportedError(
+                "clusters.*.fabric.delay needs netem (backend: kernel); the userspace delay "
+                "line emulates WAN links only (unsupported on this kernel: netem). Remove "
+                "the fabric delay or run in the Vagrant VM"
+            )
+        for d in plan.wan:
+            if d.aqm is not None and d.reorder:
+                raise UnsupportedError(
+                    f"{d.name}: reorder with an aqm profile is unsupported on this kernel's "
+                    "userspace delay line (it emulates the bottleneck queue in order); use the "
+                    "kernel backend (testbed vm) or drop one of them"
+                )
+
+    def owns_queue(self, d: WanDirection) -> bool:
+        return line_holds_queue(d)
+
+    def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
+        self.supervisor = DelayLineSupervisor(plan, record, trace_interval)
+        self.supervisor.start()
+
+    def stop(self) -> None:
+        # The lines' files go with the testbed's state directory: keep what they said.
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self._stats = self.supervisor.stats()
+            self._queue_trace = self.supervisor.queue_trace()
+            self.supervisor = None
+
+    def problems(self) -> list[str]:
+        return self.supervisor.problems() if self.supervisor is not None else []
+
+    def link_stats(self) -> list[dict]:
+        return self.supervisor.stats() if self.supervisor is not None else list(self._stats)
+
+    def queue_trace(self) -> list[dict]:
+        if self.supervisor is not None:
+            return self.supervisor.queue_trace()
+        return list(self._queue_trace)
+
+
 class DelayLineSupervisor:
     def __init__(
         self, plan: NetworkPlan, record: Record, trace_interval: float | None = None
@@ -84,13 +145,7 @@ class DelayLineSupervisor:
         self.lines: list[LineProcess] = []
         by_wire: dict[str, list[WanDirection]] = {}
         for d in plan.wan:
-            if d.aqm is not None and d.reorder:
-                raise UnsupportedError(
-                    f"{d.name}: reorder with an aqm profile is unsupported on this kernel's "
-                    "userspace delay line (it emulates the bottleneck queue in order); use the "
-                    "kernel backend (testbed vm) or drop one of them"
-                )
-            if d.impairment.active or d.queue_in_line(True):
+            if d.impairment.active or line_holds_queue(d):
                 by_wire.setdefault(d.impairment.ns, []).append(d)
         for ns, dirs in by_wire.items():
             label = ns.removeprefix(f"{plan.prefix}-")
@@ -101,7 +156,7 @@ class DelayLineSupervisor:
     @staticmethod
     def ce_iface(d: WanDirection) -> str | None:
         """Where the CE-marking rule of ``d`` sits (its wire egress), if ``d`` marks."""
-        return d.impairment.egress_if if d.queue_in_line(True) else None
+        return d.impairment.egress_if if line_holds_queue(d) else None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,7 +180,7 @@ class DelayLineSupervisor:
                     "seed": zlib.crc32(f"{self.plan.scenario}/{d.name}".encode()),
                 }
             )
-            if d.queue_in_line(True):
+            if line_holds_queue(d):
                 queues[-1].update(
                     rate=d.rate,
                     buffer=d.buffer,

@@ -21,7 +21,7 @@ from testbed.core.errors import NetError, UnsupportedError
 from testbed.net import netns, registry
 from testbed.net.probe import KernelFeatures
 from testbed.net.registry import Record
-from testbed.plan.render import ip_batches, root_batch, tc_batches, teardown_batch
+from testbed.plan.render import ip_batches, root_batch, teardown_batch
 from testbed.plan.topology import NetworkPlan
 
 ETC_NETNS = Path("/etc/netns")
@@ -111,22 +111,15 @@ def write_hosts_files(plan: NetworkPlan) -> None:
         (d / "hosts").write_text(text)
 
 
-def build(
-    plan: NetworkPlan,
-    rec: Record,
-    feats: KernelFeatures,
-    kernel_propagation: bool,
-    line_queues: bool = False,
-) -> None:
-    """Create every kernel object of ``plan``. The record must already be saved (for clean).
-    ``line_queues``: the userspace delay line emulates the bottlenecks that have an ``aqm``."""
+def build(plan: NetworkPlan, rec: Record, feats: KernelFeatures, tc: dict[str, list[str]]) -> None:
+    """Create every kernel object of ``plan``, with ``tc``'s qdiscs (namespace -> batch lines,
+    which the link backend renders). The record must already be saved (for clean)."""
     ensure_congestion_allowed(plan.congestion, feats)
     rec.namespaces = [ns.name for ns in plan.namespaces]
     rec.hosts = plan.names()
     rec.save()
     run_batches([(["ip"], root_batch(plan))])
     run_batches([(["ip", "-n", ns], lines) for ns, lines in ip_batches(plan).items()])
-    tc = tc_batches(plan, kernel_propagation, line_queues)
     if tc:
         run_batches([(["tc", "-n", ns], lines) for ns, lines in tc.items()])
     try:

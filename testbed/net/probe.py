@@ -1,8 +1,8 @@
-"""What this kernel and machine offer, found by trying, and which impairment backend to use.
+"""What this kernel and machine offer, found by trying.
 
 Qdiscs are probed by adding each one to a veth inside a throwaway namespace (that also loads the
-module on kernels that have modules); congestion controls from /proc and the module tree. The
-backend decision lives here so that ``doctor``, ``plan`` and ``up`` all say the same thing.
+module on kernels that have modules); congestion controls from /proc and the module tree. Which
+link backend that gives a scenario is ``testbed.link.choose``'s decision.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from testbed.core.errors import UnsupportedError
 
 QDISC_TRIALS = {
     "htb": "htb default 1",
@@ -123,49 +121,3 @@ def probe() -> KernelFeatures:
     except importlib.metadata.PackageNotFoundError:
         feats.torch = None
     return feats
-
-
-@dataclass(frozen=True)
-class BackendChoice:
-    backend: str  # kernel | userspace | none
-    reason: str
-
-
-def choose_backend(
-    requested: str, needs_propagation: bool, feats: KernelFeatures, needs_marking: bool = False
-) -> BackendChoice:
-    """Pick how delay/jitter/loss/reorder and marking profiles are emulated: ``kernel`` (netem,
-    red), ``userspace`` (the delay line, which then also emulates marking bottlenecks) or ``none``
-    (nothing to emulate: HTB only)."""
-    netem = feats.has_qdisc("netem")
-    red = feats.has_qdisc("red")
-    missing = [
-        q
-        for q, need, have in (("netem", needs_propagation, netem), ("red", needs_marking, red))
-        if need and not have
-    ]
-    if requested == "kernel":
-        if missing:
-            raise UnsupportedError(
-                f"backend: kernel needs {' and '.join('sch_' + m for m in missing)}, which this "
-                f"kernel lacks (unsupported on this kernel: {', '.join(missing)}, release "
-                f"{feats.release}); use `backend: auto` or `userspace`"
-            )
-        if netem or needs_marking:
-            has = "sch_netem" if netem else "sch_red"
-            return BackendChoice("kernel", f"backend: kernel requested; this kernel has {has}")
-        return BackendChoice("none", "backend: kernel requested; no delay/loss to emulate")
-    if requested == "userspace":
-        return BackendChoice("userspace", "backend: userspace requested")
-    if not missing:
-        if netem:
-            return BackendChoice("kernel", "auto: this kernel has sch_netem")
-        if needs_marking:
-            return BackendChoice("kernel", "auto: this kernel has sch_red; nothing to delay")
-        return BackendChoice("none", "auto: no netem, but the scenario needs only rate shaping")
-    return BackendChoice(
-        "userspace",
-        f"auto: this kernel has no {' and no '.join('sch_' + m for m in missing)}; using the "
-        "userspace delay line"
-        + (" (which also emulates the marking bottlenecks)" if needs_marking else ""),
-    )

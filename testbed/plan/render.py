@@ -5,6 +5,8 @@ namespaces against 1.0-1.6 s with pyroute2). One batch runs in the initial names
 the namespaces and the veth pairs directly inside them (nothing ever appears in the initial
 namespace); then one ``ip -n NS -batch`` and one ``tc -n NS -batch`` per namespace configure
 addresses, routes and qdiscs. Every token comes from the validated plan, never from raw text.
+The qdisc lines are pieces: which of them a testbed gets is its link backend's choice
+(``testbed.link``: kernel netem, shaping only, or the userspace delay line).
 """
 
 from __future__ import annotations
@@ -107,17 +109,25 @@ def wan_shaper_lines(d: WanDirection) -> list[str]:
     return lines
 
 
-def fabric_lines(p: FabricPort, kernel_propagation: bool) -> list[str]:
-    """A fabric link end: HTB for the rate, netem for the delay (as HTB's leaf when both)."""
-    dev = p.ifname
-    delay = p.delay if kernel_propagation else 0.0
-    netem = f"netem limit {p.netem_limit} delay {round(delay * 1e6)}us"
+def fabric_shaper_lines(p: FabricPort) -> list[str]:
+    """A fabric link end, shaped only: HTB for the rate with a bfifo leaf; its delay is left out."""
     if p.rate is None:
-        return [f"qdisc add dev {dev} root handle 1: {netem}"] if delay else []
-    shaper = Shaper(p.ns, dev, p.rate, htb_burst(p.rate), htb_quantum(p.rate), p.buffer)
-    lines = shaper_lines(shaper)
-    if delay:
-        lines[-1] = f"qdisc add dev {dev} parent 1:1 handle 10: {netem}"
+        return []
+    return shaper_lines(
+        Shaper(p.ns, p.ifname, p.rate, htb_burst(p.rate), htb_quantum(p.rate), p.buffer)
+    )
+
+
+def fabric_lines(p: FabricPort) -> list[str]:
+    """A fabric link end with its delay: HTB for the rate, netem for the delay (as HTB's leaf when
+    both)."""
+    if not p.delay:
+        return fabric_shaper_lines(p)
+    netem = f"netem limit {p.netem_limit} delay {round(p.delay * 1e6)}us"
+    if p.rate is None:
+        return [f"qdisc add dev {p.ifname} root handle 1: {netem}"]
+    lines = fabric_shaper_lines(p)
+    lines[-1] = f"qdisc add dev {p.ifname} parent 1:1 handle 10: {netem}"
     return lines
 
 
@@ -135,24 +145,3 @@ def netem_args(imp: Impairment) -> str:
 
 def netem_lines(imp: Impairment) -> list[str]:
     return [f"qdisc add dev {imp.egress_if} root handle 1: netem {netem_args(imp)}"]
-
-
-def tc_batches(
-    plan: NetworkPlan, kernel_propagation: bool, line_queues: bool = False
-) -> dict[str, list[str]]:
-    """Namespace -> ``tc`` batch lines. With ``kernel_propagation`` the wires get netem; without,
-    propagation is left to the userspace delay line and only HTB shaping is rendered. With
-    ``line_queues`` the delay line also emulates the bottleneck of every direction that has an
-    ``aqm``, so those directions get no kernel shaper; otherwise marking profiles become
-    ``sch_red`` leaves."""
-    out: dict[str, list[str]] = defaultdict(list)
-    for d in plan.wan:
-        if not d.queue_in_line(line_queues):
-            out[d.shaper.ns] += wan_shaper_lines(d)
-    for p in plan.fabric:
-        out[p.ns] += fabric_lines(p, kernel_propagation)
-    if kernel_propagation:
-        for d in plan.wan:
-            if d.impairment.active:
-                out[d.impairment.ns] += netem_lines(d.impairment)
-    return dict(out)

@@ -135,11 +135,6 @@ class WanDirection:
     impairment: Impairment
     aqm: Aqm | None = None  # None: drop-tail in the HTB leaf
 
-    def queue_in_line(self, userspace: bool) -> bool:
-        """Whether the userspace delay line, not HTB, holds this direction's bottleneck queue:
-        on the userspace backend, every direction with an ``aqm`` (docs/congestion.md)."""
-        return userspace and self.aqm is not None
-
     @property
     def marking(self) -> bool:
         """A red or step profile: the kernel needs ``sch_red``, else the delay line emulates it."""

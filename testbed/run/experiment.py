@@ -280,7 +280,7 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
     tb = Testbed(sc, name=f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}")
     try:
         with tb:
-            result.info["backend"] = tb.backend.backend if tb.backend else None
+            result.info["backend"] = tb.backend.name if tb.backend else None
             result.info["backend_reason"] = tb.backend.reason if tb.backend else None
             result.info["prefix"] = tb.record.prefix if tb.record else None
             result.info["tcp_sysctls"] = tcp_sysctls_in_effect(tb)

@@ -22,8 +22,9 @@ from types import FrameType
 from typing import Any
 
 from testbed.config.scenario import Scenario, load_scenario
-from testbed.core.errors import RegistryError, TestbedError, UnsupportedError
-from testbed.link.userspace import DelayLineSupervisor
+from testbed.core.errors import RegistryError, TestbedError
+from testbed.link.base import LinkBackend
+from testbed.link.choose import choose_backend
 from testbed.net import build as net
 from testbed.net import probe as kernel
 from testbed.net import registry
@@ -41,22 +42,22 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 class Testbed:
     def __init__(
         self,
-        scenario: Scenario,
+        scenario: Scenario | None,
         name: str | None = None,
         persistent: bool = False,
         source: str = "",
     ) -> None:
-        self.scenario = scenario
-        self.name = name or f"{scenario.name}-{secrets.token_hex(2)}"
+        self.scenario = scenario  # None: a handle on a testbed another process made (attach)
+        if name is None:
+            assert scenario is not None, "a testbed without a scenario needs a name"
+            name = f"{scenario.name}-{secrets.token_hex(2)}"
+        self.name = name
         self.persistent = persistent
         self.source = source
         self.record: registry.Record | None = None
         self.plan: NetworkPlan | None = None
-        self.backend: kernel.BackendChoice | None = None
+        self.backend: LinkBackend | None = None  # chosen at up(); keeps its stats after down()
         self.features: kernel.KernelFeatures | None = None
-        self.delay_line: DelayLineSupervisor | None = None
-        self.delay_line_stats: list[dict] = []
-        self.line_queue_trace: list[dict] = []  # the delay line's bottleneck samples, after down
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
@@ -68,41 +69,28 @@ class Testbed:
         rec = registry.find(name)
         if not rec.live():
             raise RegistryError(f"testbed {name!r} is a leftover, not live; run `testbed clean`")
-        tb = cls.__new__(cls)
-        tb.scenario, tb.name, tb.persistent, tb.source = None, rec.name, rec.persistent, ""  # type: ignore[assignment]
-        tb.record, tb.plan, tb.backend, tb.features = rec, None, None, None
-        tb.delay_line, tb.delay_line_stats, tb.line_queue_trace = None, [], []
+        tb = cls(None, name=rec.name, persistent=rec.persistent)
+        tb.record = rec
         return tb
 
     # -- lifecycle ---------------------------------------------------------------------------
     def up(self) -> Testbed:
+        assert self.scenario is not None, "an attached testbed is already up"
         self.features = kernel.probe()
         self.record = registry.claim(self.name, self.source)
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
-            self.backend = kernel.choose_backend(
+            self.backend = choose_backend(
                 self.scenario.backend,
                 self.plan.needs_propagation_emulation(),
                 self.features,
                 self.plan.needs_marking(),
             )
-            if self.backend.backend == "userspace" and any(p.delay for p in self.plan.fabric):
-                raise UnsupportedError(
-                    "clusters.*.fabric.delay needs netem (backend: kernel); the userspace delay "
-                    "line emulates WAN links only (unsupported on this kernel: netem). Remove "
-                    "the fabric delay or run in the Vagrant VM"
-                )
-            self.record.backend = self.backend.backend
+            self.backend.check(self.plan)
+            self.record.backend = self.backend.name
             self.record.save()
-            userspace = self.backend.backend == "userspace"
-            net.build(
-                self.plan, self.record, self.features, self.backend.backend == "kernel", userspace
-            )
-            if self.backend.backend == "userspace":
-                self.delay_line = DelayLineSupervisor(
-                    self.plan, self.record, self.scenario.trace.queues
-                )
-                self.delay_line.start()
+            net.build(self.plan, self.record, self.features, self.backend.tc_batches(self.plan))
+            self.backend.start(self.plan, self.record, self.scenario.trace.queues)
             self.record.phase = "up"
             self.record.persistent = self.persistent
             self.record.save()
@@ -113,11 +101,8 @@ class Testbed:
 
     def down(self) -> None:
         try:
-            if self.delay_line is not None:
-                self.delay_line.stop()
-                self.delay_line_stats = self.delay_line.stats()
-                self.line_queue_trace = self.delay_line.queue_trace()
-                self.delay_line = None
+            if self.backend is not None:
+                self.backend.stop()
         finally:
             if self.record is not None:
                 net.destroy(self.record)
@@ -125,17 +110,19 @@ class Testbed:
 
     def problems(self) -> list[str]:
         """What is broken in the emulation right now (a dead delay line, queue overflow)."""
-        return self.delay_line.problems() if self.delay_line is not None else []
+        return self.backend.problems() if self.backend is not None else []
 
-    def queue_in_line(self, d: WanDirection) -> bool:
-        """Whether this direction's bottleneck queue is the delay line's, not a qdisc's."""
-        return self.backend is not None and d.queue_in_line(self.backend.backend == "userspace")
+    def queue_in_backend(self, d: WanDirection) -> bool:
+        """Whether this direction's bottleneck queue is the link backend's, not a qdisc's."""
+        return self.backend is not None and self.backend.owns_queue(d)
+
+    def backend_queue_trace(self) -> list[dict]:
+        """The link backend's samples of the queues it owns (complete once the testbed is down)."""
+        return self.backend.queue_trace() if self.backend is not None else []
 
     def link_stats(self) -> list[dict]:
-        """Counters of the propagation emulation per WAN direction (userspace backend)."""
-        if self.delay_line is not None:
-            return self.delay_line.stats()
-        return list(self.delay_line_stats)
+        """The link backend's counters per WAN direction (the delay line's, on userspace)."""
+        return self.backend.link_stats() if self.backend is not None else []
 
     def __enter__(self) -> Testbed:
         self._old_term = signal.getsignal(signal.SIGTERM)

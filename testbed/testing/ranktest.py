@@ -508,7 +508,7 @@ class RankTestbed:
     def network_state(self) -> str:
         tb = self.testbed
         rec = tb.record
-        backend = tb.backend.backend if tb.backend else "?"
+        backend = tb.backend.name if tb.backend else "?"
         head = f"network: testbed {tb.name}"
         head += f" (prefix {rec.prefix}, {backend} backend)" if rec else " (down)"
         lines = [head]

@@ -5,7 +5,7 @@ samplers just before the ranks and stops them just after:
 
 * ``tcp_info``: every TCP socket in the ranks' host namespaces (:mod:`testbed.trace.tcp`);
 * ``queues``: each WAN direction's bottleneck, from its qdisc (:mod:`testbed.trace.queues`) or,
-  where the userspace delay line is the bottleneck, from the line's own samples;
+  where the link backend holds the queue (the userspace delay line), from its own samples;
 * ``pcap``: headers only, on the wire's egress of each direction (:mod:`testbed.trace.pcap`),
   where a packet has been shaped, delayed and, if so, CE-marked; ``analysis.flows`` makes
   ``flows.parquet`` of it.
@@ -36,11 +36,12 @@ class TracedNetwork(Protocol):
 
     plan: NetworkPlan | None
     record: Record | None
-    line_queue_trace: list[dict]
 
     def namespace(self, host: str) -> str: ...
 
-    def queue_in_line(self, d: WanDirection) -> bool: ...
+    def queue_in_backend(self, d: WanDirection) -> bool: ...
+
+    def backend_queue_trace(self) -> list[dict]: ...
 
 
 class RunTraces:
@@ -66,7 +67,7 @@ class RunTraces:
             targets = [
                 QdiscTarget(d.name, d.shaper.ns, d.shaper.ifname)
                 for d in plan.wan
-                if not tb.queue_in_line(d)
+                if not tb.queue_in_backend(d)
             ]
             self.qdiscs = QdiscSampler(targets, trace.queues) if targets else None
         self.pcap: PcapCapture | None = None
@@ -135,8 +136,8 @@ class RunTraces:
             out["tcp"] = list(self.tcp.rows)
         if self.trace.queues:
             rows = list(self.qdiscs.rows) if self.qdiscs else []
-            # the line samples from its start: keep the workload's window only
-            rows += [r for r in self.tb.line_queue_trace if start <= r["time"] <= end]
+            # the backend samples from its start: keep the workload's window only
+            rows += [r for r in self.tb.backend_queue_trace() if start <= r["time"] <= end]
             out["queues"] = sorted(rows, key=lambda r: (r["direction"], r["time"]))
         if self.pcap is not None:
             from analysis.flows import flows_from_pcap

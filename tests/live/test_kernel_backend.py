@@ -31,7 +31,7 @@ def wan(**link) -> dict:
 
 def test_auto_picks_the_kernel_backend(make_testbed):
     tb = make_testbed(wan(delay="5ms"))
-    assert tb.backend.backend == "kernel"
+    assert tb.backend.name == "kernel"
     assert "netem" in tb.backend.reason
 
 
@@ -91,7 +91,7 @@ def test_red_marks_ce_at_the_kernel_bottleneck(make_testbed):
     data["wan"][0]["rate"] = "20mbit"
     data["tcp"] = {"ecn": True}
     tb = make_testbed(data)
-    assert tb.backend.backend == "kernel"
+    assert tb.backend.name == "kernel"
     d = next(d for d in tb.plan.wan if d.name == "east->west")
     check_direction(tb, d, duration=4.0, pings=3)
     q = _qdisc_stats(tb, "east->west")

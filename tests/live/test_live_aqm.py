@@ -42,7 +42,9 @@ def run_flow(make_testbed, aqm: dict, ecn: bool) -> dict:
         good = measure_goodput(tb, "east-h0", "west-h0", SECONDS)
     tb.down()  # the line's samples and counters are final after teardown
     (stats,) = [r for r in tb.link_stats() if r["direction"] == "east->west"]
-    backlog = [r["backlog_bytes"] for r in tb.line_queue_trace if r["direction"] == "east->west"]
+    backlog = [
+        r["backlog_bytes"] for r in tb.backend_queue_trace() if r["direction"] == "east->west"
+    ]
     flow = sampler.rows  # east-h0 holds only the bulk sender's connection
     return {
         "goodput": good.get("goodput_bps", good),

@@ -9,6 +9,7 @@ import pytest
 
 from testbed.config.scenario import parse_scenario
 from testbed.core.errors import PlanError, ScenarioError, UnsupportedError
+from testbed.link.choose import choose_backend
 from testbed.link.delayline.line import (
     Config,
     ConfigError,
@@ -19,8 +20,10 @@ from testbed.link.delayline.line import (
     mark_probability,
     wire_bytes,
 )
-from testbed.net.probe import KernelFeatures, choose_backend
-from testbed.plan.render import red_args, tc_batches
+from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
+from testbed.link.userspace import UserspaceBackend
+from testbed.net.probe import KernelFeatures
+from testbed.plan.render import red_args
 from testbed.plan.topology import build_plan
 
 RED = {"kind": "red", "kmin": "20KB", "kmax": "200KB", "pmax": "1%"}
@@ -107,7 +110,7 @@ def test_red_leaf_replaces_bfifo_on_the_kernel_backend() -> None:
         "red limit 1000000 min 20000 max 200000 avpkt 1514 burst 14 probability 0.01 "
         "bandwidth 100000000bit ecn"
     )
-    gw = tc_batches(plan, kernel_propagation=True)[fwd.shaper.ns]
+    gw = KernelBackend().tc_batches(plan)[fwd.shaper.ns]
     assert gw[-1] == f"qdisc add dev w-west parent 1:1 handle 10: {args}"
     assert not any("bfifo" in line for line in gw)
 
@@ -122,16 +125,16 @@ def test_step_is_red_with_a_one_byte_ramp_and_certain_marking() -> None:
 def test_droptail_profile_keeps_bfifo_and_needs_no_red() -> None:
     plan = plan_of(data({"kind": "droptail"}))
     assert not plan.needs_marking()
-    assert "bfifo limit 1000000" in tc_batches(plan, True)[plan.wan[0].shaper.ns][-1]
+    assert "bfifo limit 1000000" in KernelBackend().tc_batches(plan)[plan.wan[0].shaper.ns][-1]
 
 
 def test_line_queues_take_the_shaper_away_from_profiled_directions() -> None:
     plan = plan_of(data(RED, reverse={"aqm": None}))
-    tc = tc_batches(plan, kernel_propagation=False, line_queues=True)
+    tc = UserspaceBackend().tc_batches(plan)
     assert plan.wan[1].aqm is not None  # reverse inherits: None means "same as forward"
     assert plan.wan[0].shaper.ns not in tc and plan.wan[1].shaper.ns not in tc
     plain = plan_of(data())
-    assert tc_batches(plain, False, True) == tc_batches(plain, False)
+    assert UserspaceBackend().tc_batches(plain) == ShapingOnlyBackend().tc_batches(plain)
 
 
 # -- backend choice -----------------------------------------------------------------------------
@@ -143,11 +146,11 @@ def feats(**qdiscs: bool) -> KernelFeatures:
 
 def test_marking_without_sch_red_goes_to_the_delay_line() -> None:
     c = choose_backend("auto", True, feats(netem=True, red=False), needs_marking=True)
-    assert c.backend == "userspace" and "no sch_red" in c.reason
+    assert c.name == "userspace" and "no sch_red" in c.reason
     c = choose_backend("auto", False, feats(netem=False, red=False), needs_marking=True)
-    assert c.backend == "userspace"
-    assert choose_backend("auto", True, feats(netem=True, red=True), True).backend == "kernel"
-    assert choose_backend("auto", False, feats(red=True), True).backend == "kernel"
+    assert c.name == "userspace"
+    assert choose_backend("auto", True, feats(netem=True, red=True), True).name == "kernel"
+    assert choose_backend("auto", False, feats(red=True), True).name == "kernel"
 
 
 def test_kernel_backend_without_red_is_unsupported() -> None:

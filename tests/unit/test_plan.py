@@ -22,7 +22,8 @@ import pytest
 from testbed.config.scenario import load_scenario, parse_scenario
 from testbed.core.errors import PlanError, ScenarioError
 from testbed.core.frames import FRAME_BYTES
-from testbed.plan.render import ip_batches, root_batch, tc_batches
+from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
+from testbed.plan.render import ip_batches, root_batch
 from testbed.plan.topology import (
     MIN_BUFFER,
     NetworkPlan,
@@ -742,7 +743,7 @@ def test_ip_batches_carry_addresses_and_routes() -> None:
 
 def test_wan_bottleneck_lines() -> None:
     plan = quickstart()
-    tc = tc_batches(plan, kernel_propagation=False)
+    tc = ShapingOnlyBackend().tc_batches(plan)
     assert tc[f"{PREFIX}-east-gw"] == [
         "qdisc add dev w-west root handle 1: htb default 1",
         "class add dev w-west parent 1: classid 1:1 htb rate 100000000bit ceil 100000000bit "
@@ -753,13 +754,13 @@ def test_wan_bottleneck_lines() -> None:
         tc[f"{PREFIX}-west-gw"][-1]
         == "qdisc add dev w-east parent 1:1 handle 10: bfifo limit 500000"
     )
-    assert tc_batches(plan, kernel_propagation=True)[f"{PREFIX}-east-gw"] == tc[f"{PREFIX}-east-gw"]
+    assert KernelBackend().tc_batches(plan)[f"{PREFIX}-east-gw"] == tc[f"{PREFIX}-east-gw"]
 
 
 def test_wire_netem_with_kernel_propagation() -> None:
     plan = quickstart()
     # (100e6 + 50e6) / 8 x 0.02 s + 500000 B buffer = 875000 B; x2 / 1514 -> 1156 packets
-    assert tc_batches(plan, kernel_propagation=True)[f"{PREFIX}-wan-east-west"] == [
+    assert KernelBackend().tc_batches(plan)[f"{PREFIX}-wan-east-west"] == [
         "qdisc add dev to-west root handle 1: netem limit 1156 delay 20000us",
         "qdisc add dev to-east root handle 1: netem limit 1156 delay 20000us",
     ]
@@ -782,7 +783,7 @@ def test_wire_netem_with_kernel_propagation() -> None:
 def test_netem_arguments(settings: dict[str, str], tail: str) -> None:
     plan = two_dc(rate="100mbit", delay="20ms", **settings)
     fwd = plan.wan[0]
-    assert tc_batches(plan, kernel_propagation=True)[fwd.impairment.ns][0] == (
+    assert KernelBackend().tc_batches(plan)[fwd.impairment.ns][0] == (
         f"qdisc add dev to-west root handle 1: netem limit {fwd.impairment.netem_limit} "
         f"delay 20000us{tail}"
     )
@@ -796,13 +797,13 @@ def test_no_netem_without_kernel_propagation(settings: dict[str, str]) -> None:
     data = scenario({"east": 2, "west": 2}, [link("east", "west", **settings)])
     data["clusters"]["east"]["fabric"] = {"rate": "1gbit", "delay": "1ms"}
     data["clusters"]["west"]["fabric"] = {"delay": "1ms"}
-    tc = tc_batches(plan_of(data), kernel_propagation=False)
+    tc = ShapingOnlyBackend().tc_batches(plan_of(data))
     assert [line for lines in tc.values() for line in lines if "netem" in line] == []
     assert f"{PREFIX}-wan-east-west" not in tc
 
 
 def test_no_netem_for_a_link_without_impairments() -> None:
-    tc = tc_batches(two_dc(rate="100mbit"), kernel_propagation=True)
+    tc = KernelBackend().tc_batches(two_dc(rate="100mbit"))
     assert f"{PREFIX}-wan-east-west" not in tc
 
 
@@ -827,7 +828,7 @@ def test_fabric_rate_and_delay_is_htb_with_a_netem_leaf() -> None:
         (f"{PREFIX}-east-h0", "eth0"),
         (f"{PREFIX}-east-gw", "h0"),
     ]
-    tc = tc_batches(plan, kernel_propagation=True)
+    tc = KernelBackend().tc_batches(plan)
     limit = plan.fabric[0].netem_limit
     assert limit >= 1000
     assert tc[f"{PREFIX}-east-h0"] == [
@@ -841,7 +842,7 @@ def test_fabric_rate_and_delay_is_htb_with_a_netem_leaf() -> None:
     assert f"{PREFIX}-west-h0" not in tc  # west's fabric is unshaped
     # Without kernel propagation the delay is left out and the leaf is the byte-limited queue:
     # 1 Gbit/s x 2 ms = 250000 B.
-    assert tc_batches(plan, kernel_propagation=False)[f"{PREFIX}-east-h0"] == [
+    assert ShapingOnlyBackend().tc_batches(plan)[f"{PREFIX}-east-h0"] == [
         *_htb("eth0", 1_000_000_000),
         "qdisc add dev eth0 parent 1:1 handle 10: bfifo limit 250000",
     ]
@@ -851,14 +852,14 @@ def test_fabric_delay_only_is_a_root_netem() -> None:
     plan = _fabric_plan(delay="1ms")
     limit = plan.fabric[0].netem_limit
     assert limit >= 1000
-    tc = tc_batches(plan, kernel_propagation=True)
+    tc = KernelBackend().tc_batches(plan)
     assert tc[f"{PREFIX}-east-h0"] == [
         f"qdisc add dev eth0 root handle 1: netem limit {limit} delay 1000us"
     ]
     assert tc[f"{PREFIX}-east-gw"][-1] == (
         f"qdisc add dev h0 root handle 1: netem limit {limit} delay 1000us"
     )
-    assert tc_batches(plan, kernel_propagation=False).get(f"{PREFIX}-east-h0", []) == []
+    assert ShapingOnlyBackend().tc_batches(plan).get(f"{PREFIX}-east-h0", []) == []
 
 
 def test_fabric_rate_only_is_htb_with_bfifo() -> None:
@@ -867,5 +868,5 @@ def test_fabric_rate_only_is_htb_with_bfifo() -> None:
         *_htb("eth0", 10_000_000_000),
         f"qdisc add dev eth0 parent 1:1 handle 10: bfifo limit {MIN_BUFFER}",
     ]
-    for kernel_propagation in (True, False):
-        assert tc_batches(plan, kernel_propagation)[f"{PREFIX}-east-h0"] == expected
+    for backend in (KernelBackend(), ShapingOnlyBackend()):
+        assert backend.tc_batches(plan)[f"{PREFIX}-east-h0"] == expected

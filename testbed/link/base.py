@@ -1,0 +1,74 @@
+"""The ``LinkBackend`` interface: what every way of emulating WAN directions provides.
+
+A backend is chosen once (``testbed.link.choose``) and then asked, never compared by name: which
+plans it can emulate (``check``), the qdiscs it needs (``tc_batches``, PURE), the processes it
+runs beside them (``start``/``stop``), and what it observed (``problems``, ``link_stats``,
+``queue_trace``). The base class's defaults render shaping alone; a backend overrides what it adds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import ClassVar
+
+from testbed.net.registry import Record
+from testbed.plan.render import fabric_shaper_lines, wan_shaper_lines
+from testbed.plan.topology import FabricPort, NetworkPlan, WanDirection
+
+
+class LinkBackend:
+    """One way of emulating WAN directions. Defaults: HTB shaping (with ``sch_red`` leaves for
+    marking profiles) and nothing else."""
+
+    name: ClassVar[str]  # recorded in manifests and registry records; never branched on
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason  # why this backend was chosen, for the user
+
+    # -- what it can do (pure) ----------------------------------------------------------------
+    def check(self, plan: NetworkPlan) -> None:
+        """Raise ``UnsupportedError`` (saying what and why) if ``plan`` needs what this backend
+        cannot emulate."""
+
+    def owns_queue(self, d: WanDirection) -> bool:
+        """Whether the backend itself, not a qdisc, holds the bottleneck queue of ``d``."""
+        return False
+
+    def fabric_lines(self, p: FabricPort) -> list[str]:
+        return fabric_shaper_lines(p)
+
+    def wire_lines(self, plan: NetworkPlan) -> dict[str, list[str]]:
+        """Namespace -> qdisc lines in the wire namespaces (propagation), if any."""
+        return {}
+
+    def tc_batches(self, plan: NetworkPlan) -> dict[str, list[str]]:
+        """Namespace -> ``tc`` batch lines: WAN bottlenecks, fabric ports, then the wires."""
+        out: dict[str, list[str]] = defaultdict(list)
+        for d in plan.wan:
+            if not self.owns_queue(d):
+                out[d.shaper.ns] += wan_shaper_lines(d)
+        for p in plan.fabric:
+            out[p.ns] += self.fabric_lines(p)
+        for ns, lines in self.wire_lines(plan).items():
+            out[ns] += lines
+        return dict(out)
+
+    # -- lifecycle (after the kernel objects exist, before they go) ----------------------------
+    def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
+        """Start what runs beside the qdiscs; ``trace_interval`` asks for queue samples."""
+
+    def stop(self) -> None:
+        """Stop it, keeping its statistics readable (the testbed's files go right after)."""
+
+    # -- what it observed -----------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Why links are broken right now (a dead process, overflow); empty when healthy."""
+        return []
+
+    def link_stats(self) -> list[dict]:
+        """Counters per WAN direction, where the backend keeps its own."""
+        return []
+
+    def queue_trace(self) -> list[dict]:
+        """Samples of the queues the backend owns (``owns_queue``), in the queues-table columns."""
+        return []

@@ -1,0 +1,40 @@
+"""Backends made of kernel qdiscs only: netem in the wires (``KernelBackend``), or shaping alone
+(``ShapingOnlyBackend``, for scenarios with nothing to delay)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from testbed.core.errors import UnsupportedError
+from testbed.link.base import LinkBackend
+from testbed.plan.render import fabric_lines, netem_lines
+from testbed.plan.topology import FabricPort, NetworkPlan
+
+
+class ShapingOnlyBackend(LinkBackend):
+    """HTB (and red leaves); refuses a plan with delay, jitter, loss or reorder."""
+
+    name: ClassVar[str] = "none"
+
+    def check(self, plan: NetworkPlan) -> None:
+        if plan.needs_propagation_emulation():
+            raise UnsupportedError(
+                "this scenario has WAN or fabric delay/jitter/loss/reorder, which shaping alone "
+                "cannot emulate (unsupported on this kernel: netem); use `backend: auto`"
+            )
+
+
+class KernelBackend(LinkBackend):
+    """netem on each wire's egress (and in fabric leaves); ``sch_red`` leaves for marking."""
+
+    name: ClassVar[str] = "kernel"
+
+    def fabric_lines(self, p: FabricPort) -> list[str]:
+        return fabric_lines(p)
+
+    def wire_lines(self, plan: NetworkPlan) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for d in plan.wan:
+            if d.impairment.active:
+                out.setdefault(d.impairment.ns, []).extend(netem_lines(d.impairment))
+        return out
