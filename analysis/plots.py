@@ -30,6 +30,7 @@ from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
 from analysis.loader import Results, short_value
 from analysis.tables import data_sockets, point_label, point_params
+from testbed.core.units import format_duration, format_size
 
 STYLE = {
     "figure.dpi": 100,
@@ -88,20 +89,11 @@ def _colours(keys: list[Any]) -> dict[Any, Any]:
 
 
 def _size_text(n: float, _pos: Any = None) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n:g} B"
+    return format_size(n, "g")
 
 
 def _time_text(seconds: float, _pos: Any = None) -> str:
-    if seconds <= 0:
-        return "0"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:g} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:g} ms"
-    return f"{seconds:g} s"
+    return format_duration(seconds, "g")
 
 
 class _PlainLogFormatter(LogFormatterSciNotation):

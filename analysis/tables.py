@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
 from analysis.loader import Results
 from analysis.loader import short_value as _short
+from testbed.core.units import format_duration, format_rate, format_size
 
 ALGORITHM_PARAM = "workload.algorithms"  # a sweep over algorithms: not part of a "point"
 SUMMARY_KEYS = ["collective", "algorithm", "size"]
@@ -398,32 +400,14 @@ def _when(stamp: float) -> str:
 
 
 # -- display -----------------------------------------------------------------------------------
-def _fmt_size(n: Any) -> str:
-    if _isna(n):
-        return "-"
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n:.0f} B"
+def _or_dash(fmt: Callable[[float], str]) -> Callable[[Any], str]:
+    """``fmt`` for present values, ``-`` for missing ones (NaN, None)."""
+    return lambda x: "-" if _isna(x) else fmt(x)
 
 
-def _fmt_time(s: Any) -> str:
-    if _isna(s):
-        return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.4g} us"
-    if s < 1:
-        return f"{s * 1e3:.4g} ms"
-    return f"{s:.4g} s"
-
-
-def _fmt_rate(bps: Any) -> str:
-    if _isna(bps):
-        return "-"
-    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bps >= scale:
-            return f"{bps / scale:.4g} {unit}"
-    return f"{bps:.4g} bit/s"
+_fmt_size = _or_dash(format_size)
+_fmt_time = _or_dash(format_duration)
+_fmt_rate = _or_dash(format_rate)
 
 
 def _fmt_bw(bytes_per_s: Any) -> str:

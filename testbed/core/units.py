@@ -129,27 +129,29 @@ def parse_buffer(value: object) -> tuple[str, float]:
         ) from None
 
 
-def format_rate(bps: float) -> str:
+def format_rate(bps: float, spec: str = ".4g") -> str:
+    """``bps`` with the largest decimal unit that keeps it >= 1 (``spec`` formats the number)."""
     for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= scale:
-            return f"{bps / scale:.4g} {unit}"
-    return f"{bps:.4g} bit/s"
+            return f"{bps / scale:{spec}} {unit}"
+    return f"{bps:{spec}} bit/s"
 
 
-def format_duration(seconds: float) -> str:
-    if seconds == 0:
+def format_duration(seconds: float, spec: str = ".4g") -> str:
+    if seconds <= 0:
         return "0"
     if seconds < 1e-3:
-        return f"{seconds * 1e6:.4g} us"
+        return f"{seconds * 1e6:{spec}} us"
     if seconds < 1:
-        return f"{seconds * 1e3:.4g} ms"
-    return f"{seconds:.4g} s"
+        return f"{seconds * 1e3:{spec}} ms"
+    return f"{seconds:{spec}} s"
 
 
-def format_size(nbytes: float) -> str:
+def format_size(nbytes: float, spec: str = ".4g") -> str:
+    """Binary units above 1 KiB; whole bytes below."""
     for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if nbytes >= scale:
-            return f"{nbytes / scale:.4g} {unit}"
+            return f"{nbytes / scale:{spec}} {unit}"
     return f"{nbytes:.0f} B"
 
 
