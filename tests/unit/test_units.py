@@ -252,3 +252,9 @@ def test_parse_buffer_rejects(value: object) -> None:
 )
 def test_format(func, value: float, text: str) -> None:
     assert func(value) == text
+
+
+def test_format_takes_a_number_spec_for_axis_labels() -> None:
+    assert format_size(1500, "g") == "1.46484 KiB"
+    assert format_duration(0.0123456, "g") == "12.3456 ms"
+    assert format_rate(1_234_567, ".2f") == "1.23 Mbit/s"
