@@ -34,8 +34,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.metrics import algbw, busbw
 from analysis.model import Link, Topology, predict
+from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
@@ -358,43 +358,22 @@ class _Interrupted(Exception):
 
 # -- the whole experiment ----------------------------------------------------------------------
 def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) -> list[dict]:
-    """Per (collective, algorithm, size): iteration time = slowest rank; p50/p95 over iterations,
-    algbw/busbw at p50, the α-β prediction and measured/predicted."""
+    """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
+    p50/p95, algbw/busbw at p50, the α-β prediction), with the sweep ``params`` in front and the
+    run's CPU verdict behind."""
     if not rows:
         return []
-    df = pd.DataFrame(rows)
-    per_iter = df.groupby(["collective", "algorithm", "size", "iteration"], as_index=False).agg(
-        seconds=("seconds", "max"), correct=("correct", "all")
-    )
-    out = []
-    n = info.get("world_size") or int(df["rank"].nunique())
+    n = info.get("world_size") or len({r["rank"] for r in rows})
     topo = info.get("topology")
-    for (coll, algo, size), g in per_iter.groupby(["collective", "algorithm", "size"]):
-        p50 = float(g["seconds"].quantile(0.5))
-        p95 = float(g["seconds"].quantile(0.95))
-        try:
-            predicted = predict(coll, algo, int(size), topo) if topo is not None else None
-        except ValueError:
-            predicted = None
-        out.append(
-            {
-                **params,
-                "collective": coll,
-                "algorithm": algo,
-                "size": int(size),
-                "ranks": n,
-                "iterations": len(g),
-                "time_p50": p50,
-                "time_p95": p95,
-                "algbw": algbw(int(size), p50),
-                "busbw": busbw(coll, int(size), p50, n),
-                "predicted": predicted,
-                "measured_over_predicted": p50 / predicted if predicted else None,
-                "correct": bool(g["correct"].all()),
-                "cpu_saturated": bool(info.get("cpu_saturated", False)),
-            }
-        )
-    return out
+
+    def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
+        return predict(coll, algo, size, topo) if topo is not None else None
+
+    saturated = bool(info.get("cpu_saturated", False))
+    return [
+        {**params, **row, "cpu_saturated": saturated}
+        for row in summary_rows(rows, ranks=n, predict=model)
+    ]
 
 
 class Experiment:
