@@ -25,7 +25,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -40,65 +39,18 @@ from testbed.config.expect import Check, check
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
-from testbed.core.stats import quantile
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.topology import NetworkPlan
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
+from testbed.trace.cpu import CpuMonitor
 from testbed.trace.run_traces import RunTraces
 from traffic.exit_codes import EXIT_WRONG
 
-CPU_SATURATED = 0.95  # busy share of all cores that counts as saturated
-CPU_FLAG_SHARE = 0.5  # flag the run when more than this share of samples was saturated
 FINAL = ("ok", "failed", "skipped")
 TRACE_TABLES = ("tcp", "queues", "flows")
-
-
-# -- CPU of the emulating host -----------------------------------------------------------------
-class CpuMonitor:
-    """Samples the whole machine's CPU busy share (from /proc/stat) every ``period`` seconds."""
-
-    def __init__(self, period: float = 0.2) -> None:
-        self.period = period
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="cpu-monitor", daemon=True)
-
-    @staticmethod
-    def _read() -> tuple[int, int]:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + fields[4]  # idle + iowait
-        return sum(fields) - idle, sum(fields)
-
-    def _loop(self) -> None:
-        busy0, total0 = self._read()
-        while not self._stop.wait(self.period):
-            busy1, total1 = self._read()
-            if total1 > total0:
-                self.samples.append((busy1 - busy0) / (total1 - total0))
-            busy0, total0 = busy1, total1
-
-    def __enter__(self) -> CpuMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def summary(self) -> dict[str, Any]:
-        xs = self.samples
-        if not xs:
-            return {"cpu_busy_mean": None, "cpu_busy_p95": None, "cpu_saturated": False}
-        saturated = sum(1 for x in xs if x >= CPU_SATURATED) / len(xs)
-        return {
-            "cpu_busy_mean": sum(xs) / len(xs),
-            "cpu_busy_p95": quantile(xs, 0.95),
-            "cpu_saturated_share": saturated,
-            "cpu_saturated": saturated > CPU_FLAG_SHARE,
-        }
 
 
 # -- model inputs from the plan ----------------------------------------------------------------
