@@ -23,8 +23,6 @@ import contextlib
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -42,6 +40,7 @@ from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.topology import NetworkPlan
+from testbed.run.ranks import RankLaunch, RankSpec
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
@@ -51,6 +50,7 @@ from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
 TRACE_TABLES = ("tcp", "queues", "flows")
+RANK_MODULE = "traffic.rank"
 
 
 # -- model inputs from the plan ----------------------------------------------------------------
@@ -108,90 +108,22 @@ def tcp_sysctls_in_effect(tb: Testbed) -> dict[str, dict[str, str]]:
     return out
 
 
-def _rank_env(slot: RankSlot) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "LOCAL_RANK")}
-    env.update(
-        {
-            # Without it every rank advertises 127.0.0.1 and the mesh fails (FIELD-NOTES).
-            "GLOO_SOCKET_IFNAME": "eth0",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1",
-            # torch 2.13 deprecates names gloo still needs on older versions; keep logs readable.
-            "PYTHONWARNINGS": "ignore::FutureWarning",
-        }
-    )
-    return env
-
-
-def launch_ranks(
-    tb: Testbed, ranks: list[RankSlot], spec: dict[str, Any], run_dir: Path, timeout: float
-) -> list[str]:
-    """Start one process per rank inside its host; wait up to ``timeout``; return problems."""
-    spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1))
-    procs: list[tuple[RankSlot, subprocess.Popen, Any]] = []
-    try:
-        for slot in ranks:
-            log = open(run_dir / f"rank-{slot.rank}.log", "w")  # noqa: SIM115 - closed below
-            proc = tb.popen(
-                slot.host,
-                [
-                    sys.executable,
-                    "-m",
-                    "traffic.rank",
-                    "--spec",
-                    str(spec_path),
-                    "--rank",
-                    str(slot.rank),
-                ],
-                what=f"rank {slot.rank}",
-                env=_rank_env(slot),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            procs.append((slot, proc, log))
-        return _wait_ranks(tb, procs, timeout)
-    finally:
-        for _, proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-
-
-def _wait_ranks(tb: Testbed, procs: list, timeout: float) -> list[str]:
-    deadline = time.monotonic() + timeout
-    first_failure: float | None = None
-    problems: list[str] = []
-    while True:
-        running = [p for _, p, _ in procs if p.poll() is None]
-        failed = [(s, p) for s, p, _ in procs if p.poll() not in (None, 0)]
-        if failed and first_failure is None:
-            first_failure = time.monotonic()
-        link_problems = tb.problems()
-        if link_problems:
-            problems += link_problems
-            break
-        if not running:
-            break
-        now = time.monotonic()
-        # After one rank failed, give the others a moment to report their own error, then stop.
-        if now > deadline or (first_failure is not None and now - first_failure > 10):
-            for s, p, _ in procs:
-                if p.poll() is None:
-                    problems.append(
-                        f"rank {s.rank} ({s.host}) did not finish within {timeout:.0f}s"
-                        if now > deadline
-                        else f"rank {s.rank} ({s.host}) stopped after another rank failed"
-                    )
-            break
-        time.sleep(0.05)
-    for s, p, _ in procs:
-        code = p.poll()
-        if code not in (None, 0):
+def rank_problems(launch: RankLaunch, timeout: float) -> list[str]:
+    """One line per rank that did not finish well: ranks that failed by themselves first, then
+    the ones stopped at the deadline, then the ones stopped because another failed."""
+    failed, late, stopped = [], [], []
+    for slot in launch.ranks:
+        label = f"rank {slot.rank} ({slot.host})"
+        why = launch.stopped.get(slot.rank)
+        code = launch.codes.get(slot.rank)
+        if why == "timeout":
+            late.append(f"{label} did not finish within {timeout:.0f}s")
+        elif why == "stopped":
+            stopped.append(f"{label} stopped after another rank failed")
+        elif why is None and code not in (None, 0):
             what = "produced a wrong result" if code == EXIT_WRONG else f"exited with code {code}"
-            problems.append(f"rank {s.rank} ({s.host}) {what}")
-    return problems
+            failed.append(f"{label} {what}")
+    return failed + late + stopped
 
 
 def _log_tail(run_dir: Path, rank: int, lines: int = 5) -> str:
@@ -246,23 +178,25 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
-                rank_spec = {
-                    "master_addr": master.address,
-                    "master_port": 29500 + random.randrange(1000),
-                    "world_size": len(ranks),
-                    "timeout_s": workload.timeout,
-                    "ranks": [r.as_dict() for r in ranks],
-                    "collectives": list(workload.collectives),
-                    "algorithms": list(workload.algorithms),
-                    "sizes": list(workload.sizes),
-                    "dtype": workload.dtype,
-                    "warmup": workload.warmup,
-                    "iterations": workload.iterations,
-                    "out_dir": str(run_dir),
-                }
+                rank_spec = RankSpec.build(
+                    tb,
+                    master.address,
+                    ranks,
+                    run_dir,
+                    workload.timeout,
+                    collectives=list(workload.collectives),
+                    algorithms=list(workload.algorithms),
+                    sizes=list(workload.sizes),
+                    dtype=workload.dtype,
+                    warmup=workload.warmup,
+                    iterations=workload.iterations,
+                )
+                launch = RankLaunch(tb, ranks, rank_spec, run_dir, RANK_MODULE)
                 traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
                 with CpuMonitor() as cpu, traces:
-                    problems = launch_ranks(tb, ranks, rank_spec, run_dir, workload.timeout)
+                    # after a rank failed, the others get 10 s to report their own error
+                    problems = launch.run(workload.timeout, failure_grace=10.0)
+                    problems += rank_problems(launch, workload.timeout)
                 result.info.update(cpu.summary())
                 result.info["world_size"] = len(ranks)
                 result.info["topology"] = model_topology(
