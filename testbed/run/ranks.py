@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed.net import netns
+from testbed.net import netns, procs
 from testbed.plan.placement import RankSlot
 
 POLL = 0.05  # seconds between two looks at the ranks
@@ -268,6 +268,4 @@ class RankLaunch:
                 break
             time.sleep(POLL)
         for p in running.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+            procs.stop(p)
