@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.summary import iteration_times, summarize
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
@@ -317,37 +318,11 @@ def _iterations(collectives: pd.DataFrame, runs: pd.DataFrame, params: list[str]
     keys = ["results", "run_id", "collective", "algorithm", "size", "iteration"]
     if collectives.empty or not set(keys) <= set(collectives.columns):
         return pd.DataFrame(columns=[*keys, "seconds", "correct", "start", "ranks"])
-    per = collectives.groupby(keys, as_index=False, sort=False).agg(
-        seconds=("seconds", "max"),
-        correct=("correct", "all"),
-        start=("start", "min"),
-        ranks=("rank", "nunique"),
-    )
+    per = iteration_times(collectives, by=["results", "run_id"], sort=False)
     return _with_params(per, runs, params)
 
 
 def _summary_from_iterations(iterations: pd.DataFrame, params: list[str]) -> pd.DataFrame:
-    """For manifests without a summary: p50/p95 of the slowest rank's time (no prediction)."""
-    keys = ["results", "run_id", "collective", "algorithm", "size"]
-    out = iterations.groupby(keys, as_index=False, sort=False).agg(
-        ranks=("ranks", "max"),
-        iterations=("iteration", "count"),
-        time_p50=("seconds", lambda s: s.quantile(0.5)),
-        time_p95=("seconds", lambda s: s.quantile(0.95)),
-        correct=("correct", "all"),
-    )
-    out["algbw"] = out["size"] / out["time_p50"]
-    factor = [_bus_factor(c, n) for c, n in zip(out["collective"], out["ranks"], strict=True)]
-    out["busbw"] = out["algbw"] * factor
-    out["predicted"] = None
-    out["measured_over_predicted"] = None
-    return out
-
-
-def _bus_factor(collective: str, n: int) -> float:
-    from analysis.metrics import bus_factor
-
-    try:
-        return bus_factor(collective, int(n))
-    except ValueError:
-        return math.nan
+    """For manifests without a summary: the runner's summary (analysis.summary) without the
+    prediction, which needs the resolved network."""
+    return summarize(iterations, by=["results", "run_id"], sort=False)

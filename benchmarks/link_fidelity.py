@@ -32,6 +32,7 @@ import time
 from benchmarks._results import write_section
 from testbed.config.scenario import parse_scenario
 from testbed.net import probe as kernel
+from testbed.net import procs
 from testbed.run.selfcheck import measure_rtt
 from testbed.run.testbed import Testbed
 
@@ -51,9 +52,11 @@ def scenario(rate: str, delay: str, congestion: str, backend: str) -> dict:
 
 def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> float:
     """Receiver-side goodput of one iperf3 flow east-h0 -> west-h0, in bit/s."""
-    server = tb.popen("west-h0", ["iperf3", "-s", "-1", "-p", str(PORT)], stdout=subprocess.DEVNULL)
-    time.sleep(0.3)
-    try:
+    # --forceflush: iperf3 block-buffers its stdout into a pipe, and "Server listening" would
+    # only arrive when it exits; the readiness handshake needs the line at once.
+    argv = ["iperf3", "-s", "-1", "-p", str(PORT), "--forceflush"]
+    server = tb.popen("west-h0", argv, stdout=subprocess.PIPE, text=True)
+    with procs.ready(server, "iperf3 server on west-h0", "Server listening", substring=True):
         r = tb.run(
             "east-h0",
             [
@@ -72,8 +75,6 @@ def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> float:
         )
         data = json.loads(r.stdout)
         return float(data["end"]["sum_received"]["bits_per_second"])
-    finally:
-        server.wait(timeout=10)
 
 
 def cpu_percent(tb: Testbed) -> float | None:

@@ -61,6 +61,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+from testbed.core.files import atomic_write_bytes
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 
@@ -82,19 +83,13 @@ class _Files:
         self.state_path = out_dir / f"rank-{rank}.state"
         self.result_path = out_dir / f"rank-{rank}.result.pkl"
 
-    @staticmethod
-    def _replace(path: Path, data: bytes) -> None:
-        # write + rename: the launcher polls these files and must never read half of one
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-
+    # Atomic writes: the launcher polls these files and must never read half of one.
     def state(self, state: str, iteration: int | None = None) -> None:
         doc = {"state": state, "iteration": iteration, "since": time.time()}
-        self._replace(self.state_path, json.dumps(doc).encode())
+        atomic_write_bytes(self.state_path, json.dumps(doc).encode())
 
     def result(self, result: dict[str, Any]) -> None:
-        self._replace(self.result_path, pickle.dumps(result))
+        atomic_write_bytes(self.result_path, pickle.dumps(result))
 
 
 def _load_module(name: str, file: str | None) -> ModuleType:

@@ -23,9 +23,6 @@ import contextlib
 import json
 import os
 import random
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -34,71 +31,26 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.metrics import algbw, busbw
 from analysis.model import Link, Topology, predict
+from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
-from testbed.core.stats import quantile
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.topology import NetworkPlan
+from testbed.run.ranks import RankLaunch, RankSpec
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
+from testbed.trace.cpu import CpuMonitor
 from testbed.trace.run_traces import RunTraces
 from traffic.exit_codes import EXIT_WRONG
 
-CPU_SATURATED = 0.95  # busy share of all cores that counts as saturated
-CPU_FLAG_SHARE = 0.5  # flag the run when more than this share of samples was saturated
 FINAL = ("ok", "failed", "skipped")
 TRACE_TABLES = ("tcp", "queues", "flows")
-
-
-# -- CPU of the emulating host -----------------------------------------------------------------
-class CpuMonitor:
-    """Samples the whole machine's CPU busy share (from /proc/stat) every ``period`` seconds."""
-
-    def __init__(self, period: float = 0.2) -> None:
-        self.period = period
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="cpu-monitor", daemon=True)
-
-    @staticmethod
-    def _read() -> tuple[int, int]:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + fields[4]  # idle + iowait
-        return sum(fields) - idle, sum(fields)
-
-    def _loop(self) -> None:
-        busy0, total0 = self._read()
-        while not self._stop.wait(self.period):
-            busy1, total1 = self._read()
-            if total1 > total0:
-                self.samples.append((busy1 - busy0) / (total1 - total0))
-            busy0, total0 = busy1, total1
-
-    def __enter__(self) -> CpuMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def summary(self) -> dict[str, Any]:
-        xs = self.samples
-        if not xs:
-            return {"cpu_busy_mean": None, "cpu_busy_p95": None, "cpu_saturated": False}
-        saturated = sum(1 for x in xs if x >= CPU_SATURATED) / len(xs)
-        return {
-            "cpu_busy_mean": sum(xs) / len(xs),
-            "cpu_busy_p95": quantile(xs, 0.95),
-            "cpu_saturated_share": saturated,
-            "cpu_saturated": saturated > CPU_FLAG_SHARE,
-        }
+RANK_MODULE = "traffic.rank"
 
 
 # -- model inputs from the plan ----------------------------------------------------------------
@@ -156,90 +108,22 @@ def tcp_sysctls_in_effect(tb: Testbed) -> dict[str, dict[str, str]]:
     return out
 
 
-def _rank_env(slot: RankSlot) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "LOCAL_RANK")}
-    env.update(
-        {
-            # Without it every rank advertises 127.0.0.1 and the mesh fails (FIELD-NOTES).
-            "GLOO_SOCKET_IFNAME": "eth0",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1",
-            # torch 2.13 deprecates names gloo still needs on older versions; keep logs readable.
-            "PYTHONWARNINGS": "ignore::FutureWarning",
-        }
-    )
-    return env
-
-
-def launch_ranks(
-    tb: Testbed, ranks: list[RankSlot], spec: dict[str, Any], run_dir: Path, timeout: float
-) -> list[str]:
-    """Start one process per rank inside its host; wait up to ``timeout``; return problems."""
-    spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1))
-    procs: list[tuple[RankSlot, subprocess.Popen, Any]] = []
-    try:
-        for slot in ranks:
-            log = open(run_dir / f"rank-{slot.rank}.log", "w")  # noqa: SIM115 - closed below
-            proc = tb.popen(
-                slot.host,
-                [
-                    sys.executable,
-                    "-m",
-                    "traffic.rank",
-                    "--spec",
-                    str(spec_path),
-                    "--rank",
-                    str(slot.rank),
-                ],
-                what=f"rank {slot.rank}",
-                env=_rank_env(slot),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            procs.append((slot, proc, log))
-        return _wait_ranks(tb, procs, timeout)
-    finally:
-        for _, proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-
-
-def _wait_ranks(tb: Testbed, procs: list, timeout: float) -> list[str]:
-    deadline = time.monotonic() + timeout
-    first_failure: float | None = None
-    problems: list[str] = []
-    while True:
-        running = [p for _, p, _ in procs if p.poll() is None]
-        failed = [(s, p) for s, p, _ in procs if p.poll() not in (None, 0)]
-        if failed and first_failure is None:
-            first_failure = time.monotonic()
-        link_problems = tb.problems()
-        if link_problems:
-            problems += link_problems
-            break
-        if not running:
-            break
-        now = time.monotonic()
-        # After one rank failed, give the others a moment to report their own error, then stop.
-        if now > deadline or (first_failure is not None and now - first_failure > 10):
-            for s, p, _ in procs:
-                if p.poll() is None:
-                    problems.append(
-                        f"rank {s.rank} ({s.host}) did not finish within {timeout:.0f}s"
-                        if now > deadline
-                        else f"rank {s.rank} ({s.host}) stopped after another rank failed"
-                    )
-            break
-        time.sleep(0.05)
-    for s, p, _ in procs:
-        code = p.poll()
-        if code not in (None, 0):
+def rank_problems(launch: RankLaunch, timeout: float) -> list[str]:
+    """One line per rank that did not finish well: ranks that failed by themselves first, then
+    the ones stopped at the deadline, then the ones stopped because another failed."""
+    failed, late, stopped = [], [], []
+    for slot in launch.ranks:
+        label = f"rank {slot.rank} ({slot.host})"
+        why = launch.stopped.get(slot.rank)
+        code = launch.codes.get(slot.rank)
+        if why == "timeout":
+            late.append(f"{label} did not finish within {timeout:.0f}s")
+        elif why == "stopped":
+            stopped.append(f"{label} stopped after another rank failed")
+        elif why is None and code not in (None, 0):
             what = "produced a wrong result" if code == EXIT_WRONG else f"exited with code {code}"
-            problems.append(f"rank {s.rank} ({s.host}) {what}")
-    return problems
+            failed.append(f"{label} {what}")
+    return failed + late + stopped
 
 
 def _log_tail(run_dir: Path, rank: int, lines: int = 5) -> str:
@@ -294,23 +178,25 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
-                rank_spec = {
-                    "master_addr": master.address,
-                    "master_port": 29500 + random.randrange(1000),
-                    "world_size": len(ranks),
-                    "timeout_s": workload.timeout,
-                    "ranks": [r.as_dict() for r in ranks],
-                    "collectives": list(workload.collectives),
-                    "algorithms": list(workload.algorithms),
-                    "sizes": list(workload.sizes),
-                    "dtype": workload.dtype,
-                    "warmup": workload.warmup,
-                    "iterations": workload.iterations,
-                    "out_dir": str(run_dir),
-                }
+                rank_spec = RankSpec.build(
+                    tb,
+                    master.address,
+                    ranks,
+                    run_dir,
+                    workload.timeout,
+                    collectives=list(workload.collectives),
+                    algorithms=list(workload.algorithms),
+                    sizes=list(workload.sizes),
+                    dtype=workload.dtype,
+                    warmup=workload.warmup,
+                    iterations=workload.iterations,
+                )
+                launch = RankLaunch(tb, ranks, rank_spec, run_dir, RANK_MODULE)
                 traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
                 with CpuMonitor() as cpu, traces:
-                    problems = launch_ranks(tb, ranks, rank_spec, run_dir, workload.timeout)
+                    # after a rank failed, the others get 10 s to report their own error
+                    problems = launch.run(workload.timeout, failure_grace=10.0)
+                    problems += rank_problems(launch, workload.timeout)
                 result.info.update(cpu.summary())
                 result.info["world_size"] = len(ranks)
                 result.info["topology"] = model_topology(
@@ -358,43 +244,22 @@ class _Interrupted(Exception):
 
 # -- the whole experiment ----------------------------------------------------------------------
 def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) -> list[dict]:
-    """Per (collective, algorithm, size): iteration time = slowest rank; p50/p95 over iterations,
-    algbw/busbw at p50, the α-β prediction and measured/predicted."""
+    """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
+    p50/p95, algbw/busbw at p50, the α-β prediction), with the sweep ``params`` in front and the
+    run's CPU verdict behind."""
     if not rows:
         return []
-    df = pd.DataFrame(rows)
-    per_iter = df.groupby(["collective", "algorithm", "size", "iteration"], as_index=False).agg(
-        seconds=("seconds", "max"), correct=("correct", "all")
-    )
-    out = []
-    n = info.get("world_size") or int(df["rank"].nunique())
+    n = info.get("world_size") or len({r["rank"] for r in rows})
     topo = info.get("topology")
-    for (coll, algo, size), g in per_iter.groupby(["collective", "algorithm", "size"]):
-        p50 = float(g["seconds"].quantile(0.5))
-        p95 = float(g["seconds"].quantile(0.95))
-        try:
-            predicted = predict(coll, algo, int(size), topo) if topo is not None else None
-        except ValueError:
-            predicted = None
-        out.append(
-            {
-                **params,
-                "collective": coll,
-                "algorithm": algo,
-                "size": int(size),
-                "ranks": n,
-                "iterations": len(g),
-                "time_p50": p50,
-                "time_p95": p95,
-                "algbw": algbw(int(size), p50),
-                "busbw": busbw(coll, int(size), p50, n),
-                "predicted": predicted,
-                "measured_over_predicted": p50 / predicted if predicted else None,
-                "correct": bool(g["correct"].all()),
-                "cpu_saturated": bool(info.get("cpu_saturated", False)),
-            }
-        )
-    return out
+
+    def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
+        return predict(coll, algo, size, topo) if topo is not None else None
+
+    saturated = bool(info.get("cpu_saturated", False))
+    return [
+        {**params, **row, "cpu_saturated": saturated}
+        for row in summary_rows(rows, ranks=n, predict=model)
+    ]
 
 
 class Experiment:

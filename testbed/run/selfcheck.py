@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from testbed.core.errors import NetError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.stats import quantile
+from testbed.net import procs
 from testbed.plan.topology import NetworkPlan, WanDirection
 from testbed.run.testbed import Testbed
 
@@ -76,16 +77,8 @@ def _server(tb: Testbed, host: str, module: str, *args: str) -> Iterator[subproc
     server = tb.python(
         host, module, "serve", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    try:
-        assert server.stdout is not None and server.stderr is not None
-        if server.stdout.readline().strip() != "READY":
-            server.kill()
-            raise NetError(f"{module} server on {host} did not start: {server.stderr.read()}")
+    with procs.ready(server, f"{module} server on {host}"):
         yield server
-    finally:
-        if server.poll() is None:
-            server.kill()
-        server.wait()
 
 
 def _client(tb: Testbed, host: str, module: str, args: list[str], timeout: float) -> dict:

@@ -11,8 +11,9 @@ tracebacks, problems, the link self-check and α-β predictions). The pytest plu
         print(res.time.p50, res.predicted("all_reduce", "flat"))
 
 Each ``run_ranks`` call starts one ``python -m traffic.user_rank`` process per rank inside its
-host namespace (environment from :func:`testbed.runner._rank_env`), waits, and reads the files
-the ranks wrote. Two clocks bound a call: ``setup_timeout`` until every rank has joined
+host namespace (started, watched and stopped by :class:`testbed.run.ranks.RankLaunch`, the one
+launcher, which :mod:`testbed.run.experiment` uses too), waits, and reads the files the ranks
+wrote. Two clocks bound a call: ``setup_timeout`` until every rank has joined
 torch.distributed (Python start, torch import and gloo's rendezvous: seconds each on a small
 machine), then ``timeout`` for the iterations themselves, so a short ``timeout`` tests the
 user's code, not the machine's import speed. A rank still running at its deadline gets SIGUSR1
@@ -27,10 +28,7 @@ import json
 import math
 import os
 import pickle
-import random
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,16 +41,14 @@ from testbed.core.errors import ScenarioError, TestbedError
 from testbed.core.stats import quantile
 from testbed.core.units import format_duration, format_rate, parse_duration
 from testbed.plan.placement import RankSlot, place_ranks
+from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec
 from testbed.run.testbed import Testbed
 
 RANK_MODULE = "traffic.user_rank"
 FAILURE_GRACE = 5.0  # after one rank failed, seconds the others get to report their own error
-POLL = 0.05
-STACK_WAIT = 1.0  # seconds a stopped rank gets to write its SIGUSR1 stack dump
 TRACEBACK_TAIL = 25  # lines of a traceback explain() shows
 _GLOO_LOCATION = re.compile(r"^\[[^\]]+:[0-9]+\] ")
 HARNESS_STAGES = ("setup", "barrier", "final-barrier")  # the harness's own torch.distributed calls
-_STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", re.M)
 
 _STATE_TEXT = {
     "starting": "starting Python and loading the function",
@@ -578,23 +574,21 @@ class RankTestbed:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "args.pkl").write_bytes(blob)
         master = next(h for h in self.testbed.plan.hosts if h.name == self.ranks[0].host)
-        spec = {
-            "master_addr": master.address,
-            "master_port": 29500 + random.randrange(1000),
-            "world_size": len(self.ranks),
+        spec = RankSpec.build(
+            self.testbed,
+            master.address,
+            self.ranks,
+            run_dir,
             # gloo's own timeout must not fire before ours: ours say where a rank hung
-            "timeout_s": setup_s + timeout_s + 30,
-            "ranks": [r.as_dict() for r in self.ranks],
-            "out_dir": str(run_dir),
-            "function": function,
-            "function_file": file,
-            "args_file": str(run_dir / "args.pkl"),
-            "sys_path": _caller_sys_path(),
-            "iterations": int(iterations),
-            "warmup": int(warmup),
-        }
-        (run_dir / "spec.json").write_text(json.dumps(spec, indent=1))
-        launch = _Launch(self.testbed, self.ranks, run_dir, function)
+            setup_s + timeout_s + 30,
+            function=function,
+            function_file=file,
+            args_file=str(run_dir / "args.pkl"),
+            sys_path=_caller_sys_path(),
+            iterations=int(iterations),
+            warmup=int(warmup),
+        )
+        launch = _Launch(self.testbed, self.ranks, spec, run_dir, function)
         link_problems = launch.run(timeout_s, setup_s)
         outcomes = launch.outcomes()
         network_problems = self.testbed.problems()
@@ -617,108 +611,38 @@ class RankTestbed:
 
 
 class _Launch:
-    """One call's rank processes: start, watch, stop, read back."""
+    """One call's rank processes (started, watched and stopped by the one launcher,
+    :class:`testbed.run.ranks.RankLaunch`) and what they left behind, read back as outcomes."""
 
-    def __init__(self, tb: Testbed, ranks: list[RankSlot], run_dir: Path, function: str) -> None:
-        self.tb = tb
+    def __init__(
+        self, tb: Testbed, ranks: list[RankSlot], spec: RankSpec, run_dir: Path, function: str
+    ) -> None:
         self.ranks = ranks
         self.run_dir = run_dir
         self.function = function
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.stopped: dict[int, tuple[str, dict[str, Any]]] = {}  # rank -> (why, state)
         self.timeouts = (0.0, 0.0)
+        self.procs = RankLaunch(
+            tb, ranks, spec, run_dir, RANK_MODULE, state=self._state, joined=self._joined
+        )
 
     def _state(self, rank: int) -> dict[str, Any]:
         with contextlib.suppress(OSError, ValueError):
             return json.loads((self.run_dir / f"rank-{rank}.state").read_text())
         return {"state": None, "iteration": None}
 
+    def _joined(self, rank: int) -> bool:
+        return self._state(rank)["state"] not in (None, "starting", "setup")
+
     def run(self, timeout: float, setup_timeout: float) -> list[str]:
-        from testbed.run.experiment import _rank_env
-
         self.timeouts = (timeout, setup_timeout)
-        try:
-            for slot in self.ranks:
-                with open(self.run_dir / f"rank-{slot.rank}.log", "w") as log:
-                    self.procs[slot.rank] = self.tb.popen(
-                        slot.host,
-                        self._argv(slot.rank),
-                        what=f"rank {slot.rank}",
-                        env=_rank_env(slot),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-            return self._wait(timeout, setup_timeout)
-        finally:
-            self._stop_all("stopped")
-
-    def _argv(self, rank: int) -> list[str]:
-        spec = str(self.run_dir / "spec.json")
-        return [sys.executable, "-m", RANK_MODULE, "--spec", spec, "--rank", str(rank)]
-
-    def _wait(self, timeout: float, setup_timeout: float) -> list[str]:
-        start = time.monotonic()
-        ready_at: float | None = None
-        first_failure: float | None = None
-        while True:
-            now = time.monotonic()
-            codes = {r: p.poll() for r, p in self.procs.items()}
-            if all(c is not None for c in codes.values()):
-                return []
-            link_problems = self.tb.problems()
-            if link_problems:
-                self._stop_all("link")
-                return list(link_problems)
-            if first_failure is None and any(c not in (None, 0) for c in codes.values()):
-                first_failure = now
-            if ready_at is None:
-                states = {r: self._state(r)["state"] for r in codes}
-                if all(
-                    codes[r] is not None or states[r] not in (None, "starting", "setup")
-                    for r in codes
-                ):
-                    ready_at = now
-            if first_failure is not None and now - first_failure > FAILURE_GRACE:
-                self._stop_all("stopped")
-                return []
-            if ready_at is None and now - start > setup_timeout:
-                self._stop_all("setup-timeout")
-                return []
-            if ready_at is not None and now - ready_at > timeout:
-                self._stop_all("timeout")
-                return []
-            time.sleep(POLL)
-
-    def _stop_all(self, why: str) -> None:
-        running = {r: p for r, p in self.procs.items() if p.poll() is None}
-        if not running:
-            return
-        for r, p in running.items():
-            self.stopped[r] = (why, self._state(r))
-            # faulthandler in the rank dumps its stack into the log: where it hung
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + STACK_WAIT
-        while time.monotonic() < deadline:
-            if all(
-                p.poll() is not None or _STACK_HEAD.search(self._log(r)) for r, p in running.items()
-            ):
-                time.sleep(0.1)  # the dump is a few writes from a signal handler: let it finish
-                break
-            time.sleep(POLL)
-        for p in running.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        return self.procs.run(timeout, setup_timeout=setup_timeout, failure_grace=FAILURE_GRACE)
 
     def _log(self, rank: int) -> str:
-        with contextlib.suppress(OSError):
-            return (self.run_dir / f"rank-{rank}.log").read_text(errors="replace")
-        return ""
+        return self.procs.log(rank)
 
     def _stack(self, rank: int) -> str:
         """The faulthandler dump of a stopped rank."""
-        m = _STACK_HEAD.search(self._log(rank))
+        m = STACK_HEAD.search(self._log(rank))
         if not m:
             return ""
         return "stack when stopped:\n" + _user_frames(m.string[m.start() :].strip())
@@ -732,8 +656,7 @@ class _Launch:
     def _outcome(self, slot: RankSlot) -> RankOutcome:
         r = slot.rank
         o = RankOutcome(r, slot.host, slot.cluster, "crashed", log=self.run_dir / f"rank-{r}.log")
-        proc = self.procs.get(r)
-        o.exit_code = proc.returncode if proc is not None else None
+        o.exit_code = self.procs.codes.get(r)
         path = self.run_dir / f"rank-{r}.result.pkl"
         data: dict[str, Any] = {}
         with contextlib.suppress(OSError, pickle.UnpicklingError, EOFError):
@@ -757,8 +680,8 @@ class _Launch:
                     o.status, o.where = "error", "return"
                     o.error = f"the returned value cannot be unpickled here: {exc!r}"
                     o.error_summary = "returned a value that cannot be unpickled by the test"
-        if r in self.stopped and o.status != "ok":
-            why, state = self.stopped[r]
+        if r in self.procs.stopped and o.status != "ok":
+            why, state = self.procs.stopped[r], self.procs.stopped_state[r]
             o.status = "timeout" if why in ("timeout", "setup-timeout") else "stopped"
             o.where, o.iteration = state.get("state"), state.get("iteration")
             o.stack = self._stack(r)
@@ -775,7 +698,7 @@ class _Launch:
         out = []
         for o in outcomes:
             where = _where_text(o.where, o.iteration, self.function)
-            why = self.stopped.get(o.rank, ("", {}))[0]
+            why = self.procs.stopped.get(o.rank, "")
             if o.status == "timeout" and why == "setup-timeout":
                 out.append(
                     f"{o.label} did not finish setting up within {setup_timeout:g} s ({where})"

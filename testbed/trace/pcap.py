@@ -39,17 +39,15 @@ Other choices, and why:
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import select
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.errors import TestbedError
+from testbed.net import procs
 
 if TYPE_CHECKING:
     from testbed.net.registry import Record
@@ -151,25 +149,23 @@ class PcapCapture:
         if self.record is not None:
             self.record.add_process(proc.pid, f"tcpdump {spec.label}"[:80])
         assert proc.stderr is not None
-        fd = proc.stderr.fileno()
-        deadline = time.monotonic() + START_TIMEOUT
-        # Read the raw fd (not the buffered file object) so stop() can still use communicate().
-        while b"listening on" not in run.stderr:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CaptureError(
-                    f"tcpdump on {spec.ns}/{spec.ifname} did not start listening within "
-                    f"{START_TIMEOUT:.0f} s: {run.stderr.decode(errors='replace').strip()}"
-                )
-            ready, _, _ = select.select([fd], [], [], left)
-            chunk = os.read(fd, 4096) if ready else b""
-            if ready and not chunk:  # EOF: tcpdump (or ip netns exec) exited
-                proc.wait()
-                msg = run.stderr.decode(errors="replace").strip() or "no message"
-                raise CaptureError(
-                    f"tcpdump on {spec.ns}/{spec.ifname} failed (exit {proc.returncode}): {msg}"
-                )
-            run.stderr += chunk
+        # tcpdump's "listening on" line is its READY; what follows (its closing statistics)
+        # stays in the pipe for stop()'s communicate().
+        got = procs.wait_ready(
+            proc, "listening on", START_TIMEOUT, stream=proc.stderr, substring=True
+        )
+        run.stderr = got.output.encode()
+        if got.timed_out:
+            raise CaptureError(
+                f"tcpdump on {spec.ns}/{spec.ifname} did not start listening within "
+                f"{START_TIMEOUT:.0f} s: {got.output.strip()}"
+            )
+        if not got:  # tcpdump (or ip netns exec) exited
+            proc.wait()
+            msg = got.output.strip() or "no message"
+            raise CaptureError(
+                f"tcpdump on {spec.ns}/{spec.ifname} failed (exit {proc.returncode}): {msg}"
+            )
 
     def stop(self) -> list[dict[str, Any]]:
         """SIGINT every capture by its pid, wait, and return one stats dict per capture.

@@ -25,13 +25,13 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.net import netns
 from testbed.net.netlink import NLMSGHDR, attributes, messages
+from testbed.trace.sampler import PeriodicSampler
 
 LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of testbed.render
 
@@ -130,63 +130,46 @@ def qdisc_row(direction: str, q: dict[str, Any], now: float) -> dict[str, Any]:
     }
 
 
-class QdiscSampler:
-    """Samples the leaf qdisc of each target every ``period`` seconds in a background thread.
+class QdiscSampler(PeriodicSampler):
+    """Samples the leaf qdisc of each target every ``period`` seconds in a background thread
+    (:class:`testbed.trace.sampler.PeriodicSampler`: on the grid, missed ticks skipped and
+    counted).
 
-    One netlink socket per target, opened once inside its namespace; the thread never raises:
-    problems (a namespace gone mid-run) end up in ``errors`` and that target stops being sampled.
+    One netlink socket per target, opened once inside its namespace; nothing raises: a target
+    that cannot be opened, or whose namespace goes away mid-run, ends up in ``errors`` and stops
+    being sampled.
     """
 
+    thread_name = "qdisc-sampler"
+
     def __init__(self, targets: list[QdiscTarget], period: float) -> None:
+        super().__init__(period)
         self.targets = targets
-        self.period = period
         self.rows: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._readers: dict[QdiscTarget, QdiscReader] = {}
 
-    def start(self) -> None:
+    def open(self) -> None:
         for t in self.targets:
             try:
                 self._readers[t] = netns.run_in([(t.ns, lambda t=t: QdiscReader(t.ifname))])[0]
             except OSError as exc:
-                self.errors.append(f"queue trace {t.direction}: {t.ifname} in {t.ns}: {exc}")
-        self._thread = threading.Thread(target=self._loop, name="qdisc-sampler", daemon=True)
-        self._thread.start()
+                self.error(f"queue trace {t.direction}: {t.ifname} in {t.ns}: {exc}")
 
-    def _loop(self) -> None:
-        tick = time.monotonic()
-        while not self._stop.is_set():
-            for t, reader in list(self._readers.items()):
-                try:
-                    qdiscs = reader.read()
-                except OSError as exc:  # a vanished namespace must not kill the run
-                    self.errors.append(f"queue trace {t.direction}: {exc}")
-                    del self._readers[t]
-                    continue
-                now = time.time()
-                self.rows += [
-                    qdisc_row(t.direction, q, now) for q in qdiscs if q["handle"] == LEAF_HANDLE
-                ]
-            tick += self.period
-            delay = tick - time.monotonic()
-            if delay < 0:  # fell behind (a slow read): skip ticks, never burst
-                tick = time.monotonic()
-                delay = 0
-            self._stop.wait(delay)
+    def sample(self) -> None:
+        for t, reader in list(self._readers.items()):
+            try:
+                qdiscs = reader.read()
+            except OSError as exc:  # a vanished namespace must not kill the run
+                self.error(f"queue trace {t.direction}: {exc}")
+                del self._readers[t]
+                reader.close()
+                continue
+            now = time.time()
+            self.rows += [
+                qdisc_row(t.direction, q, now) for q in qdiscs if q["handle"] == LEAF_HANDLE
+            ]
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def close(self) -> None:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
-
-    def __enter__(self) -> QdiscSampler:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

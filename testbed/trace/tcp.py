@@ -87,15 +87,14 @@ import math
 import os
 import socket
 import struct
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 
 from testbed.core.errors import NetError
 from testbed.net import netns
 from testbed.net.netlink import NLMSGHDR, attributes, messages
+from testbed.trace.sampler import PeriodicSampler
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -511,108 +510,45 @@ def read_tcp_info(ns: str) -> list[dict]:
         reader.close()
 
 
-class TcpInfoSampler:
-    """Samples ``read_tcp_info`` of several namespaces every ``period`` seconds in one thread.
+class TcpInfoSampler(PeriodicSampler):
+    """Samples ``read_tcp_info`` of several namespaces every ``period`` seconds in one thread
+    (:class:`testbed.trace.sampler.PeriodicSampler`: on the grid, missed ticks skipped and
+    counted in ``missed_ticks``, problems in ``errors``).
 
     ``targets``: host label -> namespace; ``names``: IP address -> host label (for peer_host).
-    Ticks stay on the grid start + k * period (no drift); a tick that is missed because a sample
-    overran is skipped, not caught up, and counted in ``missed_ticks``. The thread never raises:
-    problems go to ``errors`` (each distinct message once)."""
+    ``start`` opens one diag socket per namespace (raises NetError if one does not exist)."""
+
+    thread_name = "tcp-info-sampler"
 
     def __init__(
         self, targets: dict[str, str], period: float, names: dict[str, str] | None = None
     ) -> None:
-        if period <= 0:
-            raise ValueError(f"period must be > 0 seconds, got {period}")
+        super().__init__(period)
         self.targets = dict(targets)
-        self.period = period
         self.names = dict(names or {})
         self.rows: list[dict] = []
-        self.errors: list[str] = []
-        self.missed_ticks = 0
-        self.sample_seconds: list[float] = []  # thread time per tick, to show the tracing cost
         self._readers: dict[str, tuple[str, DiagReader]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Open one diag socket per namespace (raises NetError if one does not exist), then
-        start sampling; the first sample is taken at once."""
-        if self._thread is not None:
-            raise RuntimeError("TcpInfoSampler already started")
-        try:
-            for host, ns in self.targets.items():
-                self._readers[host] = (ns, _open_in(ns))
-        except BaseException:
-            self._close_all()
-            raise
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="tcp-info-sampler", daemon=True)
-        self._thread.start()
+    def open(self) -> None:
+        for host, ns in self.targets.items():
+            self._readers[host] = (ns, _open_in(ns))
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=max(5.0, 2 * self.period))
-            if self._thread.is_alive():
-                self._error("sampler thread did not stop within its timeout")
-                return  # its sockets are still in use; the daemon thread closes nothing else
-        self._close_all()
-
-    def __enter__(self) -> TcpInfoSampler:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    # -- the thread ---------------------------------------------------------------------------
-    def _run(self) -> None:
-        tick = time.monotonic()
-        while True:
-            t0 = time.thread_time()
-            self._guard(self._sample)
-            self.sample_seconds.append(time.thread_time() - t0)
-            tick += self.period
-            now = time.monotonic()
-            if now >= tick:  # overran: stay on the grid, skip what was missed
-                missed = int((now - tick) // self.period) + 1
-                self.missed_ticks += missed
-                tick += missed * self.period
-            if self._stop.wait(tick - now):
-                return
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         for host, (ns, reader) in list(self._readers.items()):
             if netns.netns_inode(ns) != reader.netns_inode:
-                self._error(f"namespace {ns} of {host} vanished; no longer sampled")
+                self.error(f"namespace {ns} of {host} vanished; no longer sampled")
                 # Our socket holds the namespace alive: close it so the namespace can go.
                 self._drop(host)
                 continue
             try:
                 self.rows.extend(reader.sample(host, self.names))
             except OSError as exc:
-                self._error(f"reading TCP info of {host} ({ns}) failed: {exc}")
+                self.error(f"reading TCP info of {host} ({ns}) failed: {exc}")
 
-    def _guard(self, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception as exc:  # the thread must survive anything and keep its period
-            self._error(f"sampler: {type(exc).__name__}: {exc}")
-
-    def _error(self, message: str) -> None:
-        if message not in self.errors:
-            self.errors.append(message)
+    def close(self) -> None:
+        for host in list(self._readers):
+            self._drop(host)
 
     def _drop(self, host: str) -> None:
         _, reader = self._readers.pop(host)
         reader.close()
-
-    def _close_all(self) -> None:
-        for host in list(self._readers):
-            self._drop(host)

@@ -1,0 +1,124 @@
+"""The one periodic sampler thread: every trace that polls the kernel (tcp_info, qdisc statistics,
+the machine's CPU) is a :class:`PeriodicSampler` that only says how to open, sample and close.
+
+The drift rule, the same for all of them:
+
+* ticks are on the grid ``t0 + k * period`` of the monotonic clock, ``t0`` being the start (the
+  first sample is taken at ``t0``, or at ``t0 + period`` for a sampler whose first sample needs a
+  previous one, ``immediate = False``); waiting is for the next grid point, so the sampling
+  does not drift by the time each sample takes;
+* a sample that overruns one or more grid points does not cause a burst of catch-up samples: the
+  missed ticks are skipped, the next sample is on the next grid point still ahead, and every
+  skipped tick is counted in ``missed_ticks`` (so a trace's gaps are visible, not guessed);
+* the thread never raises: an exception from ``sample`` becomes a message in ``errors`` (each
+  distinct message once) and sampling goes on at the same period.
+
+``sample_seconds`` holds the thread CPU time of each sample, so the cost of tracing can be shown.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+from typing import Self
+
+
+class PeriodicSampler:
+    """Calls :meth:`sample` every ``period`` seconds in one daemon thread (see the module's
+    drift rule). Subclasses override :meth:`open` (before the thread starts; may raise, then
+    :meth:`close` runs and the error propagates), :meth:`sample` and :meth:`close` (after the
+    thread ended). Use as a context manager, or ``start()`` / ``stop()``."""
+
+    thread_name = "sampler"
+    immediate = True  # the first sample at the start (False: one period after it)
+
+    def __init__(self, period: float) -> None:
+        if period <= 0:
+            raise ValueError(f"period must be > 0 seconds, got {period}")
+        self.period = period
+        self.errors: list[str] = []
+        self.missed_ticks = 0
+        self.sample_seconds: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- what a sampler does ---------------------------------------------------------------
+    def open(self) -> None:
+        """Acquire what sampling needs (sockets, a baseline); runs in the caller's thread."""
+
+    def sample(self) -> None:
+        """Take one sample; runs in the sampler thread."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what :meth:`open` acquired; runs after the thread ended."""
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"{type(self).__name__} already started")
+        try:
+            self.open()
+        except BaseException:
+            self.close()
+            raise
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, 2 * self.period))
+            if self._thread.is_alive():
+                self.error("sampler thread did not stop within its timeout")
+                return  # what it samples is still in use: leave it to the daemon thread
+        self.close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def error(self, message: str) -> None:
+        if message not in self.errors:
+            self.errors.append(message)
+
+    # -- the thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        tick = time.monotonic()
+        if not self.immediate:
+            tick += self.period
+            if self._stop.wait(self.period):
+                return
+        while True:
+            t0 = time.thread_time()
+            try:
+                self.sample()
+            except Exception as exc:  # the thread must survive anything and keep its period
+                self.error(f"sampler: {type(exc).__name__}: {exc}")
+            self.sample_seconds.append(time.thread_time() - t0)
+            now = time.monotonic()
+            tick, missed = next_tick(tick, now, self.period)
+            self.missed_ticks += missed
+            if self._stop.wait(tick - now):
+                return
+
+
+def next_tick(tick: float, now: float, period: float) -> tuple[float, int]:
+    """The drift rule: after a sample due at ``tick`` that ended at ``now``, the next grid point
+    still ahead of ``now`` and how many grid points were skipped on the way."""
+    following = tick + period
+    if now < following:
+        return following, 0
+    # overran: stay on the grid, skip (and count) what was missed; never a catch-up burst
+    missed = int((now - following) // period) + 1
+    return following + missed * period, missed

@@ -1,0 +1,155 @@
+"""The one rank launcher (testbed.run.ranks) with real processes: a stand-in network starts them
+on this machine (no namespaces, no root), a tiny rank module plays each rank's part."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.plan.placement import RankSlot
+from testbed.run.experiment import rank_problems
+from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec, rank_env
+
+# Each rank does what spec["parts"][rank] says: "ok", "fail" (exit 3 = wrong result),
+# "hang", "join" (report joined, then hang), "slow-join" (never report joined).
+RANK_MODULE = """
+import argparse, faulthandler, json, signal, sys, time
+from pathlib import Path
+p = argparse.ArgumentParser()
+p.add_argument("--spec"); p.add_argument("--rank", type=int)
+a = p.parse_args()
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+spec = json.loads(Path(a.spec).read_text())
+part = spec["parts"][a.rank]
+out = Path(spec["out_dir"])
+print(f"rank {a.rank} of {spec['world_size']} at {spec['master_addr']}:{spec['master_port']}")
+if part == "ok":
+    sys.exit(0)
+if part == "fail":
+    time.sleep(0.2)
+    sys.exit(3)  # traffic.exit_codes.EXIT_WRONG
+if part == "join":
+    (out / f"rank-{a.rank}.joined").write_text("1")
+def hang_here():
+    time.sleep(60)
+hang_here()
+"""
+
+
+class LocalNetwork:
+    """Starts the ranks on this machine; ``problems`` can be set to play a failed link."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.started: list[str] = []
+        self.link_problems: list[str] = []
+
+    def popen(self, host: str, argv: list[str], what: str = "", **kwargs: Any) -> subprocess.Popen:
+        self.started.append(what)
+        return subprocess.Popen(argv, cwd=self.cwd, **kwargs)
+
+    def namespace(self, host: str) -> str:
+        raise AssertionError("not used: the spec is built by hand here")
+
+    def problems(self) -> list[str]:
+        return list(self.link_problems)
+
+
+def launch(tmp_path: Path, parts: list[str], **kwargs: Any) -> tuple[RankLaunch, LocalNetwork]:
+    (tmp_path / "fake_rank.py").write_text(RANK_MODULE)
+    ranks = [RankSlot(r, f"h{r}", "east", r) for r in range(len(parts))]
+    spec = RankSpec(
+        master_addr="127.0.0.1",
+        master_port=12345,
+        world_size=len(ranks),
+        timeout_s=60,
+        ranks=[r.as_dict() for r in ranks],
+        out_dir=str(tmp_path),
+        workload={"parts": parts},
+    )
+    tb = LocalNetwork(tmp_path)
+    return RankLaunch(tb, ranks, spec, tmp_path, "fake_rank", **kwargs), tb
+
+
+def test_all_ranks_finish(tmp_path):
+    run, tb = launch(tmp_path, ["ok", "ok", "ok"])
+    assert run.run(timeout=30) == []
+    assert run.codes == {0: 0, 1: 0, 2: 0} and run.stopped == {}
+    assert tb.started == ["rank 0", "rank 1", "rank 2"]
+    spec = json.loads((tmp_path / "spec.json").read_text())
+    assert spec["parts"] == ["ok", "ok", "ok"] and spec["world_size"] == 3
+    assert "workload" not in spec  # the workload's keys sit beside the common ones
+    assert run.log(1).startswith("rank 1 of 3 at 127.0.0.1:12345")
+
+
+def test_a_failed_rank_stops_the_others_after_the_grace(tmp_path):
+    run, _ = launch(tmp_path, ["hang", "fail", "hang"])
+    t0 = time.monotonic()
+    assert run.run(timeout=60, failure_grace=0.5) == []
+    assert time.monotonic() - t0 < 10  # the grace, not the deadline
+    assert run.codes[1] == 3
+    assert run.stopped == {0: "stopped", 2: "stopped"}
+    # the stopped ranks were asked for their stacks before they were killed
+    assert STACK_HEAD.search(run.log(0)) and "hang_here" in run.log(0)
+    assert run.codes[0] is not None and run.codes[0] < 0
+    assert rank_problems(run, 60) == [
+        "rank 1 (h1) produced a wrong result",
+        "rank 0 (h0) stopped after another rank failed",
+        "rank 2 (h2) stopped after another rank failed",
+    ]
+
+
+def test_deadline(tmp_path):
+    run, _ = launch(tmp_path, ["ok", "hang"])
+    t0 = time.monotonic()
+    run.run(timeout=1.0)
+    assert 1.0 <= time.monotonic() - t0 < 10
+    assert run.stopped == {1: "timeout"} and run.codes[0] == 0
+    assert rank_problems(run, 1.0) == ["rank 1 (h1) did not finish within 1s"]
+
+
+def test_setup_deadline_then_the_iterations_deadline(tmp_path):
+    def joined(rank: int) -> bool:
+        return (tmp_path / f"rank-{rank}.joined").exists()
+
+    run, _ = launch(tmp_path, ["join", "slow-join"], joined=joined)
+    run.run(timeout=30, setup_timeout=1.0)
+    assert run.stopped == {0: "setup-timeout", 1: "setup-timeout"}
+
+    run, _ = launch(tmp_path, ["join", "join"], joined=joined, state=lambda r: {"at": r})
+    t0 = time.monotonic()
+    run.run(timeout=1.0, setup_timeout=30)
+    assert time.monotonic() - t0 < 15
+    assert run.stopped == {0: "timeout", 1: "timeout"}
+    assert run.stopped_state == {0: {"at": 0}, 1: {"at": 1}}
+
+
+def test_setup_deadline_needs_a_joined_predicate(tmp_path):
+    run, tb = launch(tmp_path, ["ok"])
+    with pytest.raises(ValueError, match="joined"):
+        run.run(timeout=1.0, setup_timeout=1.0)
+    assert tb.started == []
+
+
+def test_a_failed_link_ends_the_launch(tmp_path):
+    run, tb = launch(tmp_path, ["hang", "hang"])
+    tb.link_problems = ["delay line in ns-x exited (code 1)"]
+    assert run.run(timeout=30) == ["delay line in ns-x exited (code 1)"]
+    assert run.stopped == {0: "link", 1: "link"}
+    assert rank_problems(run, 30) == []  # the link explains it; the ranks add nothing
+
+
+def test_the_rank_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    env = rank_env()
+    assert "LOCAL_RANK" not in env and env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert env["PYTHONUNBUFFERED"] == "1" and env["PATH"] == os.environ["PATH"]
+    run, _ = launch(tmp_path, ["ok"])
+    assert run.argv(0)[:3] == [sys.executable, "-m", "fake_rank"]  # this very interpreter
