@@ -16,11 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,11 +32,10 @@ from testbed.link.delayline.line import (
     iptables_rules,
     read_stats,
 )
-from testbed.net import registry
+from testbed.net import procs, registry
 from testbed.net.registry import Record
 from testbed.plan.topology import NetworkPlan, WanDirection
 
-READY_TIMEOUT = 15.0
 STATS_INTERVAL = 0.5
 
 
@@ -211,7 +208,7 @@ class DelayLineSupervisor:
                 start_new_session=True,
             )
         self.record.add_process(line.proc.pid, f"delay line {line.ns}")
-        if not self._wait_ready(line):
+        if not procs.wait_ready(line.proc):
             self._collect_exit(line)
             raise NetError(
                 f"delay line in {line.ns} did not start: exit code {line.exit_code}; "
@@ -226,21 +223,6 @@ class DelayLineSupervisor:
             if r.returncode != 0:
                 raise NetError(f"iptables rule in {line.ns} failed: {r.stderr.strip()}")
         line.rules_installed = True
-
-    def _wait_ready(self, line: LineProcess) -> bool:
-        assert line.proc is not None and line.proc.stdout is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([line.proc.stdout], [], [], 0.1)
-            if ready:
-                text = line.proc.stdout.readline()
-                if text.strip() == "READY":
-                    return True
-                if not text:  # EOF: the process ended
-                    return False
-            elif line.proc.poll() is not None:
-                return False
-        return False
 
     def _collect_exit(self, line: LineProcess) -> None:
         if line.proc is None:

@@ -40,7 +40,7 @@ from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.topology import NetworkPlan
-from testbed.run.ranks import RankLaunch, RankSpec
+from testbed.run.ranks import RankLaunch, RankSpec, require_torch
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
@@ -266,6 +266,7 @@ class Experiment:
     """A sweep being run into one results directory (new, or resumed)."""
 
     def __init__(self, runs: list[RunSpec], source: str, out: str | Path, resume: bool) -> None:
+        require_torch()
         self.runs = runs
         self.source = source
         if resume:

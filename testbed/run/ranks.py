@@ -17,6 +17,7 @@ deadline until every rank joined, then the iterations' deadline).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed.core.errors import TestbedError
 from testbed.net import netns, procs
 from testbed.plan.placement import RankSlot
 
@@ -115,6 +117,15 @@ def master_port(ns: str) -> int:
     return netns.run_in([(ns, pick)])[0]
 
 
+def require_torch() -> None:
+    """Ranks import torch; say how to get it before any process starts, not once per rank."""
+    if importlib.util.find_spec("torch") is None:
+        raise TestbedError(
+            f"torch is not installed for {sys.executable}: ranks need the `ranks` extra "
+            "(pip install -e '.[ranks]', CPU build: torch==2.13.0; scripts/setup.sh installs it)"
+        )
+
+
 def rank_env() -> dict[str, str]:
     """The environment of a rank process: ours, minus what would confuse torch, plus gloo's."""
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "LOCAL_RANK")}
@@ -196,6 +207,7 @@ class RankLaunch:
         clock starts then."""
         if setup_timeout is not None and self.joined is None:
             raise ValueError("a setup timeout needs a joined() predicate")
+        require_torch()
         self.spec.write(self.run_dir / "spec.json")
         try:
             for slot in self.ranks:

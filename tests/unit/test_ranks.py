@@ -153,3 +153,18 @@ def test_the_rank_environment(tmp_path, monkeypatch):
     assert env["PYTHONUNBUFFERED"] == "1" and env["PATH"] == os.environ["PATH"]
     run, _ = launch(tmp_path, ["ok"])
     assert run.argv(0)[:3] == [sys.executable, "-m", "fake_rank"]  # this very interpreter
+
+
+def test_without_torch_no_rank_starts_and_the_error_says_how_to_install_it(tmp_path, monkeypatch):
+    # The `ranks` extra is optional (report/compare need no torch): hide torch from the check.
+    import importlib.util
+
+    from testbed.core.errors import TestbedError
+    from testbed.run.ranks import require_torch
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    with pytest.raises(TestbedError, match=r"ranks need the `ranks` extra \(pip install"):
+        require_torch()
