@@ -37,20 +37,17 @@ the process leaves with ``os._exit`` so a hung gloo thread cannot keep it alive)
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import faulthandler
 import json
 import os
-import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import IO, Any
 
 from testbed.core.stats import quantile
 from traffic import collectives as C
 from traffic.context import RankContext, setup, teardown
+from traffic.entry import log_lines, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_WRONG
 
 
@@ -141,23 +138,13 @@ def run(ctx: RankContext, spec: dict[str, Any], out: IO[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m traffic.rank",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--spec", required=True, type=Path, help="spec JSON shared by all ranks")
-    parser.add_argument("--rank", required=True, type=int)
-    args = parser.parse_args(argv)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    args = rank_args("python -m traffic.rank", __doc__, argv)
     label = f"rank {args.rank}"
     out: IO[str] | None = None
     try:
-        spec = json.loads(args.spec.read_text())
-        label = f"rank {args.rank} ({spec['ranks'][args.rank]['host']})"
-        out_dir = Path(spec["out_dir"])
-        out_dir.mkdir(parents=True, exist_ok=True)
-        out = (out_dir / f"rank-{args.rank}.jsonl").open("w")
+        start = rank_start(args)
+        spec, label = start.spec, start.label
+        out = (start.out_dir / f"rank-{args.rank}.jsonl").open("w")
         C.validate(spec["collectives"], spec["algorithms"], spec.get("dtype", "float32"))
         ctx = setup(spec, args.rank)
         _log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster} {ctx.cluster_ranks}")
@@ -165,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         teardown()
         out.close()
     except BaseException:
-        lines = traceback.format_exc().rstrip().splitlines()
-        print("\n".join(f"{label}: {line}" for line in lines), file=sys.stderr)
+        log_lines(label, traceback.format_exc().rstrip())
         with contextlib.suppress(Exception):
             if out is not None:
                 out.flush()

@@ -44,15 +44,12 @@ did not finish in time before killing it, so the log shows where it hung.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import faulthandler
 import importlib
 import importlib.util
 import json
 import os
 import pickle
-import signal
 import sys
 import time
 import traceback
@@ -62,6 +59,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from testbed.core.files import atomic_write_bytes
+from traffic.entry import log_lines, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 
@@ -201,24 +199,14 @@ def _format(failure: _Failure) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m traffic.user_rank",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--spec", required=True, type=Path, help="spec JSON shared by all ranks")
-    parser.add_argument("--rank", required=True, type=int)
-    args = parser.parse_args(argv)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    args = rank_args("python -m traffic.user_rank", __doc__, argv)
     label = f"rank {args.rank}"
     files: _Files | None = None
     result: dict[str, Any] = {"rank": args.rank, "status": "error"}
     try:
-        spec = json.loads(args.spec.read_text())
+        start = rank_start(args)
+        spec, label, out_dir = start.spec, start.label, start.out_dir
         me = spec["ranks"][args.rank]
-        label = f"rank {args.rank} ({me['host']})"
-        out_dir = Path(spec["out_dir"])
-        out_dir.mkdir(parents=True, exist_ok=True)
         files = _Files(out_dir, args.rank)
         files.state("starting")
         result.update(
@@ -235,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:
         failure = exc if isinstance(exc, _Failure) else _Failure("setup", None, exc)
         text = _format(failure)
-        print("\n".join(f"{label}: {line}" for line in text.splitlines()), file=sys.stderr)
+        log_lines(label, text)
         result.update(
             status="error",
             where=failure.where,

@@ -1,0 +1,51 @@
+"""The start every rank entry point shares: its arguments (``--spec FILE --rank N``, as the
+launcher ``testbed.run.ranks`` passes them), the spec, the rank's label and output directory, and
+how it logs. No torch here: a rank reports that it is starting before torch is imported."""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RankStart:
+    """What a rank entry point knows once it has read its arguments and the shared spec."""
+
+    rank: int
+    spec: dict[str, Any]
+    label: str  # "rank 3 (west-h1)": the prefix of every line the rank logs
+    out_dir: Path
+
+
+def rank_args(prog: str, description: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """``--spec FILE --rank N`` (as the launcher, testbed.run.ranks, passes them); SIGUSR1 then
+    dumps every thread's stack, which the launcher asks for before it kills a hung rank."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--spec", required=True, type=Path, help="spec JSON shared by all ranks")
+    parser.add_argument("--rank", required=True, type=int)
+    args = parser.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    return args
+
+
+def rank_start(args: argparse.Namespace) -> RankStart:
+    """Read the spec; the rank's output directory exists afterwards."""
+    spec = json.loads(args.spec.read_text())
+    out_dir = Path(spec["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    label = f"rank {args.rank} ({spec['ranks'][args.rank]['host']})"
+    return RankStart(args.rank, spec, label, out_dir)
+
+
+def log_lines(label: str, text: str) -> None:
+    """``text`` on stderr, every line prefixed with the rank's label."""
+    print("\n".join(f"{label}: {line}" for line in text.splitlines()), file=sys.stderr)
