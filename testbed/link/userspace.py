@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.core.errors import NetError, UnsupportedError
-from testbed.link.delayline.line import (
+from testbed.link.delayline import (
     DEFAULT_CE_MARK,
     iptables_delete_rules,
     iptables_rules,

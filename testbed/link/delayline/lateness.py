@@ -1,0 +1,60 @@
+"""The release-lateness histogram of a queue (how late its verdicts were, in microseconds).
+
+This module owns the bins, their percentiles and the summary the stats file carries; the hot path
+(:func:`testbed.link.delayline.loop.release`) fills the bins inline.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+
+
+class LatenessHistogram:
+    """Microsecond histogram: 1 us bins below 1 ms, 100 us bins up to 1 s, then one overflow bin."""
+
+    FINE = 1000
+    COARSE = 100
+    NBINS = FINE + (1_000_000 - FINE) // COARSE + 2
+
+    def __init__(self) -> None:
+        self.counts = [0] * self.NBINS
+        self.count = 0
+        self.max_us = 0
+
+    @classmethod
+    def bin_of(cls, us: int) -> int:
+        # the hot path (loop.release) inlines this mapping: keep the two in step
+        if us < cls.FINE:
+            return us if us > 0 else 0
+        if us < 1_000_000:
+            return cls.FINE + (us - cls.FINE) // cls.COARSE
+        return cls.NBINS - 1
+
+    @classmethod
+    def bin_value(cls, b: int) -> float:
+        if b < cls.FINE:
+            return float(b)
+        return float(cls.FINE + (b - cls.FINE) * cls.COARSE)
+
+    def add_us(self, us: int) -> None:
+        self.counts[self.bin_of(us)] += 1
+        self.count += 1
+        if us > self.max_us:
+            self.max_us = us
+
+    def percentile(self, p: float) -> float | None:
+        if self.count == 0:
+            return None
+        rank = max(1, math.ceil(p / 100.0 * self.count))
+        b = bisect.bisect_left(list(itertools.accumulate(self.counts)), rank)
+        return min(self.bin_value(b), float(self.max_us))
+
+    def summary(self) -> dict[str, float | int | None]:
+        return {
+            "p50": self.percentile(50),
+            "p99": self.percentile(99),
+            "max": self.max_us if self.count else None,
+            "count": self.count,
+        }
