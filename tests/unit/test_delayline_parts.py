@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from testbed.core.stats import quantile
 from testbed.link import delayline as dl
 from testbed.link.delayline.lateness import LatenessHistogram
 from testbed.link.delayline.loop import MAX_WAKE_EARLY, DelayLine, learn_oversleep, release
@@ -253,6 +254,28 @@ def test_drain_over_a_fake_socket() -> None:
 
 
 # --------------------------------------------------------------------------- lateness and timers
+
+
+def test_histogram_percentile_is_the_project_quantile_below_one_ms() -> None:
+    rng = random.Random(5)
+    for n in (1, 2, 7, 100, 1001):
+        values = [rng.randrange(0, 1000) for _ in range(n)]
+        h = LatenessHistogram()
+        for v in values:
+            h.add_us(v)
+        for p in (0, 1, 25, 50, 90, 99, 100):
+            assert h.percentile(p) == pytest.approx(quantile(values, p / 100))
+
+
+def test_histogram_percentile_is_within_a_bin_above_one_ms() -> None:
+    rng = random.Random(6)
+    values = [rng.randrange(0, 50_000) for _ in range(500)] + [3_000_000]
+    h = LatenessHistogram()
+    for v in values:
+        h.add_us(v)
+    for p in (10, 50, 90, 99):
+        assert abs(h.percentile(p) - quantile(values, p / 100)) <= LatenessHistogram.COARSE
+    assert h.percentile(100) == 3_000_000 and LatenessHistogram().percentile(50) is None
 
 
 def test_oversleep_learning_is_bounded() -> None:

@@ -12,7 +12,16 @@ import math
 
 
 class LatenessHistogram:
-    """Microsecond histogram: 1 us bins below 1 ms, 100 us bins up to 1 s, then one overflow bin."""
+    """Microsecond histogram: 1 us bins below 1 ms, 100 us bins up to 1 s, then one overflow bin.
+
+    :meth:`percentile` uses the project's one quantile convention (``testbed.core.stats.quantile``:
+    linear interpolation between the closest ranks, position ``p/100 * (count - 1)``), applied to
+    order statistics read from the bins: the k-th smallest sample is taken as its bin's lower edge
+    (capped at the exact maximum, and the largest sample is the exact maximum). Lateness is
+    recorded in whole microseconds, so below 1 ms every bin holds one value and the result equals
+    ``quantile`` of the recorded values exactly; above 1 ms it is less than one 100 us bin below
+    it. (The nearest-rank bin value used before differed from ``quantile`` by up to one rank.)
+    """
 
     FINE = 1000
     COARSE = 100
@@ -45,10 +54,25 @@ class LatenessHistogram:
             self.max_us = us
 
     def percentile(self, p: float) -> float | None:
+        """The ``p``-th percentile (0..100) of the recorded lateness, None when empty."""
         if self.count == 0:
             return None
-        rank = max(1, math.ceil(p / 100.0 * self.count))
-        b = bisect.bisect_left(list(itertools.accumulate(self.counts)), rank)
+        if not 0.0 <= p <= 100.0:
+            raise ValueError(f"percentile {p} is not within [0, 100]")
+        cumulative = list(itertools.accumulate(self.counts))
+        pos = p / 100.0 * (self.count - 1)
+        lo = math.floor(pos)
+        low = self._order_statistic(cumulative, lo)
+        if pos == lo:
+            return low
+        high = self._order_statistic(cumulative, lo + 1)
+        return low + (high - low) * (pos - lo)
+
+    def _order_statistic(self, cumulative: list[int], k: int) -> float:
+        """The ``k``-th smallest recorded value (0-based), as its bin's lower edge."""
+        if k >= self.count - 1:
+            return float(self.max_us)
+        b = bisect.bisect_right(cumulative, k)
         return min(self.bin_value(b), float(self.max_us))
 
     def summary(self) -> dict[str, float | int | None]:
