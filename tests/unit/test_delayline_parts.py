@@ -15,13 +15,12 @@ from testbed.core.stats import quantile
 from testbed.link import delayline as dl
 from testbed.link.delayline.lateness import LatenessHistogram
 from testbed.link.delayline.loop import MAX_WAKE_EARLY, DelayLine, learn_oversleep, release
-from testbed.link.delayline.model import HOLD, Queue, decide
+from testbed.link.delayline.model import HOLD, Queue, decide, wire_bytes
 from testbed.link.delayline.nfqueue import (
     NF_ACCEPT,
     NF_DROP,
     NFQNL_MSG_VERDICT,
     NFQNL_MSG_VERDICT_BATCH,
-    parse_packet,
     verdict_msg,
 )
 from testbed.net import netlink
@@ -194,14 +193,23 @@ def test_decide_delays_from_the_bottleneck_departure() -> None:
 # --------------------------------------------------------------------------- messages and verdicts
 
 
-def test_parse_packet_reads_id_stamp_length_and_tos() -> None:
-    rt_off = 1000.0  # realtime = monotonic + 1000
-    msg = packet_msg(7, 42, stamp=1005.25, length=60000, tos=0x03)
-    pid, arrival, length, tos = parse_packet(bytearray(msg), 0, len(msg), rt_off, True)
-    assert (pid, length, tos) == (42, 60000, 0x03) and arrival == pytest.approx(5.25)
-    # without want_tos parsing stops at the length; without a stamp, arrival is -1
-    msg = packet_msg(7, 43, stamp=None)
-    assert parse_packet(bytearray(msg), 0, len(msg), rt_off, False) == (43, -1.0, 1500, 0)
+def test_drain_reads_id_stamp_length_and_ecn_bits() -> None:
+    line = DelayLine(dl.Config.from_dict({"queues": [{"num": 7}]}))
+    q = line_queue(delay=0.01, rate=8e9, buffer=1 << 20)  # a bottleneck reads the TOS byte
+    line.queues.append(q)
+    line.by_num[7] = q
+    stamp = time.time() - 0.5
+    rt_off = time.time() - time.monotonic()
+    line.sock = FakeSocket([packet_msg(7, 42, stamp=stamp, length=60000, tos=0x03)])  # type: ignore[assignment]
+    assert line._drain(1024) == 1
+    assert list(q.ids) == [42] and q.nbytes == 60000 and q.ect == 1 and q.ts_fallbacks == 0
+    depart = stamp - rt_off + wire_bytes(60000) * 8 / 8e9
+    assert q.deadlines[0] == pytest.approx(depart + 0.01, abs=1e-4)
+    # without a stamp: the time of recv, counted
+    q = line.by_num[7] = line.queues[0] = line_queue(delay=0.01)
+    line.sock = FakeSocket([packet_msg(7, 43, stamp=None)])  # type: ignore[assignment]
+    assert line._drain(1024) == 1
+    assert list(q.ids) == [43] and q.ts_fallbacks == 1 and q.nbytes == 1500
 
 
 def test_verdict_with_mark_carries_the_mark() -> None:

@@ -32,12 +32,19 @@ from testbed.link.delayline.config import Config
 from testbed.link.delayline.lateness import LatenessHistogram
 from testbed.link.delayline.model import HOLD, Queue, decide
 from testbed.link.delayline.nfqueue import (
+    ATTRS_AT,
+    FIRST_ATTRS_END,
     NF_ACCEPT,
+    NFQA_CAP_LEN,
+    NFQA_PACKET_HDR,
+    NFQA_PAYLOAD,
+    NFQA_TIMESTAMP,
     NFQNL_MSG_PACKET,
+    PACKET_HDR_LEN,
+    PACKET_ID_AT,
     QUEUE_NUM_AT,
     NfQueueSocket,
-    parse_packet,
-    queue_num,
+    queue_number_at,
     timestamp_socket,
     verdict_msg,
 )
@@ -48,7 +55,7 @@ from testbed.link.delayline.stats import (
     trace_record,
     update_kernel_counters,
 )
-from testbed.net.netlink import NLMSG_ERROR, NLMSGHDR, error_code
+from testbed.net.netlink import NLA_TYPE_MASK, NLMSG_ERROR, NLMSGHDR, RTA, error_code
 
 RECV_BUDGET = 1024  # messages per socket per wakeup before deadlines are checked again
 EARLY_SLACK = 0.0  # release packets due within this many seconds (0: never early)
@@ -57,8 +64,10 @@ LONG_SLEEP = 0.0005  # sleeps longer than this (s) are shortened by the learnt t
 MAX_WAKE_EARLY = 0.0003  # cap of that correction (s)
 STATS_QUIET = 0.002  # write stats only when no deadline is due within this (s), if possible
 
-_NLHDR2 = struct.Struct("=IH")  # nlmsg_len, nlmsg_type
-_BE16 = struct.Struct(">H")
+# nlmsg_len, nlmsg_type and a packet's queue number as stored (big endian), read in one call
+_PACKET_START = struct.Struct(f"=IH{QUEUE_NUM_AT - 6}xH")
+_BE32 = struct.Struct(">I")
+_BE64x2 = struct.Struct(">QQ")
 _HDR = NLMSGHDR.size
 _ERR_QUEUE_AT = _HDR + 4 + _HDR + 2  # nlmsgerr: error, then the refused request's header
 
@@ -326,36 +335,80 @@ class DelayLine:
         self, buf: bytearray, n: int, out: bytearray, rt_off: float, oldest: float, newest: float
     ) -> int:
         """Handle the messages in ``buf[:n]``; per-packet verdicts go to ``out``. Returns the
-        number of packet messages. Arrival stamps outside ``oldest..newest`` are bogus."""
+        number of packet messages. Arrival stamps outside ``oldest..newest`` are bogus.
+
+        This is the hot path: each packet message is read inline (a function call per packet
+        measurably costs CPU time) and handed to :func:`~testbed.link.delayline.model.decide`,
+        the one home of the per-packet arithmetic. Names are bound to locals for the same reason.
+        """
         by_num = self.by_num
-        unpack_hdr = _NLHDR2.unpack_from
-        unpack_be16 = _BE16.unpack_from
+        min_len = _PACKET_START.size  # shorter messages are neither packets nor errors
+        unpack_hdr = _PACKET_START.unpack_from
+        unpack_be32 = _BE32.unpack_from
+        unpack_attr = RTA.unpack_from
+        unpack_ts = _BE64x2.unpack_from
+        model, hold = decide, HOLD
         got = off = 0
-        qnum = -1
+        qraw = -1
         q: Queue | None = None
         want_tos = False
-        while off + _HDR <= n:
-            mlen, mtype = unpack_hdr(buf, off)
+        while off + min_len <= n:
+            mlen, mtype, raw = unpack_hdr(buf, off)
             if mlen < _HDR or off + mlen > n:
                 break
-            if mtype == NFQNL_MSG_PACKET:
-                got += 1
-                num = unpack_be16(buf, off + QUEUE_NUM_AT)[0]
-                if num != qnum:
-                    qnum, q = num, by_num.get(num)
-                    want_tos = q is not None and bool(q.cfg.rate)
-                if q is not None:
-                    pid, arrival, length, tos = parse_packet(buf, off, off + mlen, rt_off, want_tos)
-                    if pid >= 0:
-                        if not oldest <= arrival <= newest:
-                            arrival = time.monotonic()  # no (sane) kernel stamp: time of recv
-                            q.ts_fallbacks += 1
-                        verdict = decide(q, pid, arrival, length, tos)
-                        if verdict != HOLD:
-                            out += verdict_msg(num, pid, verdict)
-            elif mtype == NLMSG_ERROR and mlen >= _HDR + 4:
-                self._verdict_error(buf, off, mlen)
+            end = off + mlen
+            if mtype != NFQNL_MSG_PACKET:
+                if mtype == NLMSG_ERROR and mlen >= _HDR + 4:
+                    self._verdict_error(buf, off, mlen)
+                off += (mlen + 3) & ~3
+                continue
+            got += 1
+            if raw != qraw:  # a run of one queue's packets looks its queue up once
+                qraw, q = raw, by_num.get(queue_number_at(buf, off))
+                want_tos = q is not None and bool(q.cfg.rate)
             off += (mlen + 3) & ~3
+            if q is None:
+                continue
+            arrival = -1.0
+            length = tos = 0
+            start = end - mlen
+            # NFQA_PACKET_HDR comes first (nfqueue's layout note); else search for it
+            if (
+                buf[start + ATTRS_AT + 2] == NFQA_PACKET_HDR
+                and buf[start + ATTRS_AT] == PACKET_HDR_LEN
+                and mlen >= FIRST_ATTRS_END
+            ):
+                pid = unpack_be32(buf, start + PACKET_ID_AT)[0]
+                a = start + FIRST_ATTRS_END
+            else:
+                pid = -1
+                a = start + ATTRS_AT
+            while a + 4 <= end:
+                alen, atype = unpack_attr(buf, a)
+                if alen < 4:
+                    break
+                atype &= NLA_TYPE_MASK
+                if atype == NFQA_TIMESTAMP:
+                    sec, usec = unpack_ts(buf, a + 4)
+                    arrival = sec + usec * 1e-6 - rt_off
+                elif atype == NFQA_CAP_LEN:
+                    length = unpack_be32(buf, a + 4)[0]
+                    if not want_tos:
+                        break
+                elif atype == NFQA_PAYLOAD:
+                    tos = buf[a + 5] if alen >= 6 else 0
+                    break
+                elif atype == NFQA_PACKET_HDR:
+                    pid = unpack_be32(buf, a + 4)[0]
+                a += (alen + 3) & ~3
+            if pid < 0:
+                continue
+            if not oldest <= arrival <= newest:
+                arrival = time.monotonic()  # no (sane) kernel stamp: time of recv
+                q.ts_fallbacks += 1
+            verdict = model(q, pid, arrival, length, tos)
+            if verdict != hold:
+                out += verdict_msg(q.cfg.num, pid, verdict)
         return got
 
     def _verdict_error(self, buf: bytearray, off: int, mlen: int) -> None:
@@ -364,7 +417,11 @@ class DelayLine:
         err = error_code(buf, off + _HDR)
         if not err:
             return
-        q = self.by_num.get(queue_num(buf, off + _HDR + 4)) if mlen >= _ERR_QUEUE_AT + 2 else None
+        q = (
+            self.by_num.get(queue_number_at(buf, off + _HDR + 4))
+            if mlen >= _ERR_QUEUE_AT + 2
+            else None
+        )
         if q is None:
             self.verdict_errors_other += 1
         else:

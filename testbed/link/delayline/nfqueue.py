@@ -1,9 +1,10 @@
 """The nfnetlink_queue protocol, over the shared framing of :mod:`testbed.net.netlink`.
 
 This module owns what the family knows (linux/netfilter/nfnetlink_queue.h): its message types,
-attribute numbers and verdicts; the one netlink socket of the process (:class:`NfQueueSocket`:
-receive buffer, binding and configuring a queue with acked requests); reading a packet message
-(:func:`parse_packet`) and building verdicts (:func:`verdict_msg`).
+attribute numbers, verdicts and the layout of a packet message; the one netlink socket of the
+process (:class:`NfQueueSocket`: receive buffer, binding and configuring a queue with acked
+requests); building verdicts (:func:`verdict_msg`). Packet messages are read by the hot path
+itself (:meth:`testbed.link.delayline.loop.DelayLine._messages`), inline, with the offsets below.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ import contextlib
 import socket
 import struct
 import time
-from collections.abc import Callable
-from typing import Any
 
 from testbed.link.delayline.config import QueueConfig
-from testbed.net.netlink import NLA_TYPE_MASK, NLM_F_ACK, NLM_F_REQUEST, NLMSGHDR, RTA, nla, request
+from testbed.net.netlink import NLM_F_ACK, NLM_F_REQUEST, NLMSGHDR, message, nla, request
 
 NETLINK_NETFILTER = 12
 SO_RCVBUFFORCE = 33
@@ -51,22 +50,23 @@ NFQA_CAP_LEN = 13
 NF_DROP = 0
 NF_ACCEPT = 1
 
-# A packet message: nlmsghdr (16), nfgenmsg (4: family, version, queue number big endian at +18),
-# then its attributes; the kernel always puts NFQA_PACKET_HDR (length 11, id at +24) first.
+# A packet message: nlmsghdr (16 bytes), nfgenmsg (4: family, version, then the queue number,
+# big endian, at +18), then the attributes from +20. The kernel always puts NFQA_PACKET_HDR
+# first: length 11 at +20, type at +22, the packet id (big endian) at +24, next attribute at +32.
+# The hot path (loop.DelayLine._messages) reads packets inline with these offsets.
 NFGENMSG = struct.Struct(">BBH")  # family, version, res_id (the queue number)
 QUEUE_NUM_AT = NLMSGHDR.size + 2
 ATTRS_AT = NLMSGHDR.size + NFGENMSG.size
-_NFQ_HDR_LEN = 11  # struct nfqnl_msg_packet_hdr: id, hw_protocol, hook
+PACKET_HDR_LEN = 11  # nlattr (4) + struct nfqnl_msg_packet_hdr (id, hw_protocol, hook: 7)
+PACKET_ID_AT = ATTRS_AT + 4
+FIRST_ATTRS_END = ATTRS_AT + 12  # after the padded NFQA_PACKET_HDR
 _BE16 = struct.Struct(">H")
 _BE32 = struct.Struct(">I")
-_BE64x2 = struct.Struct(">QQ")
-Unpack = Callable[..., tuple[Any, ...]]
 
 
 def nfq_msg(mtype: int, flags: int, seq: int, queue_num: int, attrs: bytes) -> bytes:
     """An nfnetlink_queue message for ``queue_num`` (nfgenmsg: AF_UNSPEC, version 0)."""
-    body = NFGENMSG.pack(socket.AF_UNSPEC, 0, queue_num) + attrs
-    return NLMSGHDR.pack(NLMSGHDR.size + len(body), mtype, flags, seq, 0) + body
+    return message(mtype, flags, seq, NFGENMSG.pack(socket.AF_UNSPEC, 0, queue_num) + attrs)
 
 
 def verdict_msg(
@@ -80,56 +80,9 @@ def verdict_msg(
     return nfq_msg(mtype, NLM_F_REQUEST, 0, queue_num, attrs)
 
 
-def queue_num(buf: bytearray, off: int) -> int:
+def queue_number_at(buf: bytearray, off: int) -> int:
     """The queue number of the message at ``off`` (an NFQNL_MSG_PACKET or a verdict)."""
     return _BE16.unpack_from(buf, off + QUEUE_NUM_AT)[0]
-
-
-def parse_packet(
-    buf: bytearray,
-    off: int,
-    end: int,
-    rt_off: float,
-    want_tos: bool,
-    _be32: Unpack = _BE32.unpack_from,
-    _attr: Unpack = RTA.unpack_from,
-    _ts: Unpack = _BE64x2.unpack_from,
-) -> tuple[int, float, int, int]:
-    """(packet id, arrival, length, TOS byte) of the NFQNL_MSG_PACKET in ``buf[off:end]``.
-
-    id -1: no packet header. arrival: the kernel timestamp on the monotonic clock (``rt_off`` =
-    realtime - monotonic), -1 if absent. length: NFQA_CAP_LEN, 0 if absent. The TOS byte (from
-    the copied payload) is read only if ``want_tos``; otherwise parsing stops at the length,
-    which the kernel puts after the timestamp. The unpackers are bound as defaults: this runs
-    once per packet."""
-    be32, attr, ts = _be32, _attr, _ts
-    arrival = -1.0
-    length = tos = 0
-    if buf[off + 22] == NFQA_PACKET_HDR and buf[off + 20] == _NFQ_HDR_LEN and end - off >= 32:
-        pid = be32(buf, off + 24)[0]
-        a = off + 32
-    else:
-        pid = -1
-        a = off + ATTRS_AT
-    while a + 4 <= end:
-        alen, atype = attr(buf, a)
-        if alen < 4:
-            break
-        atype &= NLA_TYPE_MASK
-        if atype == NFQA_TIMESTAMP:
-            sec, usec = ts(buf, a + 4)
-            arrival = sec + usec * 1e-6 - rt_off
-        elif atype == NFQA_CAP_LEN:
-            length = be32(buf, a + 4)[0]
-            if not want_tos:
-                break
-        elif atype == NFQA_PAYLOAD:
-            tos = buf[a + 5] if alen >= 6 else 0
-            break
-        elif atype == NFQA_PACKET_HDR:
-            pid = be32(buf, a + 4)[0]
-        a += (alen + 3) & ~3
-    return pid, arrival, length, tos
 
 
 def timestamp_socket() -> tuple[socket.socket, str | None]:
