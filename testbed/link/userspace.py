@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.link.base import LinkBackend
-from testbed.link.delayline.line import (
+from testbed.link.delayline import (
     DEFAULT_CE_MARK,
     iptables_delete_rules,
     iptables_rules,

@@ -30,7 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.net import netns
-from testbed.net.netlink import NLMSGHDR, attributes, messages
+from testbed.net.netlink import (
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSGHDR,
+    attributes,
+    error_code,
+    messages,
+)
 from testbed.trace.sampler import PeriodicSampler
 
 LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of testbed.render
@@ -38,8 +47,6 @@ LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of tes
 # rtnetlink, linux/rtnetlink.h and linux/gen_stats.h
 NETLINK_ROUTE = 0
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 TCA_KIND, TCA_XSTATS, TCA_STATS2 = 1, 4, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
 _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
@@ -86,7 +93,7 @@ class QdiscReader:
                 if mtype == NLMSG_DONE:
                     return out
                 if mtype == NLMSG_ERROR:
-                    err = -struct.unpack_from("=i", body)[0]
+                    err = error_code(body)
                     if err:
                         raise OSError(err, os.strerror(err))
                     return out

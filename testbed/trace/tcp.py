@@ -93,15 +93,20 @@ from pathlib import Path
 
 from testbed.core.errors import NetError
 from testbed.net import netns
-from testbed.net.netlink import NLMSGHDR, attributes, messages
+from testbed.net.netlink import (
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSGHDR,
+    attributes,
+    error_code,
+    messages,
+)
 from testbed.trace.sampler import PeriodicSampler
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x1
-NLM_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
 
 # enum of INET_DIAG_* attribute types (include/uapi/linux/inet_diag.h)
 INET_DIAG_INFO = 2
@@ -432,7 +437,7 @@ class DiagReader:
             for seq, (kind, body) in self._replies_by_seq(set(batch)):
                 key = batch[seq]
                 if kind == NLMSG_ERROR:
-                    err = -struct.unpack_from("=i", body)[0]
+                    err = error_code(body)
                     if err not in (errno.ENOENT, errno.ESTALE):  # gone; 4-tuple reused
                         failures.append(err)
                     self._known.discard(key)
@@ -471,7 +476,7 @@ class DiagReader:
                 if mseq not in seqs:  # leftover of an earlier, interrupted request
                     continue
                 if kind == NLMSG_ERROR:
-                    err = -struct.unpack_from("=i", body)[0]
+                    err = error_code(body)
                     if err:
                         raise OSError(err, f"sock_diag dump: {os.strerror(err)}")
                     return

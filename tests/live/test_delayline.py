@@ -1,9 +1,9 @@
-"""Tests for the userspace NFQUEUE delay line (testbed.delayline).
+"""Tests for the userspace NFQUEUE delay line (testbed.link.delayline).
 
 The live tests build their own three namespaces ``dlh<hex>-{a,r,b}`` (a -- r -- b, r forwards),
-run ``python -m testbed.delayline`` in ``r`` with one queue per direction (NFQUEUE rules on r's two
-ingress interfaces) and measure real packets. Everything they create is removed in finalizers,
-also on failure.
+run ``python -m testbed.link.delayline`` in ``r`` with one queue per direction (NFQUEUE rules on
+r's two ingress interfaces) and measure real packets. Everything they create is removed in
+finalizers, also on failure. The pure parts are tested in tests/unit/test_delayline_parts.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from testbed.link.delayline import line as dl
+from testbed.link import delayline as dl
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -387,67 +387,6 @@ def model_owd_std(sends: list[float], delay: float, jitter: float, reps: int = 2
             owd.append(last - s)
         stds.append(statistics.pstdev(owd))
     return statistics.fmean(stds)
-
-
-# --------------------------------------------------------------------------- pure helpers
-
-
-def test_iptables_rules_argv() -> None:
-    add = dl.iptables_rules("w-in", 1001)
-    assert add == [
-        [
-            "iptables",
-            "-w",
-            "-t",
-            "mangle",
-            "-A",
-            "PREROUTING",
-            "-i",
-            "w-in",
-            "-j",
-            "NFQUEUE",
-            "--queue-num",
-            "1001",
-        ]
-    ]
-    assert all("--queue-bypass" not in r for r in add)
-    delete = dl.iptables_delete_rules("w-in", 1001)
-    assert delete == [[("-D" if a == "-A" else a) for a in add[0]]]
-    assert dl.iptables_rules("x", 3, iptables="ip6tables")[0][0] == "ip6tables"
-
-
-def test_config_validation() -> None:
-    cfg = dl.Config.from_dict({"queues": [{"num": 5, "delay": 0.01}], "stats_file": "/x"})
-    assert cfg.queues[0].name == "q5" and cfg.queues[0].maxlen == 262144
-    bad = [
-        {"queues": []},
-        {"queues": [{"num": 1, "loss": 1.5}]},
-        {"queues": [{"num": 1, "delay": -1}]},
-        {"queues": [{"num": 1}, {"num": 1}]},
-        {"queues": [{"num": 70000}]},
-        {"queues": [{"num": 1, "dealy": 0.1}]},
-        {"queues": [{"num": 1}], "stats_interval": 0},
-    ]
-    for d in bad:
-        with pytest.raises(dl.ConfigError):
-            dl.Config.from_dict(d)
-
-
-def test_lateness_histogram() -> None:
-    h = dl.LatenessHistogram()
-    for us in range(1, 101):
-        h.add_us(us)
-    h.add_us(5_000_000)
-    s = h.summary()
-    assert s["p50"] == 51 and s["p99"] == 100 and s["max"] == 5_000_000 and s["count"] == 101
-
-
-def test_verdict_message_layout() -> None:
-    m = dl.verdict_msg(1001, 42, dl.NF_ACCEPT, batch=True)
-    ln, typ, flags, _seq, _pid = dl.NLMSG_HDR.unpack_from(m)
-    assert ln == len(m) == 32 and typ == (3 << 8) | 3 and flags == 1
-    assert m[18:20] == (1001).to_bytes(2, "big")
-    assert m[24:32] == (1).to_bytes(4, "big") + (42).to_bytes(4, "big")
 
 
 def test_bad_config_exits_2(tmp_path: Path) -> None:

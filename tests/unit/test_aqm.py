@@ -10,16 +10,14 @@ import pytest
 from testbed.config.scenario import parse_scenario
 from testbed.core.errors import PlanError, ScenarioError, UnsupportedError
 from testbed.link.choose import choose_backend
-from testbed.link.delayline.line import (
+from testbed.link.delayline import (
     Config,
     ConfigError,
-    Queue,
     QueueConfig,
     iptables_delete_rules,
     iptables_rules,
-    mark_probability,
-    wire_bytes,
 )
+from testbed.link.delayline.model import Queue, enqueue, mark_probability, wire_bytes
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
 from testbed.link.userspace import UserspaceBackend
 from testbed.net.probe import KernelFeatures
@@ -185,11 +183,9 @@ def bottleneck(**aqm) -> Queue:
 
 
 def test_queue_drains_at_the_rate_and_drops_at_the_buffer() -> None:
-    from testbed.link.delayline.line import DelayLine
-
     q = bottleneck()
     full = 52 + 40 * 1448  # ~60 kB GSO packets
-    departs = [DelayLine._enqueue(q, pid, 0.0, full, 0) for pid in range(4)]
+    departs = [enqueue(q, pid, 0.0, full, 0) for pid in range(4)]
     size = wire_bytes(full)
     assert departs[:3] == pytest.approx([size / 1e6 * k for k in (1, 2, 3)])
     assert departs[3] == -1.0 and q.dropped_queue == 1  # 3 x 60.6 kB + 60.6 kB > 200 kB
@@ -199,17 +195,15 @@ def test_queue_drains_at_the_rate_and_drops_at_the_buffer() -> None:
 
 
 def test_step_marks_ect_and_drops_non_ect_above_k() -> None:
-    from testbed.link.delayline.line import DelayLine
-
     q = bottleneck(kind="step", k=1000, ecn=True)
-    assert DelayLine._enqueue(q, 1, 0.0, 1500, 0x02) > 0  # empty queue: no mark
-    assert DelayLine._enqueue(q, 2, 0.0, 1500, 0x02) > 0  # 1514 B queued > k: marked
+    assert enqueue(q, 1, 0.0, 1500, 0x02) > 0  # empty queue: no mark
+    assert enqueue(q, 2, 0.0, 1500, 0x02) > 0  # 1514 B queued > k: marked
     assert q.marked_ids == {2} and q.marked == 1
-    assert DelayLine._enqueue(q, 3, 0.0, 1500, 0x00) == -1.0  # not ECN-capable: dropped
+    assert enqueue(q, 3, 0.0, 1500, 0x00) == -1.0  # not ECN-capable: dropped
     assert q.dropped_aqm == 1 and q.ect == 2
     q = bottleneck(kind="step", k=1000, ecn=False)
-    DelayLine._enqueue(q, 1, 0.0, 1500, 0x02)
-    assert DelayLine._enqueue(q, 2, 0.0, 1500, 0x02) == -1.0  # ecn off: RED drops instead
+    enqueue(q, 1, 0.0, 1500, 0x02)
+    assert enqueue(q, 2, 0.0, 1500, 0x02) == -1.0  # ecn off: RED drops instead
 
 
 def test_bottleneck_config_is_checked() -> None:

@@ -1,0 +1,160 @@
+"""The pure per-packet model of one WAN direction: no sockets, no clock of its own.
+
+This module owns a direction's state (:class:`Queue`) and the arithmetic applied to each packet:
+:func:`decide` (loss, reordering, delay and order-preserving jitter) and the emulated bottleneck
+queue (:func:`enqueue`, with :func:`wire_bytes` and the marking law :func:`mark_probability`).
+The hot path (:meth:`testbed.link.delayline.loop.DelayLine._drain`) calls :func:`decide` once per
+packet; the unit tests call it with made-up arrival times.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.core.frames import ETH_HEADER, MSS, TCP_IP_HEADERS
+from testbed.link.delayline.config import QueueConfig
+from testbed.link.delayline.lateness import LatenessHistogram
+from testbed.link.delayline.nfqueue import NF_ACCEPT, NF_DROP
+
+HOLD = -1  # decide(): the packet is held; its release time was queued
+
+
+@dataclass
+class Queue:
+    """State of one NFQUEUE (one WAN direction)."""
+
+    cfg: QueueConfig
+    rng: random.Random
+    deadlines: deque[float] = field(default_factory=deque)  # non-decreasing
+    ids: deque[int] = field(default_factory=deque)  # increasing packet ids
+    last_release: float = -math.inf
+    packets: int = 0
+    nbytes: int = 0
+    accepted: int = 0
+    dropped_loss: int = 0
+    reordered: int = 0
+    max_held: int = 0
+    verdict_errors: int = 0
+    last_verdict_errno: int = 0
+    ts_fallbacks: int = 0
+    kernel_queue_dropped: int = 0
+    kernel_user_dropped: int = 0
+    hist: LatenessHistogram = field(default_factory=LatenessHistogram)
+    # bottleneck emulation
+    busy_until: float = -math.inf  # when the last accepted packet leaves the emulated link
+    departures: deque[float] = field(default_factory=deque)  # of packets still in the queue
+    marked_ids: set[int] = field(default_factory=set)  # held packets to release with ce_mark
+    wire_bytes: int = 0
+    dropped_queue: int = 0
+    dropped_aqm: int = 0
+    marked: int = 0
+    ect: int = 0
+    max_backlog: float = 0.0
+
+    def backlog(self, now: float) -> tuple[float, int]:
+        """(bytes, packets) in the emulated bottleneck queue at ``now``."""
+        deps = self.departures
+        while deps and deps[0] <= now:
+            deps.popleft()
+        if self.busy_until <= now:
+            return 0.0, 0
+        return (self.busy_until - now) * self.cfg.rate / 8, len(deps)
+
+
+def decide(q: Queue, pid: int, arrival: float, length: int, tos: int) -> int:
+    """Apply ``q``'s model to packet ``pid`` (``length`` bytes, ECN bits in ``tos``) that arrived
+    at ``arrival``: NF_DROP or NF_ACCEPT for a verdict to send now, or HOLD when its release time
+    went to ``q.deadlines`` (and its id to ``q.ids``).
+
+    Order: loss, then the bottleneck (which may drop or mark), then reordering (accept now), else
+    release = max(departure + max(0, delay + N(0, jitter)), the previous release)."""
+    q.packets += 1
+    q.nbytes += length
+    cfg = q.cfg
+    if cfg.loss and q.rng.random() < cfg.loss:
+        q.dropped_loss += 1
+        return NF_DROP
+    depart = arrival
+    if cfg.rate:
+        depart = enqueue(q, pid, arrival, length, tos)
+        if depart < 0:
+            return NF_DROP
+    if cfg.reorder and q.rng.random() < cfg.reorder:
+        q.reordered += 1
+        q.accepted += 1
+        return NF_ACCEPT
+    if cfg.jitter:
+        d = cfg.delay + q.rng.gauss(0.0, cfg.jitter)
+        rel = depart + (d if d > 0.0 else 0.0)
+    else:
+        rel = depart + cfg.delay
+    if rel < q.last_release:
+        rel = q.last_release
+    q.last_release = rel
+    q.deadlines.append(rel)
+    q.ids.append(pid)
+    return HOLD
+
+
+def wire_bytes(length: int) -> int:
+    """Bytes a (GSO) IP packet of ``length`` occupies on the wire, as HTB would count them."""
+    segs = max(1, -(-(length - TCP_IP_HEADERS) // MSS))
+    return length + ETH_HEADER + (segs - 1) * (TCP_IP_HEADERS + ETH_HEADER)
+
+
+def mark_probability(aqm: dict[str, Any] | None, backlog: float) -> float:
+    """Probability that a packet arriving at ``backlog`` queued bytes is marked (or dropped).
+
+    red: 0 below kmin, rising linearly to pmax at kmax, 1 above kmax (DCQCN's ramp); step: 1 above
+    k (DCTCP's). On the instantaneous queue, as those switches do."""
+    if aqm is None:
+        return 0.0
+    kind = aqm["kind"]
+    if kind == "step":
+        return 1.0 if backlog > aqm["k"] else 0.0
+    if kind == "red":
+        kmin, kmax = aqm["kmin"], aqm["kmax"]
+        if backlog <= kmin:
+            return 0.0
+        if backlog > kmax:
+            return 1.0
+        return aqm["pmax"] * (backlog - kmin) / (kmax - kmin)
+    return 0.0
+
+
+def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
+    """Put a packet into the emulated bottleneck: its departure time, or -1 if dropped.
+
+    departure = max(arrival, previous departure) + wire size / rate; drop-tail when the
+    queue would exceed the buffer; the marking decision is taken on the queue the packet
+    finds on arrival. A GSO packet is one decision for all its bytes: marked (or dropped)
+    whole with the profile's probability, so the expected share of marked *bytes* is the
+    same as if each segment were decided alone (it only comes in larger chunks)."""
+    cfg = q.cfg
+    size = wire_bytes(length)
+    q.wire_bytes += size
+    backlog, _ = q.backlog(arrival)
+    if backlog + size > cfg.buffer:
+        q.dropped_queue += 1
+        return -1.0
+    ect = tos & 3
+    if ect:
+        q.ect += 1
+    p = mark_probability(cfg.aqm, backlog)
+    if p and (p >= 1.0 or q.rng.random() < p):
+        if ect and cfg.aqm is not None and cfg.aqm.get("ecn", True):
+            q.marked += 1
+            q.marked_ids.add(pid)
+        else:  # RED drops what it cannot mark
+            q.dropped_aqm += 1
+            return -1.0
+    start = q.busy_until if q.busy_until > arrival else arrival
+    q.busy_until = start + size * 8 / cfg.rate
+    q.departures.append(q.busy_until)
+    if backlog + size > q.max_backlog:
+        q.max_backlog = backlog + size
+    return q.busy_until
