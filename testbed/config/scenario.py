@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from testbed.config.expect import Expectation
+from testbed.core.aqm import KIND_FIELDS, THRESHOLD_FIELDS
 from testbed.core.errors import ScenarioError
 from testbed.core.paths import format_path
 from testbed.core.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
@@ -151,8 +152,8 @@ class Aqm(_Strict):
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Aqm:
-        needs = {"droptail": (), "red": ("kmin", "kmax", "pmax"), "step": ("k",)}[self.kind]
-        given = [f for f in ("kmin", "kmax", "pmax", "k") if getattr(self, f) is not None]
+        needs = KIND_FIELDS[self.kind]
+        given = [f for f in THRESHOLD_FIELDS if getattr(self, f) is not None]
         missing = [f for f in needs if f not in given]
         extra = [f for f in given if f not in needs]
         if missing:

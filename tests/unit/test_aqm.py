@@ -8,6 +8,7 @@ import random
 import pytest
 
 from testbed.config.scenario import parse_scenario
+from testbed.core.aqm import mark_probability
 from testbed.core.errors import PlanError, ScenarioError, UnsupportedError
 from testbed.link.choose import choose_backend
 from testbed.link.delayline import (
@@ -17,7 +18,7 @@ from testbed.link.delayline import (
     iptables_delete_rules,
     iptables_rules,
 )
-from testbed.link.delayline.model import Queue, enqueue, mark_probability, wire_bytes
+from testbed.link.delayline.model import Queue, enqueue, wire_bytes
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
 from testbed.link.userspace import UserspaceBackend
 from testbed.net.probe import KernelFeatures

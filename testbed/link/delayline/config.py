@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.core.aqm import KIND_FIELDS, THRESHOLD_FIELDS
 from testbed.link.delayline.rules import DEFAULT_CE_MARK
 
 DEFAULT_MAXLEN = 262144
@@ -21,8 +22,7 @@ DEFAULT_RCVBUF = 64 << 20
 # verdict syscalls, at the price of up to this much extra lateness for packets closer together.
 DEFAULT_RELEASE_GAP = 0.0002
 
-AQM_KINDS = {"droptail": (), "red": ("kmin", "kmax", "pmax"), "step": ("k",)}  # required keys
-AQM_KEYS = {"kind", "kmin", "kmax", "pmax", "k", "ecn"}
+AQM_KEYS = {"kind", *THRESHOLD_FIELDS, "ecn"}
 
 
 class ConfigError(ValueError):
@@ -110,9 +110,9 @@ def _check_bottleneck(q: QueueConfig) -> None:
         raise ConfigError(f"queue {q.num}: ce_mark must be a non-zero 32-bit mark")
     aqm = q.aqm or {"kind": "droptail"}
     kind = aqm.get("kind")
-    needs = AQM_KINDS.get(kind)  # type: ignore[arg-type]
+    needs = KIND_FIELDS.get(kind)  # type: ignore[arg-type]
     if needs is None:
-        raise ConfigError(f"queue {q.num}: aqm kind {kind!r} not in droptail, red, step")
+        raise ConfigError(f"queue {q.num}: aqm kind {kind!r} not in {', '.join(KIND_FIELDS)}")
     unknown = set(aqm) - AQM_KEYS
     missing = [k for k in needs if aqm.get(k) is None]
     if unknown or missing:

@@ -2,7 +2,8 @@
 
 This module owns a direction's state (:class:`Queue`) and the arithmetic applied to each packet:
 :func:`decide` (loss, reordering, delay and order-preserving jitter) and the emulated bottleneck
-queue (:func:`enqueue`, with :func:`wire_bytes` and the marking law :func:`mark_probability`).
+queue (:func:`enqueue`, with :func:`wire_bytes` and the marking law of
+:mod:`testbed.core.aqm`).
 The hot path (:meth:`testbed.link.delayline.loop.DelayLine._drain`) calls :func:`decide` once per
 packet; the unit tests call it with made-up arrival times.
 """
@@ -13,8 +14,8 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
+from testbed.core.aqm import mark_probability
 from testbed.core.frames import ETH_HEADER, MSS, TCP_IP_HEADERS
 from testbed.link.delayline.config import QueueConfig
 from testbed.link.delayline.lateness import LatenessHistogram
@@ -104,26 +105,6 @@ def wire_bytes(length: int) -> int:
     """Bytes a (GSO) IP packet of ``length`` occupies on the wire, as HTB would count them."""
     segs = max(1, -(-(length - TCP_IP_HEADERS) // MSS))
     return length + ETH_HEADER + (segs - 1) * (TCP_IP_HEADERS + ETH_HEADER)
-
-
-def mark_probability(aqm: dict[str, Any] | None, backlog: float) -> float:
-    """Probability that a packet arriving at ``backlog`` queued bytes is marked (or dropped).
-
-    red: 0 below kmin, rising linearly to pmax at kmax, 1 above kmax (DCQCN's ramp); step: 1 above
-    k (DCTCP's). On the instantaneous queue, as those switches do."""
-    if aqm is None:
-        return 0.0
-    kind = aqm["kind"]
-    if kind == "step":
-        return 1.0 if backlog > aqm["k"] else 0.0
-    if kind == "red":
-        kmin, kmax = aqm["kmin"], aqm["kmax"]
-        if backlog <= kmin:
-            return 0.0
-        if backlog > kmax:
-            return 1.0
-        return aqm["pmax"] * (backlog - kmin) / (kmax - kmin)
-    return 0.0
 
 
 def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
