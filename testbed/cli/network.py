@@ -15,13 +15,13 @@ from rich.table import Table
 
 from testbed.cli.common import need_root
 from testbed.cli.console import escape, make_console
-from testbed.config.scenario import load_scenario
+from testbed.config.scenario import Scenario, load_scenario
 from testbed.core.errors import TestbedError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
 from testbed.net import build as net
 from testbed.net import probe as kernel
 from testbed.net import registry
-from testbed.plan.topology import build_plan
+from testbed.plan.topology import NetworkPlan, build_plan
 
 out = make_console()
 
@@ -80,6 +80,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "Namespaces are named <prefix>-<label>; addresses come from 10.<slot>.0.0/16 "
         "(shown for slot 64; each live testbed gets its own slot)."
     )
+    out.print(_namespace_table(plan))
+    out.print(_wan_table(plan))
+    if plan.fabric:
+        out.print(_fabric_table(sc))
+    out.print(_tcp_table(sc, plan))
+    needs = plan.needs_propagation_emulation()
+    out.print(
+        f"backend: {sc.backend}; propagation emulation needed: {'yes' if needs else 'no'} "
+        "(`testbed doctor` tells which backend this kernel gets)"
+    )
+    for w in plan.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w)}")
+    return 0
+
+
+def _namespace_table(plan: NetworkPlan) -> Table:
     t = Table(title="Namespaces and addresses")
     for col in ("namespace", "role", "interfaces", "routes"):
         t.add_column(col)
@@ -87,7 +103,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         addrs = [f"{a.ifname} {a.cidr}" for a in plan.addresses if a.ns == ns.name]
         routes = [f"{r.dst} via {r.via}" for r in plan.routes if r.ns == ns.name]
         t.add_row(ns.label, ns.role, "\n".join(addrs), "\n".join(routes))
-    out.print(t)
+    return t
+
+
+def _wan_table(plan: NetworkPlan) -> Table:
     t = Table(title="WAN directions (bottleneck: HTB on the sending gateway; docs/congestion.md)")
     for col in (
         "direction",
@@ -117,16 +136,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{d.impairment.netem_limit} pkt",
             _queue_text(d.aqm),
         )
-    out.print(t)
-    if plan.fabric:
-        t = Table(title="Fabric links (each host veth, both ends)")
-        for col in ("cluster", "rate", "delay"):
-            t.add_column(col)
-        for name, spec in sc.clusters.items():
-            if spec.fabric.rate or spec.fabric.delay:
-                rate = format_rate(spec.fabric.rate) if spec.fabric.rate else "unshaped"
-                t.add_row(name, rate, format_duration(spec.fabric.delay))
-        out.print(t)
+    return t
+
+
+def _fabric_table(sc: Scenario) -> Table:
+    t = Table(title="Fabric links (each host veth, both ends)")
+    for col in ("cluster", "rate", "delay"):
+        t.add_column(col)
+    for name, spec in sc.clusters.items():
+        if spec.fabric.rate or spec.fabric.delay:
+            rate = format_rate(spec.fabric.rate) if spec.fabric.rate else "unshaped"
+            t.add_row(name, rate, format_duration(spec.fabric.delay))
+    return t
+
+
+def _tcp_table(sc: Scenario, plan: NetworkPlan) -> Table:
     t = Table(title="TCP per cluster")
     for col in ("cluster", "congestion", "ecn", "tcp_rmem", "tcp_wmem"):
         t.add_column(col)
@@ -140,15 +164,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             sysctls["net.ipv4.tcp_rmem"],
             sysctls["net.ipv4.tcp_wmem"],
         )
-    out.print(t)
-    needs = plan.needs_propagation_emulation()
-    out.print(
-        f"backend: {sc.backend}; propagation emulation needed: {'yes' if needs else 'no'} "
-        "(`testbed doctor` tells which backend this kernel gets)"
-    )
-    for w in plan.warnings:
-        out.print(f"[yellow]warning:[/] {escape(w)}")
-    return 0
+    return t
 
 
 def _queue_text(aqm) -> str:
@@ -264,34 +280,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     feats = kernel.probe()
-    t = Table(title=f"kernel {feats.release}")
-    t.add_column("feature")
-    t.add_column("status")
-    t.add_column("used for")
-
-    def yes(ok: bool) -> str:
-        return "[green]yes[/]" if ok else "[red]missing[/]"
-
-    t.add_row("root", yes(feats.root), "namespaces, qdiscs, iptables")
-    t.add_row("network namespaces", yes(feats.netns), "hosts and gateways")
-    uses = {
-        "htb": "WAN/fabric rate",
-        "bfifo": "byte-limited bottleneck buffer",
-        "netem": "kernel delay/jitter/loss/reorder",
-        "red": "RED/ECN marking (kernel)",
-        "fq": "pacing",
-        "fq_codel": "AQM",
-        "tbf": "-",
-    }
-    for q, ok in feats.qdiscs.items():
-        t.add_row(f"qdisc {q}", yes(ok), uses.get(q, ""))
-    for cc in ("reno", "cubic", "bbr", "dctcp"):
-        state = feats.congestion_supported(cc)
-        t.add_row(f"tcp {cc}", yes(state), "tcp.congestion")
-    t.add_row("iptables", yes(feats.iptables is not None), feats.iptables or "")
-    t.add_row("NFQUEUE", yes(feats.nfqueue), "userspace delay line")
-    t.add_row("torch", feats.torch or "[red]not installed[/]", "collectives")
-    out.print(t)
+    out.print(_features_table(feats))
     needs, marking = True, False
     if args.file:
         sc = load_scenario(args.file)
@@ -324,3 +313,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for note in feats.notes:
         out.print(f"note: {escape(note)}")
     return 0
+
+
+def _features_table(feats: kernel.KernelFeatures) -> Table:
+    t = Table(title=f"kernel {feats.release}")
+    t.add_column("feature")
+    t.add_column("status")
+    t.add_column("used for")
+
+    def yes(ok: bool) -> str:
+        return "[green]yes[/]" if ok else "[red]missing[/]"
+
+    t.add_row("root", yes(feats.root), "namespaces, qdiscs, iptables")
+    t.add_row("network namespaces", yes(feats.netns), "hosts and gateways")
+    uses = {
+        "htb": "WAN/fabric rate",
+        "bfifo": "byte-limited bottleneck buffer",
+        "netem": "kernel delay/jitter/loss/reorder",
+        "red": "RED/ECN marking (kernel)",
+        "fq": "pacing",
+        "fq_codel": "AQM",
+        "tbf": "-",
+    }
+    for q, ok in feats.qdiscs.items():
+        t.add_row(f"qdisc {q}", yes(ok), uses.get(q, ""))
+    for cc in ("reno", "cubic", "bbr", "dctcp"):
+        state = feats.congestion_supported(cc)
+        t.add_row(f"tcp {cc}", yes(state), "tcp.congestion")
+    t.add_row("iptables", yes(feats.iptables is not None), feats.iptables or "")
+    t.add_row("NFQUEUE", yes(feats.nfqueue), "userspace delay line")
+    t.add_row("torch", feats.torch or "[red]not installed[/]", "collectives")
+    return t
