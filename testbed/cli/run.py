@@ -109,46 +109,7 @@ def print_summary(exp) -> None:
     if links:
         print_checks([_Row(r) for r in links])
     if exp.summaries:
-        t = Table(title="collectives (time = slowest rank per iteration)")
-        params = list(exp.runs[0].params)
-        for col in (
-            *params,
-            "collective",
-            "algorithm",
-            "size",
-            "n",
-            "p50",
-            "p95",
-            "algbw",
-            "busbw",
-            "predicted",
-            "meas/pred",
-            "flags",
-        ):
-            t.add_column(col, justify="right")
-        for s in exp.summaries:
-            flags = []
-            if s.get("cpu_saturated"):
-                flags.append("CPU-saturated")
-            if not s.get("correct", True):
-                flags.append("WRONG")
-            pred = s.get("predicted")
-            ratio = s.get("measured_over_predicted")
-            t.add_row(
-                *(escape(s.get(p, "")) for p in params),
-                escape(s["collective"]),
-                escape(s["algorithm"]),
-                format_size(s["size"]),
-                str(s["ranks"]),
-                format_duration(s["time_p50"]),
-                format_duration(s["time_p95"]),
-                f"{s['algbw'] / 1e6:.1f} MB/s",
-                f"{s['busbw'] / 1e6:.1f} MB/s",
-                format_duration(pred) if pred else "-",
-                f"{ratio:.2f}" if ratio else "-",
-                " ".join(flags),
-            )
-        out.print(t)
+        out.print(_collectives_table(exp))
     for run_id, info in exp.manifest["runs"].items():
         if info["status"] != "ok":
             colour = "yellow" if info["status"] == "skipped" else "red"
@@ -162,6 +123,49 @@ def print_summary(exp) -> None:
                 f"{escape(skip.get('algorithm'))}: {escape(skip.get('skipped'))}",
                 highlight=False,
             )
+
+
+def _collectives_table(exp) -> Table:
+    t = Table(title="collectives (time = slowest rank per iteration)")
+    params = list(exp.runs[0].params)
+    for col in (
+        *params,
+        "collective",
+        "algorithm",
+        "size",
+        "n",
+        "p50",
+        "p95",
+        "algbw",
+        "busbw",
+        "predicted",
+        "meas/pred",
+        "flags",
+    ):
+        t.add_column(col, justify="right")
+    for s in exp.summaries:
+        flags = []
+        if s.get("cpu_saturated"):
+            flags.append("CPU-saturated")
+        if not s.get("correct", True):
+            flags.append("WRONG")
+        pred = s.get("predicted")
+        ratio = s.get("measured_over_predicted")
+        t.add_row(
+            *(escape(s.get(p, "")) for p in params),
+            escape(s["collective"]),
+            escape(s["algorithm"]),
+            format_size(s["size"]),
+            str(s["ranks"]),
+            format_duration(s["time_p50"]),
+            format_duration(s["time_p95"]),
+            f"{s['algbw'] / 1e6:.1f} MB/s",
+            f"{s['busbw'] / 1e6:.1f} MB/s",
+            format_duration(pred) if pred else "-",
+            f"{ratio:.2f}" if ratio else "-",
+            " ".join(flags),
+        )
+    return t
 
 
 class _Row:
