@@ -47,12 +47,11 @@ Links: Ethernet (veth, with 802.1Q tags), Linux cooked (SLL, SLL2) and raw IP; p
 nanosecond) and pcapng. Non-IPv4, non-TCP and non-first IP fragments are skipped.
 
 Speed: records are read with scapy's ``RawPcapReader`` (pcapng: ``RawPcapNgReader``) and the
-IPv4/TCP headers are parsed with ``struct`` (one unpack for IP+TCP when the IP header has no
-options; the per-flow bin entry is cached because a flow's packets come in time order). Measured
-on the 2-core development VM (AMD EPYC, Python 3.11), 200 000 records of a 128-byte-snap bulk
-flow: 140 000-185 000 packets/s, of which scapy's record reading alone is ~300 000 records/s;
-full scapy dissection (``PcapReader`` + ``pkt[IP]`` / ``pkt[TCP]`` field access) parses ~2 400
-packets/s, about 65x slower. A full 64 MiB capture (466 000 records at snaplen 128) takes ~3 s.
+IPv4/TCP headers are parsed with ``struct``, not scapy's dissection: one unpack for Ethernet +
+IP + TCP when the IP header has no options, and the per-flow bin entry is cached because a flow's
+packets come in time order. ``_segments`` yields parsed packets one at a time (a batch of tuples
+would wake the cyclic garbage collector); ``_accumulate`` keeps per-flow state. Rates:
+``benchmarks/pcap_parse.py``, results in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ from __future__ import annotations
 import math
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +94,8 @@ HALF32 = 1 << 31
 
 _IPV4 = struct.Struct("!BBH2xHxB2xII")  # ver_ihl, tos, total length, frag field, proto, src, dst
 _TCP = struct.Struct("!HHI4xBB")  # sport, dport, seq, data offset byte, flags
-_IP_TCP = struct.Struct("!BBH2xHxB2xIIHHI4xBB")  # both at once when the IP header has no options
+# Ethertype + both of them at once (Ethernet, IP header without options: the common case).
+_ETH_IP_TCP = struct.Struct("!HBBH2xHxB2xIIHHI4xBB")
 _U16 = struct.Struct("!H")
 
 
@@ -112,8 +112,9 @@ def _records(path: Path) -> Iterator[tuple[bytes, int, int, int]]:
         else:
             scale = 1 if reader.nano else 1000
             link = reader.linktype
-            for data, meta in reader:
-                yield data, meta.sec * 1_000_000_000 + meta.usec * scale, link, meta.wirelen
+            # PacketMetadata(sec, usec, wirelen, caplen): unpacked, not looked up (hot loop)
+            for data, (sec, usec, wirelen, _) in reader:
+                yield data, sec * 1_000_000_000 + usec * scale, link, wirelen
     finally:
         reader.close()
 
@@ -133,6 +134,22 @@ def _ip_offset(data: bytes, link: int) -> int:
     if link == LINUX_SLL2:
         return 20 if len(data) >= 20 and _U16.unpack_from(data, 0)[0] == ETH_IPV4 else -1
     return -1
+
+
+def _headers(data: bytes, link: int) -> tuple[int, ...] | None:
+    """The general case of ``_segments``: any link type, VLAN tags, IP options. (IP offset, then
+    the fields of ``_ETH_IP_TCP`` after the ethertype), or None if this is not IPv4 + TCP fields."""
+    ip = _ip_offset(data, link)
+    size = len(data)
+    if ip < 0 or size < ip + 34:  # IPv4 without options (20) + the TCP fields read (14)
+        return None
+    ver_ihl, tos, ip_len, frag, proto, src, dst = _IPV4.unpack_from(data, ip)
+    if ver_ihl >> 4 != 4:
+        return None
+    tcp = ip + (ver_ihl & 0x0F) * 4
+    if size < tcp + 14:
+        return None
+    return (ip, ver_ihl, tos, ip_len, frag, proto, src, dst, *_TCP.unpack_from(data, tcp))
 
 
 def _syn_mss(data: bytes, start: int, end: int) -> int | None:
@@ -156,6 +173,42 @@ def _syn_mss(data: bytes, start: int, end: int) -> int | None:
     return None
 
 
+# One parsed TCP packet: time (ns), flow key (src, sport, dst, dport; addresses as ints), sequence
+# number, payload bytes, IP TOS byte, TCP flags, TCP header bytes, MSS announced by a SYN (0: none).
+_Segment = tuple[int, tuple[int, int, int, int], int, int, int, int, int, int]
+
+
+def _segments(path: Path) -> Iterator[_Segment]:
+    """Every IPv4 TCP packet of the capture (first fragments only), parsed; the rest skipped."""
+    unpack_eth_ip_tcp = _ETH_IP_TCP.unpack_from
+    for data, ts, link, wirelen in _records(path):
+        size = len(data)
+        ip = -1
+        # Ethernet + IPv4 without options (the veth case, nearly every packet): one unpack.
+        if link == ETHERNET and size >= 54:
+            etype, ver_ihl, tos, ip_len, frag, proto, src, dst, sport, dport, seq, off, flags = (
+                unpack_eth_ip_tcp(data, 12)
+            )
+            if etype == ETH_IPV4 and ver_ihl == 0x45:
+                ip = 14
+        if ip < 0:
+            headers = _headers(data, link)
+            if headers is None:
+                continue
+            ip, ver_ihl, tos, ip_len, frag, proto, src, dst, sport, dport, seq, off, flags = headers
+        if proto != TCP_PROTO or frag & 0x1FFF:
+            continue
+        ihl = (ver_ihl & 0x0F) * 4
+        thl = (off >> 4) * 4
+        if ip_len == 0:  # BIG TCP / TSO: total length 0 means "ask the frame", i.e. wirelen
+            ip_len = wirelen - ip
+        mss = 0
+        if flags & SYN:
+            tcp = ip + ihl
+            mss = _syn_mss(data, tcp + 20, min(tcp + thl, size)) or 0
+        yield ts, (src, sport, dst, dport), seq, ip_len - ihl - thl, tos, flags, thl, mss
+
+
 def flows_from_pcap(
     path: str | Path, bin_seconds: float = 0.1, label: str | None = None, mtu: int = 1500
 ) -> pd.DataFrame:
@@ -168,61 +221,37 @@ def flows_from_pcap(
         raise ValueError(f"bin_seconds must be positive, got {bin_seconds}")
     bin_ns = round(bin_seconds * 1e9)
     label = path.stem if label is None else label
+    bins, flow_keys = _accumulate(_segments(path), bin_ns, mtu)
+    return _table(bins, flow_keys, bin_ns, bin_seconds, label)
 
+
+def _accumulate(
+    segments: Iterable[_Segment], bin_ns: int, mtu: int
+) -> tuple[dict[tuple[int, int], list[int]], list[tuple[int, int, int, int]]]:
+    """Counters per (flow number, bin) in ``_COUNTERS`` order, and the flow keys by number.
+
+    Per flow it keeps the highest sequence end sent (for retransmissions) and the bin being
+    filled; per flow key the MSS its SYN announced (the peer's segment size).
+    """
     flow_index: dict[tuple[int, int, int, int], int] = {}
     flow_keys: list[tuple[int, int, int, int]] = []
+    peers: list[tuple[int, int, int, int]] = []  # per flow: the key of the opposite direction
     highest: list[int] = []  # per flow: highest sequence end sent, unwrapped (-1: none yet)
     current: list[tuple[int, list[int]]] = []  # per flow: (bin, its counters), the hot entry
     mss: dict[tuple[int, int, int, int], int] = {}  # MSS announced in the SYN *sent* by a flow
-    bins: dict[tuple[int, int], list[int]] = {}  # (flow, bin) -> counters in _COUNTERS order
-    unpack_ip_tcp, unpack_ip, unpack_tcp = _IP_TCP.unpack_from, _IPV4.unpack_from, _TCP.unpack_from
+    bins: dict[tuple[int, int], list[int]] = {}
     n_counters = len(_COUNTERS)
 
-    for data, ts, link, wirelen in _records(path):
-        size = len(data)
-        # Ethernet + IPv4 without options (the veth case, nearly every packet): one unpack.
-        if link == ETHERNET and size >= 54 and data[12] == 0x08 and data[13] == 0x00:
-            ip = 14
-            ver_ihl, tos, ip_len, frag, proto, src, dst, sport, dport, seq, off, flags = (
-                unpack_ip_tcp(data, 14)
-            )
-            if ver_ihl != 0x45:
-                if ver_ihl >> 4 != 4:
-                    continue
-                tcp = 14 + (ver_ihl & 0x0F) * 4
-                if size < tcp + 14:
-                    continue
-                sport, dport, seq, off, flags = unpack_tcp(data, tcp)
-        else:
-            ip = _ip_offset(data, link)
-            if ip < 0 or size < ip + 34:  # IPv4 without options (20) + the TCP fields read (14)
-                continue
-            ver_ihl, tos, ip_len, frag, proto, src, dst = unpack_ip(data, ip)
-            if ver_ihl >> 4 != 4:
-                continue
-            tcp = ip + (ver_ihl & 0x0F) * 4
-            if size < tcp + 14:
-                continue
-            sport, dport, seq, off, flags = unpack_tcp(data, tcp)
-        if proto != TCP_PROTO or frag & 0x1FFF:
-            continue
-        ihl = (ver_ihl & 0x0F) * 4
-        thl = (off >> 4) * 4
-        if ip_len == 0:  # BIG TCP / TSO: total length 0 means "ask the frame", i.e. wirelen
-            ip_len = wirelen - ip
-        payload = ip_len - ihl - thl
-        key = (src, sport, dst, dport)
+    for ts, key, seq, payload, tos, flags, thl, announced in segments:
         fi = flow_index.get(key)
         if fi is None:
             fi = flow_index[key] = len(flow_keys)
             flow_keys.append(key)
+            peers.append((key[2], key[3], key[0], key[1]))
             highest.append(-1)
             current.append((-1, []))
-        if flags & SYN:
-            tcp = ip + ihl
-            announced = _syn_mss(data, tcp + 20, min(tcp + thl, size))
-            if announced:
-                mss[key] = announced
+        if announced:
+            mss[key] = announced
 
         b = ts // bin_ns
         cur_bin, acc = current[fi]
@@ -248,7 +277,7 @@ def flows_from_pcap(
             continue
 
         # Segment size on a real wire: what the peer allows (its SYN MSS) minus our options.
-        segment = mss.get((dst, dport, src, sport), mtu - 40) - (thl - 20)
+        segment = mss.get(peers[fi], mtu - 40) - (thl - 20)
         acc[1] += -(-payload // segment) if segment > 0 else 1
         acc[2] += payload
         if ecn == 3:
@@ -268,7 +297,7 @@ def flows_from_pcap(
         else:
             highest[fi] = end
 
-    return _table(bins, flow_keys, bin_ns, bin_seconds, label)
+    return bins, flow_keys
 
 
 def _table(

@@ -12,7 +12,8 @@ clock, so the server's receive stamp also splits each RTT into one-way delays (`
 What is timed is the network, not the two Python processes: both ends take the *kernel's*
 receive timestamp (SO_TIMESTAMPNS), and the echo server reports how long the packet sat with it
 (kernel receive to its own send), which is subtracted, as NTP does. Without that, two process
-wake-ups (50-150 us each on a small VM) would be counted as link delay.
+wake-ups (their cost on the development VM: benchmarks/RESULTS.md) would be counted as link
+delay.
 """
 
 from __future__ import annotations

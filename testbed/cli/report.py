@@ -26,7 +26,7 @@ class ReportError(TestbedError):
     exit_code = 2
 
 
-def add_parsers(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Register ``report`` and ``compare`` on the CLI's sub-parsers."""
     s = sub.add_parser(
         "report",

@@ -1,10 +1,11 @@
 """Plan -> iproute2 batch input. PURE: strings out, no kernel access.
 
-iproute2 batch input measured fastest for building topologies (FIELD-NOTES: 0.2-0.4 s for 34
-namespaces against 1.0-1.6 s with pyroute2). One batch runs in the initial namespace to create
-the namespaces and the veth pairs directly inside them (nothing ever appears in the initial
-namespace); then one ``ip -n NS -batch`` and one ``tc -n NS -batch`` per namespace configure
-addresses, routes and qdiscs. Every token comes from the validated plan, never from raw text.
+iproute2 batch input measured fastest for building topologies (several times faster than
+pyroute2: benchmarks/RESULTS.md, "Measurements moved from docstrings"). One batch runs in the
+initial namespace to create the namespaces and the veth pairs directly inside them (nothing ever
+appears in the initial namespace); then one ``ip -n NS -batch`` and one ``tc -n NS -batch`` per
+namespace configure addresses, routes and qdiscs. Every token comes from the validated plan,
+never from raw text.
 The qdisc lines are pieces: which of them a testbed gets is its link backend's choice
 (``testbed.link``: kernel netem, shaping only, or the userspace delay line).
 """

@@ -26,8 +26,9 @@ import ipaddress
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
-from testbed.config.scenario import Aqm, Scenario, TcpSettings
+from testbed.config.scenario import Aqm, Scenario, TcpSettings, WanLink
 from testbed.core.errors import PlanError
 from testbed.core.frames import FRAME_BYTES, GOODPUT_FACTOR
 
@@ -283,167 +284,195 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
     """Scenario -> plan. ``prefix`` names every kernel object; ``slot`` picks 10.<slot>.0.0/16."""
     if not 1 <= slot <= 254:
         raise PlanError(f"address slot {slot} outside 1..254")
-    net = f"10.{slot}"
-    cluster_index = {c: k for k, c in enumerate(scenario.clusters)}
-    warnings: list[str] = []
-
-    namespaces: list[Namespace] = []
-    veths: list[Veth] = []
-    bridges: list[Bridge] = []
-    addresses: list[Address] = []
-    routes: list[Route] = []
-    shapers: list[Shaper] = []
-    hosts: list[Host] = []
-    gateways: list[Gateway] = []
-
-    def ns_name(label: str) -> str:
-        return f"{prefix}-{label}"
-
-    # WAN directions first: host TCP buffers depend on the largest path BDP.
-    wan: list[WanDirection] = []
-    wire_routes: list[Route] = []
-    gw_wan_addr: dict[tuple[str, str], str] = {}  # (gateway cluster, peer cluster) -> wire addr
-    wan_base = ipaddress.IPv4Address(f"{net}.{WAN_BLOCK_OFFSET}.0")
-    max_bdp = 0
-    hops = _shortest_next_hops(scenario)
-    dist = _distances(scenario)
+    parts = _Parts(scenario, prefix, f"10.{slot}")
+    # WAN links first: host TCP buffers depend on the largest path BDP.
     for i, link in enumerate(scenario.wan):
-        a, b = link.between
-        wire = ns_name(f"wan-{a}-{b}")
-        namespaces.append(
-            Namespace(wire, "wire", f"wan-{a}-{b}", None, {"net.ipv4.ip_forward": "1"})
-        )
-        side = {}
-        for j, (here, there) in enumerate(((a, b), (b, a))):
-            block = wan_base + 8 * i + 4 * j
-            gw_ip, wire_ip = str(block + 1), str(block + 2)
-            gw_ns = ns_name(f"{here}-gw")
-            veths.append(Veth(gw_ns, f"w-{there}", wire, f"to-{here}"))
-            addresses.append(Address(gw_ns, f"w-{there}", f"{gw_ip}/30"))
-            addresses.append(Address(wire, f"to-{here}", f"{wire_ip}/30"))
-            gw_wan_addr[(here, there)] = wire_ip
-            side[here] = gw_ip
-        # The wire forwards each destination cluster toward the nearer end.
-        for dst, k in cluster_index.items():
-            toward = a if dist[(a, dst)] <= dist[(b, dst)] else b
-            wire_routes.append(Route(wire, f"{net}.{k}.0/24", side[toward]))
-        fwd, rev = link.direction(False), link.direction(True)
-        rtt = fwd["delay"] + rev["delay"]
-        for src, dst, d, other in ((a, b, fwd, rev), (b, a, rev, fwd)):
-            bdp = bdp_bytes(d["rate"], rtt)
-            max_bdp = max(max_bdp, bdp)
-            kind, amount = d["buffer"]
-            buffer = math.ceil(amount * bdp) if kind == "bdp" else int(amount)
-            if buffer < MIN_BUFFER:
-                warnings.append(
-                    f"wan[{i}] {src}->{dst}: buffer {buffer} B raised to {MIN_BUFFER} B "
-                    "(two 64 KiB GSO packets)"
-                )
-                buffer = MIN_BUFFER
-            shaper = Shaper(
-                ns_name(f"{src}-gw"),
-                f"w-{dst}",
-                d["rate"],
-                htb_burst(d["rate"]),
-                htb_quantum(d["rate"]),
-                buffer,
-            )
-            impairment = Impairment(
-                wire,
-                f"to-{src}",
-                f"to-{dst}",
-                d["delay"],
-                d["jitter"],
-                d["loss"],
-                d["reorder"],
-                netem_limit(d["rate"], other["rate"], d["delay"], d["jitter"], buffer),
-            )
-            aqm = d["aqm"]
-            if aqm is not None and aqm.threshold >= buffer:
-                raise PlanError(
-                    f"wan[{i}] {src}->{dst}: aqm threshold {aqm.threshold} B is not below the "
-                    f"buffer ({buffer} B): the queue would overflow before marking; raise "
-                    "`buffer` or lower the thresholds"
-                )
-            if d["reorder"] and not d["delay"]:
-                warnings.append(f"wan[{i}] {src}->{dst}: reorder has no effect without delay")
-            shapers.append(shaper)
-            wan.append(
-                WanDirection(
-                    f"{src}->{dst}",
-                    src,
-                    dst,
-                    d["rate"],
-                    d["delay"],
-                    d["jitter"],
-                    d["loss"],
-                    d["reorder"],
-                    buffer,
-                    bdp,
-                    shaper,
-                    impairment,
-                    aqm,
-                )
-            )
-
-    fabric: list[FabricPort] = []
-    congestion: set[str] = set()
-    for cluster, k in cluster_index.items():
-        spec = scenario.clusters[cluster]
-        gw_ns = ns_name(f"{cluster}-gw")
-        subnet = f"{net}.{k}.0/24"
-        gw_ip = f"{net}.{k}.1"
-        namespaces.append(
-            Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, {"net.ipv4.ip_forward": "1"})
-        )
-        gateways.append(Gateway(f"{cluster}-gw", cluster, gw_ns, gw_ip, subnet))
-        addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
-        tcp = scenario.cluster_tcp(cluster)
-        congestion.add(tcp.congestion)
-        sysctls = _tcp_sysctls(tcp, max_bdp)
-        ports = []
-        for i in range(spec.hosts):
-            label = f"{cluster}-h{i}"
-            hns = ns_name(label)
-            addr = f"{net}.{k}.{HOST_OFFSET + i}"
-            namespaces.append(Namespace(hns, "host", label, cluster, sysctls))
-            veths.append(Veth(hns, "eth0", gw_ns, f"h{i}"))
-            ports.append(f"h{i}")
-            addresses.append(Address(hns, "eth0", f"{addr}/24"))
-            routes.append(Route(hns, "default", gw_ip))
-            hosts.append(Host(label, cluster, i, hns, "eth0", addr, tcp))
-            if spec.fabric.rate or spec.fabric.delay:
-                rate, delay = spec.fabric.rate, spec.fabric.delay
-                bdp = bdp_bytes(rate or 0, 2 * delay)
-                limit = netem_limit(rate or 100_000_000_000, rate or 0, delay, 0, bdp)
-                for ns, ifname in ((hns, "eth0"), (gw_ns, f"h{i}")):
-                    fabric.append(FabricPort(ns, ifname, rate, delay, max(MIN_BUFFER, bdp), limit))
-        bridges.append(Bridge(gw_ns, "br0", tuple(ports)))
-        for dst, m in cluster_index.items():
-            if dst != cluster:
-                nxt = hops[(cluster, dst)]
-                via = gw_wan_addr[(cluster, nxt)]
-                routes.append(Route(gw_ns, f"{net}.{m}.0/24", via, src=gw_ip))
-    routes.extend(wire_routes)
-
+        parts.wan_link(i, link)
+    for k, cluster in enumerate(scenario.clusters):
+        parts.cluster(cluster, k)
+    parts.routes.extend(parts.wire_routes)
     return NetworkPlan(
         scenario=scenario.name,
         prefix=prefix,
         slot=slot,
-        namespaces=tuple(namespaces),
-        veths=tuple(veths),
-        bridges=tuple(bridges),
-        addresses=tuple(addresses),
-        routes=tuple(routes),
-        shapers=tuple(shapers),
-        wan=tuple(wan),
-        hosts=tuple(hosts),
-        gateways=tuple(gateways),
-        fabric=tuple(fabric),
-        congestion=tuple(sorted(congestion)),
-        wire_sized_packets=any(d.loss > 0 for d in wan),
-        warnings=tuple(warnings),
+        namespaces=tuple(parts.namespaces),
+        veths=tuple(parts.veths),
+        bridges=tuple(parts.bridges),
+        addresses=tuple(parts.addresses),
+        routes=tuple(parts.routes),
+        shapers=tuple(parts.shapers),
+        wan=tuple(parts.wan),
+        hosts=tuple(parts.hosts),
+        gateways=tuple(parts.gateways),
+        fabric=tuple(parts.fabric),
+        congestion=tuple(sorted(parts.congestion)),
+        wire_sized_packets=any(d.loss > 0 for d in parts.wan),
+        warnings=tuple(parts.warnings),
     )
+
+
+@dataclass
+class _Parts:
+    """``build_plan``'s working state: the plan's lists in the order realization uses them, and
+    what the WAN half hands the cluster half (gateway next hops, the largest BDP)."""
+
+    scenario: Scenario
+    prefix: str
+    net: str  # "10.<slot>"
+    namespaces: list[Namespace] = field(default_factory=list)
+    veths: list[Veth] = field(default_factory=list)
+    bridges: list[Bridge] = field(default_factory=list)
+    addresses: list[Address] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)  # hosts' and gateways'
+    wire_routes: list[Route] = field(default_factory=list)  # appended after the others
+    shapers: list[Shaper] = field(default_factory=list)
+    fabric: list[FabricPort] = field(default_factory=list)
+    wan: list[WanDirection] = field(default_factory=list)
+    hosts: list[Host] = field(default_factory=list)
+    gateways: list[Gateway] = field(default_factory=list)
+    congestion: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+    gw_wan_addr: dict[tuple[str, str], str] = field(default_factory=dict)  # (gw, peer) -> wire
+    max_bdp: int = 0
+
+    def __post_init__(self) -> None:
+        self.cluster_index = {c: k for k, c in enumerate(self.scenario.clusters)}
+        self.hops = _shortest_next_hops(self.scenario)
+        self.dist = _distances(self.scenario)
+
+    def ns_name(self, label: str) -> str:
+        return f"{self.prefix}-{label}"
+
+    # -- the WAN half ------------------------------------------------------------------------
+    def wan_link(self, i: int, link: WanLink) -> None:
+        """Link ``i``'s wire namespace, its two veths and /30s, its routes, both directions."""
+        a, b = link.between
+        wire = self.ns_name(f"wan-{a}-{b}")
+        self.namespaces.append(
+            Namespace(wire, "wire", f"wan-{a}-{b}", None, {"net.ipv4.ip_forward": "1"})
+        )
+        wan_base = ipaddress.IPv4Address(f"{self.net}.{WAN_BLOCK_OFFSET}.0")
+        side = {}
+        for j, (here, there) in enumerate(((a, b), (b, a))):
+            block = wan_base + 8 * i + 4 * j
+            gw_ip, wire_ip = str(block + 1), str(block + 2)
+            gw_ns = self.ns_name(f"{here}-gw")
+            self.veths.append(Veth(gw_ns, f"w-{there}", wire, f"to-{here}"))
+            self.addresses.append(Address(gw_ns, f"w-{there}", f"{gw_ip}/30"))
+            self.addresses.append(Address(wire, f"to-{here}", f"{wire_ip}/30"))
+            self.gw_wan_addr[(here, there)] = wire_ip
+            side[here] = gw_ip
+        # The wire forwards each destination cluster toward the nearer end.
+        for dst, k in self.cluster_index.items():
+            toward = a if self.dist[(a, dst)] <= self.dist[(b, dst)] else b
+            self.wire_routes.append(Route(wire, f"{self.net}.{k}.0/24", side[toward]))
+        fwd, rev = link.direction(False), link.direction(True)
+        rtt = fwd["delay"] + rev["delay"]
+        for src, dst, d, other in ((a, b, fwd, rev), (b, a, rev, fwd)):
+            self.wan_direction(f"wan[{i}] {src}->{dst}", wire, src, dst, d, other["rate"], rtt)
+
+    def wan_direction(
+        self,
+        where: str,
+        wire: str,
+        src: str,
+        dst: str,
+        d: dict[str, Any],
+        reverse_rate: int,
+        rtt: float,
+    ) -> None:
+        """One direction's shaper (on ``src``'s gateway) and impairment (in the wire)."""
+        rate, delay, jitter, loss, reorder = (
+            d[k] for k in ("rate", "delay", "jitter", "loss", "reorder")
+        )
+        bdp = bdp_bytes(rate, rtt)
+        self.max_bdp = max(self.max_bdp, bdp)
+        buffer = self.buffer(where, d["buffer"], bdp)
+        aqm = d["aqm"]
+        if aqm is not None and aqm.threshold >= buffer:
+            raise PlanError(
+                f"{where}: aqm threshold {aqm.threshold} B is not below the "
+                f"buffer ({buffer} B): the queue would overflow before marking; raise "
+                "`buffer` or lower the thresholds"
+            )
+        if reorder and not delay:
+            self.warnings.append(f"{where}: reorder has no effect without delay")
+        shaper = Shaper(
+            self.ns_name(f"{src}-gw"), f"w-{dst}", rate, htb_burst(rate), htb_quantum(rate), buffer
+        )
+        limit = netem_limit(rate, reverse_rate, delay, jitter, buffer)
+        impairment = Impairment(wire, f"to-{src}", f"to-{dst}", delay, jitter, loss, reorder, limit)
+        self.shapers.append(shaper)
+        self.wan.append(
+            WanDirection(
+                f"{src}->{dst}",
+                src,
+                dst,
+                rate,
+                delay,
+                jitter,
+                loss,
+                reorder,
+                buffer,
+                bdp,
+                shaper,
+                impairment,
+                aqm,
+            )
+        )
+
+    def buffer(self, where: str, setting: tuple[str, float], bdp: int) -> int:
+        """Bytes of a ``buffer`` setting (("bdp", multiple) or ("bytes", n)), with the floor."""
+        kind, amount = setting
+        buffer = math.ceil(amount * bdp) if kind == "bdp" else int(amount)
+        if buffer < MIN_BUFFER:
+            self.warnings.append(
+                f"{where}: buffer {buffer} B raised to {MIN_BUFFER} B (two 64 KiB GSO packets)"
+            )
+            buffer = MIN_BUFFER
+        return buffer
+
+    # -- the cluster half --------------------------------------------------------------------
+    def cluster(self, cluster: str, k: int) -> None:
+        """Cluster ``k``: its gateway and bridge, its hosts, the gateway's routes to the others."""
+        gw_ns = self.ns_name(f"{cluster}-gw")
+        subnet = f"{self.net}.{k}.0/24"
+        gw_ip = f"{self.net}.{k}.1"
+        self.namespaces.append(
+            Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, {"net.ipv4.ip_forward": "1"})
+        )
+        self.gateways.append(Gateway(f"{cluster}-gw", cluster, gw_ns, gw_ip, subnet))
+        self.addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
+        tcp = self.scenario.cluster_tcp(cluster)
+        self.congestion.add(tcp.congestion)
+        sysctls = _tcp_sysctls(tcp, self.max_bdp)
+        hosts = self.scenario.clusters[cluster].hosts
+        for i in range(hosts):
+            self.host(cluster, k, i, tcp, sysctls)
+        self.bridges.append(Bridge(gw_ns, "br0", tuple(f"h{i}" for i in range(hosts))))
+        for dst, m in self.cluster_index.items():
+            if dst != cluster:
+                via = self.gw_wan_addr[(cluster, self.hops[(cluster, dst)])]
+                self.routes.append(Route(gw_ns, f"{self.net}.{m}.0/24", via, src=gw_ip))
+
+    def host(self, cluster: str, k: int, i: int, tcp: TcpSettings, sysctls: dict[str, str]) -> None:
+        """Host ``i`` of cluster ``k``: namespace, veth to the gateway, address, default route,
+        and the fabric link's shaping or delay on both ends if the cluster has any."""
+        label = f"{cluster}-h{i}"
+        hns, gw_ns = self.ns_name(label), self.ns_name(f"{cluster}-gw")
+        addr = f"{self.net}.{k}.{HOST_OFFSET + i}"
+        self.namespaces.append(Namespace(hns, "host", label, cluster, sysctls))
+        self.veths.append(Veth(hns, "eth0", gw_ns, f"h{i}"))
+        self.addresses.append(Address(hns, "eth0", f"{addr}/24"))
+        self.routes.append(Route(hns, "default", f"{self.net}.{k}.1"))
+        self.hosts.append(Host(label, cluster, i, hns, "eth0", addr, tcp))
+        fabric = self.scenario.clusters[cluster].fabric
+        if fabric.rate or fabric.delay:
+            rate, delay = fabric.rate, fabric.delay
+            bdp = bdp_bytes(rate or 0, 2 * delay)
+            limit = netem_limit(rate or 100_000_000_000, rate or 0, delay, 0, bdp)
+            for ns, ifname in ((hns, "eth0"), (gw_ns, f"h{i}")):
+                self.fabric.append(FabricPort(ns, ifname, rate, delay, max(MIN_BUFFER, bdp), limit))
 
 
 def _tcp_sysctls(tcp: TcpSettings, max_bdp: int) -> dict[str, str]:

@@ -47,30 +47,29 @@ dctcp_ce_state      DCTCP's CE state (0/1, INET_DIAG_DCTCPINFO); else None
 Why raw netlink and not pyroute2's ``DiagSocket``: pyroute2 0.9.7's ``tcp_info`` decoder stops at
 ``tcpi_snd_wnd`` (232 bytes; kernel 6.18 sends 280: rcv_wnd, rehash, the RTO totals and the
 AccECN counters are missing) and mis-decodes the wscale/app-limited bitfields (operator
-precedence); its generic message decoding is also slow: 2.3 ms vs 0.25 ms here for the same
-dump of 6 sockets. This module parses ``struct tcp_info`` with ``struct`` from the raw
-INET_DIAG_INFO attribute, up to the length the kernel sent (an older kernel's shorter struct
-gives None for the missing tail, a newer kernel's longer one is cut at what we know).
+precedence); its generic message decoding is also several times slower for the same dump
+(benchmarks/RESULTS.md, "Measurements moved from docstrings"). This module parses
+``struct tcp_info`` with ``struct`` from the raw INET_DIAG_INFO attribute, up to the length the
+kernel sent (an older kernel's shorter struct gives None for the missing tail, a newer kernel's
+longer one is cut at what we know).
 
 Cost, and how it is kept low. A netlink socket stays bound to the namespace it was created in, so
 the sampler creates one diag socket per namespace once (inside it, via ``netns.run_in``) and then
 reads every namespace from its own thread without any ``setns``. The kernel cost is elsewhere:
 unless a namespace owns its TCP established-socket hash table, a dump walks the host-wide table
-(262144 buckets on the 2-core VM: ~2.5 ms per address family per namespace, even with no socket
-at all), so dumping 4 namespaces every tick cost ~21 ms of CPU per sample, 20% of a core at a
-0.1 s period. Instead, ``DiagReader.sample`` reads the namespace's TCP counters (ActiveOpens,
-PassiveOpens, CurrEstab from its ``/proc/net/snmp``, kept open) and dumps only when they moved (a
-connection came or went), when the last dump saw a handshake in progress, or every
-REDISCOVER_SECONDS; otherwise it asks for each known socket by its exact id (address, ports and
-cookie: a hash lookup), all requests in one send. Measured on the 2-core VM (kernel 6.18), CPU
-time of one sample of 4 namespaces: 0.4 ms idle, 0.6-0.9 ms with a 100 Mbit/s bulk flow's two
-ends among them, ~20 ms on a tick that must dump (the flow started or ended); over a 4 s run with
-one flow: 1.9 ms per tick on average, ~2% of one core at a 0.1 s period. ``read_tcp_info`` always
-dumps: ~5-7 ms. ``TcpInfoSampler.sample_seconds`` records the CPU cost of every tick.
+(milliseconds per address family per namespace, even with no socket at all), so dumping every
+namespace on every tick would cost a good share of a core at a 0.1 s period. Instead,
+``DiagReader.sample`` reads the namespace's TCP counters (ActiveOpens, PassiveOpens, CurrEstab
+from its ``/proc/net/snmp``, kept open) and dumps only when they moved (a connection came or
+went), when the last dump saw a handshake in progress, or every REDISCOVER_SECONDS; otherwise it
+asks for each known socket by its exact id (address, ports and cookie: a hash lookup), all
+requests in one send. ``read_tcp_info`` always dumps. ``TcpInfoSampler.sample_seconds`` records
+the CPU cost of every tick; the costs measured on the development VM are in
+benchmarks/RESULTS.md ("Measurements moved from docstrings").
 
 A namespace with its own small table (``net.ipv4.tcp_ehash_entries`` > 0: set
 ``net.ipv4.tcp_child_ehash_entries`` in the namespace that creates it, before creating it) is
-walked in ~25 us; there every sample is a plain dump (0.25 ms for 6 sockets).
+walked much faster; there every sample is a plain dump.
 
 Lifetime: an open diag socket keeps its namespace alive after ``ip netns del``. Each tick checks
 that the namespace's name still points to the same namespace (one ``stat``); when it does not, the

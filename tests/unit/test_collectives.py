@@ -1,8 +1,9 @@
 """Collectives with real gloo ranks as local processes on 127.0.0.1 (no namespaces, no root).
 
-Each multi-rank test starts ``python -m traffic.rank`` four times (torch import dominates: a few
-seconds per run); every process started is killed by its pid in the fixture's finalizer, whatever
-the test's outcome. Pure helpers (layout, rounding, exact fills) are tested without processes.
+Each multi-rank test starts four ``traffic.rank`` processes, forked from a server that imported
+torch once (``forked_ranks``: the import used to dominate the unit tier's time); every process
+started is killed by its pid in the fixture's finalizer, whatever the test's outcome. Pure helpers
+(layout, rounding, exact fills) are tested without processes.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forked_ranks
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -68,7 +68,7 @@ def make_spec(placement: list[str], out_dir: Path, **overrides: Any) -> dict[str
 @dataclass
 class Run:
     spec: dict[str, Any]
-    procs: list[subprocess.Popen[bytes]]
+    procs: list[forked_ranks.RankProcess]
     err_paths: list[Path]
 
     @property
@@ -94,7 +94,7 @@ class Run:
 
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Any]:
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[forked_ranks.RankProcess] = []
 
     def start(spec: dict[str, Any], env: dict[str, str] | None = None) -> Run:
         spec_path = tmp_path / "spec.json"
@@ -111,15 +111,8 @@ def launch(tmp_path: Path) -> Iterator[Any]:
         procs, errs = [], []
         for r in range(spec["world_size"]):
             err = tmp_path / f"stderr-{r}.txt"
-            with err.open("wb") as fh:
-                cmd = [sys.executable, "-m", "traffic.rank", "--spec", str(spec_path)]
-                p = subprocess.Popen(
-                    [*cmd, "--rank", str(r)],
-                    env=full_env,
-                    cwd=REPO,
-                    stdout=subprocess.DEVNULL,
-                    stderr=fh,
-                )
+            argv = ["--spec", str(spec_path), "--rank", str(r)]
+            p = forked_ranks.start(argv, full_env, REPO, err)
             started.append(p)
             procs.append(p)
             errs.append(err)

@@ -1,0 +1,347 @@
+"""The network verbs: ``validate``, ``plan`` (pure: the scenario and what would be built),
+``up``, ``exec``, ``ls``, ``down``, ``clean`` (live testbeds on this machine) and ``doctor``
+(what this kernel offers). Thin printing over :mod:`testbed.config`, :mod:`testbed.plan` and
+:mod:`testbed.net`; ``testbed.run`` is imported inside the verbs that build a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+from rich.table import Table
+
+from testbed.cli.common import need_root
+from testbed.cli.console import escape, make_console
+from testbed.config.scenario import Scenario, load_scenario
+from testbed.core.errors import TestbedError
+from testbed.core.units import format_duration, format_percent, format_rate, format_size
+from testbed.link.choose import choose_backend
+from testbed.net import build as net
+from testbed.net import probe as kernel
+from testbed.net import registry
+from testbed.plan.topology import NetworkPlan, build_plan
+
+out = make_console()
+
+
+def register(sub: Any) -> None:
+    """Register the network verbs on the CLI's sub-parsers."""
+    s = sub.add_parser("validate", help="check a scenario file")
+    s.add_argument("file")
+    s.set_defaults(fn=cmd_validate)
+    s = sub.add_parser("plan", help="print what would be built, without touching the kernel")
+    s.add_argument("file")
+    s.set_defaults(fn=cmd_plan)
+    s = sub.add_parser("up", help="build a network and leave it running")
+    s.add_argument("file")
+    s.add_argument("--name", help="testbed name (default: the scenario's name)")
+    s.add_argument(
+        "--foreground",
+        action="store_true",
+        help="stay in the foreground and tear down on Ctrl-C/SIGTERM",
+    )
+    s.set_defaults(fn=cmd_up)
+    s = sub.add_parser("exec", help="run a command inside a host: exec NAME HOST -- CMD...")
+    s.add_argument("name")
+    s.add_argument("host")
+    s.add_argument("cmd", nargs=argparse.REMAINDER)
+    s.set_defaults(fn=cmd_exec)
+    s = sub.add_parser("ls", help="list testbeds on this machine")
+    s.set_defaults(fn=cmd_ls)
+    s = sub.add_parser("down", help="tear a testbed down")
+    s.add_argument("name")
+    s.set_defaults(fn=cmd_down)
+    s = sub.add_parser("clean", help="remove what crashed testbeds left behind")
+    s.add_argument("--all", action="store_true", help="also remove persistent `up` testbeds")
+    s.set_defaults(fn=cmd_clean)
+    s = sub.add_parser("doctor", help="what this kernel offers and which backend is used")
+    s.add_argument("file", nargs="?")
+    s.set_defaults(fn=cmd_doctor)
+
+
+# -- pure verbs -------------------------------------------------------------------------------
+def cmd_validate(args: argparse.Namespace) -> int:
+    sc = load_scenario(args.file)
+    hosts = sum(c.hosts for c in sc.clusters.values())
+    out.print(
+        f"{args.file}: ok — {sc.name}: {len(sc.clusters)} clusters, {hosts} hosts, "
+        f"{len(sc.wan)} WAN links"
+    )
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    sc = load_scenario(args.file)
+    plan = build_plan(sc, "<prefix>", 64)
+    out.print(f"[bold]{escape(sc.name)}[/]: {escape(sc.description)}")
+    out.print(
+        "Namespaces are named <prefix>-<label>; addresses come from 10.<slot>.0.0/16 "
+        "(shown for slot 64; each live testbed gets its own slot)."
+    )
+    out.print(_namespace_table(plan))
+    out.print(_wan_table(plan))
+    if plan.fabric:
+        out.print(_fabric_table(sc))
+    out.print(_tcp_table(sc, plan))
+    needs = plan.needs_propagation_emulation()
+    out.print(
+        f"backend: {sc.backend}; propagation emulation needed: {'yes' if needs else 'no'} "
+        "(`testbed doctor` tells which backend this kernel gets)"
+    )
+    for w in plan.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w)}")
+    return 0
+
+
+def _namespace_table(plan: NetworkPlan) -> Table:
+    t = Table(title="Namespaces and addresses")
+    for col in ("namespace", "role", "interfaces", "routes"):
+        t.add_column(col)
+    for ns in plan.namespaces:
+        addrs = [f"{a.ifname} {a.cidr}" for a in plan.addresses if a.ns == ns.name]
+        routes = [f"{r.dst} via {r.via}" for r in plan.routes if r.ns == ns.name]
+        t.add_row(ns.label, ns.role, "\n".join(addrs), "\n".join(routes))
+    return t
+
+
+def _wan_table(plan: NetworkPlan) -> Table:
+    t = Table(title="WAN directions (bottleneck: HTB on the sending gateway; docs/congestion.md)")
+    for col in (
+        "direction",
+        "rate",
+        "delay",
+        "jitter",
+        "loss",
+        "reorder",
+        "BDP",
+        "buffer",
+        "HTB burst",
+        "netem limit",
+        "queue",
+    ):
+        t.add_column(col, justify="right")
+    for d in plan.wan:
+        t.add_row(
+            d.name,
+            format_rate(d.rate),
+            format_duration(d.delay),
+            format_duration(d.jitter),
+            format_percent(d.loss),
+            format_percent(d.reorder),
+            format_size(d.bdp),
+            format_size(d.buffer),
+            format_size(d.shaper.burst),
+            f"{d.impairment.netem_limit} pkt",
+            _queue_text(d.aqm),
+        )
+    return t
+
+
+def _fabric_table(sc: Scenario) -> Table:
+    t = Table(title="Fabric links (each host veth, both ends)")
+    for col in ("cluster", "rate", "delay"):
+        t.add_column(col)
+    for name, spec in sc.clusters.items():
+        if spec.fabric.rate or spec.fabric.delay:
+            rate = format_rate(spec.fabric.rate) if spec.fabric.rate else "unshaped"
+            t.add_row(name, rate, format_duration(spec.fabric.delay))
+    return t
+
+
+def _tcp_table(sc: Scenario, plan: NetworkPlan) -> Table:
+    t = Table(title="TCP per cluster")
+    for col in ("cluster", "congestion", "ecn", "tcp_rmem", "tcp_wmem"):
+        t.add_column(col)
+    for name in sc.clusters:
+        host = next(h for h in plan.hosts if h.cluster == name)
+        sysctls = next(n.sysctls for n in plan.namespaces if n.name == host.ns)
+        t.add_row(
+            name,
+            host.tcp.congestion,
+            str(host.tcp.ecn),
+            sysctls["net.ipv4.tcp_rmem"],
+            sysctls["net.ipv4.tcp_wmem"],
+        )
+    return t
+
+
+def _queue_text(aqm) -> str:
+    if aqm is None:
+        return "drop-tail (bfifo)"
+    if aqm.kind == "red":
+        text = f"red {format_size(aqm.kmin)}..{format_size(aqm.kmax)} p {format_percent(aqm.pmax)}"
+    elif aqm.kind == "step":
+        text = f"step > {format_size(aqm.k)}"
+    else:
+        return "drop-tail"
+    return text + (" ECN" if aqm.ecn else " drop")
+
+
+# -- live verbs -------------------------------------------------------------------------------
+def _print_hosts(tb) -> None:
+    t = Table(title=f"testbed {tb.name} (prefix {tb.record.prefix}, backend {tb.record.backend})")
+    t.add_column("host")
+    t.add_column("address")
+    t.add_column("namespace")
+    for name, addr in tb.hosts.items():
+        t.add_row(name, addr, f"{tb.record.prefix}-{name}")
+    out.print(t)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from testbed.run.testbed import Testbed
+
+    need_root("up")
+    sc = load_scenario(args.file)
+    tb = Testbed(sc, name=args.name or sc.name, persistent=not args.foreground, source=args.file)
+    if args.foreground:
+        with tb:
+            _announce(tb)
+            _print_hosts(tb)
+            out.print("up; press Ctrl-C to tear down")
+            while True:
+                time.sleep(3600)
+    tb.up()
+    _announce(tb)
+    _print_hosts(tb)
+    out.print(f"up; `testbed exec {tb.name} HOST -- CMD` runs a command, `testbed down {tb.name}`")
+    return 0
+
+
+def _announce(tb) -> None:
+    out.print(f"backend: [bold]{tb.backend.name}[/] ({escape(tb.backend.reason)})")
+    for w in tb.plan.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from testbed.run.testbed import Testbed
+
+    need_root("exec")
+    tb = Testbed.attach(args.name)
+    argv = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not argv:
+        raise TestbedError("nothing to run: testbed exec NAME HOST -- CMD [ARGS...]")
+    cmd = tb.command(args.host, argv)
+    os.execvp(cmd[0], cmd)
+    return 127  # not reached
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    recs = registry.records()
+    if not recs:
+        out.print("no testbeds")
+        return 0
+    t = Table()
+    for col in ("name", "prefix", "state", "backend", "hosts", "owner", "age", "scenario"):
+        t.add_column(col)
+    for r in recs:
+        state = r.phase if r.live() else "leftover (testbed clean removes it)"
+        owner = "persistent" if r.persistent else str(r.owner_pid)
+        age = f"{time.time() - r.created:.0f}s"
+        hosts = str(sum(1 for h in r.hosts if not h.endswith("-gw")))
+        t.add_row(r.name, r.prefix, state, r.backend, hosts, owner, age, r.scenario)
+    out.print(t)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    need_root("down")
+    rec = registry.find(args.name)
+    if not rec.persistent and registry.process_alive(rec.owner_pid, rec.owner_start):
+        raise TestbedError(
+            f"testbed {rec.name!r} belongs to running process {rec.owner_pid}; stop that process "
+            "(it tears its testbed down)"
+        )
+    net.destroy(rec)
+    out.print(f"{rec.name} ({rec.prefix}) is down")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    need_root("clean")
+    removed = net.clean(include_persistent=args.all)
+    kept = [r for r in registry.records() if r.live()]
+    out.print(
+        f"removed {len(removed)} leftover testbed(s){': ' + ', '.join(removed) if removed else ''}"
+    )
+    if kept:
+        names = ", ".join(
+            f"{r.name} ({'persistent' if r.persistent else f'pid {r.owner_pid}'})" for r in kept
+        )
+        out.print(
+            f"kept live testbeds: {names}"
+            + ("" if args.all else "; `--all` also removes persistent ones made by `testbed up`")
+        )
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    feats = kernel.probe()
+    out.print(_features_table(feats))
+    needs, marking = True, False
+    if args.file:
+        sc = load_scenario(args.file)
+        doctor_plan = build_plan(sc, "x", 64)
+        needs, marking = doctor_plan.needs_propagation_emulation(), doctor_plan.needs_marking()
+        requested = sc.backend
+    else:
+        requested = "auto"
+    try:
+        choice = choose_backend(requested, needs, feats, marking)
+        out.print(
+            f"backend for {args.file or 'a scenario with WAN delay'}: "
+            f"[bold]{choice.name}[/] — {escape(choice.reason)}"
+        )
+    except TestbedError as exc:
+        out.print(f"[red]{escape(exc)}[/]")
+    if not feats.has_qdisc("netem"):
+        out.print(
+            "netem is missing on this kernel: WAN delay/jitter/loss/reorder use the "
+            "userspace delay line (backend: userspace)."
+        )
+    missing = [q for q in ("netem", "red", "fq") if not feats.has_qdisc(q)]
+    if not feats.congestion_supported("dctcp"):
+        missing.append("dctcp")
+    if missing:
+        out.print(
+            f"for {', '.join(missing)}: `testbed vm -- testbed run FILE` runs a scenario on a "
+            "stock distribution kernel in a throwaway guest (docs/vm.md)"
+        )
+    for note in feats.notes:
+        out.print(f"note: {escape(note)}")
+    return 0
+
+
+def _features_table(feats: kernel.KernelFeatures) -> Table:
+    t = Table(title=f"kernel {feats.release}")
+    t.add_column("feature")
+    t.add_column("status")
+    t.add_column("used for")
+
+    def yes(ok: bool) -> str:
+        return "[green]yes[/]" if ok else "[red]missing[/]"
+
+    t.add_row("root", yes(feats.root), "namespaces, qdiscs, iptables")
+    t.add_row("network namespaces", yes(feats.netns), "hosts and gateways")
+    uses = {
+        "htb": "WAN/fabric rate",
+        "bfifo": "byte-limited bottleneck buffer",
+        "netem": "kernel delay/jitter/loss/reorder",
+        "red": "RED/ECN marking (kernel)",
+        "fq": "pacing",
+        "fq_codel": "AQM",
+        "tbf": "-",
+    }
+    for q, ok in feats.qdiscs.items():
+        t.add_row(f"qdisc {q}", yes(ok), uses.get(q, ""))
+    for cc in ("reno", "cubic", "bbr", "dctcp"):
+        state = feats.congestion_supported(cc)
+        t.add_row(f"tcp {cc}", yes(state), "tcp.congestion")
+    t.add_row("iptables", yes(feats.iptables is not None), feats.iptables or "")
+    t.add_row("NFQUEUE", yes(feats.nfqueue), "userspace delay line")
+    t.add_row("torch", feats.torch or "[red]not installed[/]", "collectives")
+    return t

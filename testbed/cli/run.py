@@ -1,0 +1,204 @@
+"""The ``testbed run`` verb: run a sweep with a progress line per point, then print the link
+self-check, the collectives summary (measured beside predicted) and the expectations.
+
+Exit codes: 0 every point ok and every expectation met, 1 a point failed or an expectation did
+not hold, 130 interrupted (what was measured is kept; ``--resume`` continues).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from testbed.cli.common import need_root
+from testbed.cli.console import escape, make_console
+from testbed.core.units import format_duration, format_rate, format_size
+
+out = make_console()
+err = make_console(stderr=True)
+
+
+def register(sub: Any) -> None:
+    """Register ``run`` on the CLI's sub-parsers."""
+    s = sub.add_parser(
+        "run",
+        help="build each sweep point, self-check the links, run the workload, write results",
+    )
+    s.add_argument("file")
+    s.add_argument("--out", default="results", help="results root directory (default: results)")
+    s.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field, e.g. --set wan[0].delay=50ms (repeatable)",
+    )
+    s.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR")
+    s.add_argument(
+        "--selfcheck",
+        type=float,
+        default=1.0,
+        help="seconds of bulk TCP per WAN direction in the link self-check",
+    )
+    s.set_defaults(fn=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from testbed.config.sweep import load_runs, parse_override
+    from testbed.run.experiment import Experiment
+
+    need_root("run")
+    runs = load_runs(args.file, [parse_override(s) for s in args.set])
+    exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
+    pending = [r for r in runs if not exp.done(r)]
+    out.print(f"{len(runs)} run(s), {len(pending)} to do; results: {escape(exp.results.path)}")
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    interrupted = False
+    with Progress(*columns, console=out, transient=True) as progress:
+        task = progress.add_task("starting", total=len(pending))
+
+        def on_start(spec) -> None:
+            progress.update(task, description=escape(f"{spec.run_id} {spec.label()}"))
+
+        def on_done(spec, result) -> None:
+            progress.advance(task)
+            colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
+            backend = result.info.get("backend") or "-"
+            text = f"[{colour}]{result.status}[/] {escape(spec.run_id)} {escape(spec.label())} "
+            text += f"(backend {escape(backend)})"
+            if result.reason:
+                text += f": {escape(result.reason)}"
+            progress.console.print(text, highlight=False)
+
+        try:
+            ok = exp.run(args.selfcheck, on_start, on_done)
+        except KeyboardInterrupt:
+            interrupted, ok = True, False
+    print_summary(exp)
+    checks = [] if interrupted else exp.check_expectations()
+    for c in checks:
+        colour = {"passed": "green", "failed": "red"}.get(c.status, "yellow")
+        out.print(f"[{colour}]{escape(c.text())}[/]", highlight=False)
+    failed_checks = [c for c in checks if c.status == "failed"]
+    if checks:
+        out.print(
+            f"expectations: {sum(c.status == 'passed' for c in checks)} passed, "
+            f"{len(failed_checks)} failed, {sum(c.status == 'unchecked' for c in checks)} unchecked"
+        )
+    if interrupted:
+        err.print(
+            f"interrupted; what was measured is in {exp.results.path} "
+            f"(continue with --resume {exp.results.path})"
+        )
+        return 130
+    out.print(f"results: {escape(exp.results.path)}")
+    return 0 if ok and not failed_checks else 1
+
+
+def print_summary(exp) -> None:
+    links = exp.tables.get("links") or []
+    if links:
+        print_checks([_Row(r) for r in links])
+    if exp.summaries:
+        out.print(_collectives_table(exp))
+    for run_id, info in exp.manifest["runs"].items():
+        if info["status"] != "ok":
+            colour = "yellow" if info["status"] == "skipped" else "red"
+            out.print(
+                f"[{colour}]{info['status']}[/] {escape(run_id)}: {escape(info['reason'])}",
+                highlight=False,
+            )
+        for skip in info.get("skipped_combinations") or []:
+            out.print(
+                f"[yellow]not run[/] {escape(run_id)} {escape(skip.get('collective'))} "
+                f"{escape(skip.get('algorithm'))}: {escape(skip.get('skipped'))}",
+                highlight=False,
+            )
+
+
+def _collectives_table(exp) -> Table:
+    t = Table(title="collectives (time = slowest rank per iteration)")
+    params = list(exp.runs[0].params)
+    for col in (
+        *params,
+        "collective",
+        "algorithm",
+        "size",
+        "n",
+        "p50",
+        "p95",
+        "algbw",
+        "busbw",
+        "predicted",
+        "meas/pred",
+        "flags",
+    ):
+        t.add_column(col, justify="right")
+    for s in exp.summaries:
+        flags = []
+        if s.get("cpu_saturated"):
+            flags.append("CPU-saturated")
+        if not s.get("correct", True):
+            flags.append("WRONG")
+        pred = s.get("predicted")
+        ratio = s.get("measured_over_predicted")
+        t.add_row(
+            *(escape(s.get(p, "")) for p in params),
+            escape(s["collective"]),
+            escape(s["algorithm"]),
+            format_size(s["size"]),
+            str(s["ranks"]),
+            format_duration(s["time_p50"]),
+            format_duration(s["time_p95"]),
+            f"{s['algbw'] / 1e6:.1f} MB/s",
+            f"{s['busbw'] / 1e6:.1f} MB/s",
+            format_duration(pred) if pred else "-",
+            f"{ratio:.2f}" if ratio else "-",
+            " ".join(flags),
+        )
+    return t
+
+
+class _Row:
+    """A links.parquet row read back, shaped like a LinkCheck for print_checks."""
+
+    def __init__(self, row: dict) -> None:
+        self.__dict__.update(row)
+
+
+def print_checks(checks) -> None:
+    t = Table(title="link self-check")
+    for col in (
+        "direction",
+        "RTT conf",
+        "RTT p50",
+        "RTT p99",
+        "goodput conf",
+        "goodput",
+        "ratio",
+        "cc",
+        "status",
+    ):
+        t.add_column(col, justify="right")
+    for c in checks:
+        t.add_row(
+            c.direction,
+            format_duration(c.rtt_configured_s),
+            format_duration(c.rtt_median_s) if c.rtt_median_s is not None else "-",
+            format_duration(c.rtt_p99_s) if c.rtt_p99_s is not None else "-",
+            format_rate(c.goodput_configured_bps),
+            format_rate(c.goodput_bps) if c.goodput_bps else "-",
+            f"{c.goodput_ratio:.1%}" if c.goodput_ratio else "-",
+            c.congestion,
+            "[green]ok[/]" if c.ok else f"[red]{c.problem}[/]",
+        )
+    out.print(t)
