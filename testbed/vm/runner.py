@@ -6,6 +6,7 @@ SIGTERM; ``kill -9`` of this process too, through PR_SET_PDEATHSIG)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import platform
 import secrets
@@ -103,7 +104,10 @@ def _choose_accel(accel: str, k: Kernel, initramfs: Path, qemu_bin: str, log) ->
     return accel, notes
 
 
-def _job(command: list[str], cwd: str, env: list, shares: tuple[Share, ...], k: Kernel, out):
+def _job(
+    command: list[str], cwd: str, env: list, shares: tuple[Share, ...], k: Kernel, out
+) -> GuestJob:
+    """This run's job; its console markers carry a random token, so no output can fake them."""
     term = out.isatty() if hasattr(out, "isatty") else False
     size = shutil.get_terminal_size((100, 40))
     return GuestJob(
@@ -154,8 +158,20 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _boot(cfg: qemu.VmConfig, qemu_bin: str, console: Console, opts: VmOptions):
-    """Run QEMU to its end: (its exit status, its stderr, seconds from start to end, start)."""
+@dataclass
+class _Ended:
+    """How QEMU ended: its exit status and stderr, when it started and how long it ran, and
+    what stage 2 wrote to the job's ``exit`` file (empty if nothing)."""
+
+    status: int | None
+    qemu_err: bytes
+    started: float
+    total: float
+    exit_file: str = ""
+
+
+def _boot(cfg: qemu.VmConfig, qemu_bin: str, console: Console, opts: VmOptions) -> _Ended:
+    """Run QEMU to its end, its console fed to ``console``; QEMU is gone when this returns."""
     proc = None
     old_term = None
     t0 = time.monotonic()
@@ -165,13 +181,42 @@ def _boot(cfg: qemu.VmConfig, qemu_bin: str, console: Console, opts: VmOptions):
         proc = qemu.start(cfg, qemu_bin)
         qemu_err = _stream(proc, console, opts, t0)
         proc.wait(timeout=30)
-        return proc.returncode, qemu_err, time.monotonic() - t0, t0
+        return _Ended(proc.returncode, qemu_err, t0, time.monotonic() - t0)
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()  # only the QEMU this call started, by its pid
             proc.wait()
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+
+
+def _run_job(
+    stage2: str, cfg: qemu.VmConfig, qemu_bin: str, console: Console, opts: VmOptions
+) -> _Ended:
+    """Boot with a fresh job directory holding ``stage2``; the directory is gone afterwards."""
+    job_dir = tempfile.mkdtemp(prefix="testbed-vm-")
+    try:
+        (Path(job_dir) / "stage2.sh").write_text(stage2)
+        ended = _boot(dataclasses.replace(cfg, job_dir=job_dir), qemu_bin, console, opts)
+        exit_file = Path(job_dir) / "exit"
+        ended.exit_file = exit_file.read_text().strip() if exit_file.exists() else ""
+        return ended
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _exit_code(ended: _Ended, console: Console) -> int:
+    """The command's exit code: the job's file, else the console's marker, else an error."""
+    code = int(ended.exit_file) if ended.exit_file.isdigit() else console.exit_code
+    if code is None:
+        where = "before the command started" if console.phase == "boot" else "during the command"
+        err = ended.qemu_err.decode(errors="replace").strip()
+        raise VmError(
+            f"the guest stopped {where} (QEMU exit status {ended.status})"
+            + (f"; QEMU said: {err}" if err else "")
+            + console.tail()
+        )
+    return code
 
 
 def run(argv: Sequence[str], opts: VmOptions | None = None, out=None, log=None) -> GuestRun:
@@ -196,37 +241,23 @@ def run(argv: Sequence[str], opts: VmOptions | None = None, out=None, log=None) 
     # The command may want to know: timing claims do not hold under software emulation.
     environment = sorted([*environment, ("TESTBED_VM_ACCEL", accel)])
     job = _job(command, cwd, environment, shares, k, out)
+    cfg = qemu.VmConfig(
+        kernel=str(k.boot_image),
+        initramfs=str(initramfs),
+        job_dir="",  # made per run by _run_job
+        shares=shares,
+        memory_mib=opts.memory_mib,
+        cpus=opts.cpus,
+        accel=accel,
+        privileged=os.geteuid() == 0,
+    )
     log(
         f"vm: {k.package} ({k.release}), {accel}, {opts.cpus} CPU(s), {opts.memory_mib} MiB; "
         f"sharing {', '.join(rw)} read-write"
     )
     console = Console(job, out, opts.verbose)
-    job_dir = tempfile.mkdtemp(prefix="testbed-vm-")
-    try:
-        (Path(job_dir) / "stage2.sh").write_text(stage2_script(job, bool(toolbox.busybox)))
-        cfg = qemu.VmConfig(
-            kernel=str(k.boot_image),
-            initramfs=str(initramfs),
-            job_dir=job_dir,
-            shares=shares,
-            memory_mib=opts.memory_mib,
-            cpus=opts.cpus,
-            accel=accel,
-            privileged=os.geteuid() == 0,
-        )
-        status, qemu_err, total, t0 = _boot(cfg, qemu_bin, console, opts)
-        exit_file = Path(job_dir) / "exit"
-        from_file = exit_file.read_text().strip() if exit_file.exists() else ""
-    finally:
-        shutil.rmtree(job_dir, ignore_errors=True)
-    code = int(from_file) if from_file.isdigit() else console.exit_code
-    if code is None:
-        where = "before the command started" if console.phase == "boot" else "during the command"
-        err = qemu_err.decode(errors="replace").strip()
-        raise VmError(
-            f"the guest stopped {where} (QEMU exit status {status})"
-            + (f"; QEMU said: {err}" if err else "")
-            + console.tail()
-        )
-    boot = (console.started_at or t0) - t0
-    return GuestRun(code, boot, total, accel, k, console.boot.decode(errors="replace"), notes)
+    ended = _run_job(stage2_script(job, bool(toolbox.busybox)), cfg, qemu_bin, console, opts)
+    code = _exit_code(ended, console)
+    boot = (console.started_at or ended.started) - ended.started
+    boot_log = console.boot.decode(errors="replace")
+    return GuestRun(code, boot, ended.total, accel, k, boot_log, notes)

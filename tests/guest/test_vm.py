@@ -2,7 +2,7 @@
 
 ``testbed doctor`` inside must find netem, fq, red and dctcp, and a failing command's exit code
 and files must come back to this machine. They are skipped, with the reason, where
-qemu-system-x86_64 is not installed. The pure tests are in tests/unit/test_vm.py.
+qemu-system-x86_64 is not installed. The pure tests are in tests/unit/test_vm_build.py.
 """
 
 from __future__ import annotations
