@@ -42,6 +42,8 @@ class Sample:
     exit_expected: int
     qemu_to_command: float = math.nan  # testbed vm's own report
     seen_output: bool = False
+    console_fallback: bool = False  # vng ran the command on the serial console (no udev)
+    tmpfiles: float = math.nan  # vng's guest: seconds in systemd-tmpfiles (its kernel clock)
 
 
 @dataclass
@@ -77,7 +79,18 @@ def timed(argv: list[str], expected: int) -> Sample:
         exit_expected=expected,
         qemu_to_command=float(m.group(1)) if m else math.nan,
         seen_output=not math.isnan(seen),
+        console_fallback="starting script (console fallback)" in out,
+        tmpfiles=_guest_span(out, "running systemd-tmpfiles", "basic initialization done"),
     )
+
+
+def _guest_span(out: str, first: str, last: str) -> float:
+    """Seconds between two of virtme-ng-init's messages, by the guest kernel's timestamps."""
+    at = {}
+    for what in (first, last):
+        m = re.search(rf"\[\s*([\d.]+)\] virtme-ng-init: {re.escape(what)}", out)
+        at[what] = float(m.group(1)) if m else math.nan
+    return at[last] - at[first]
 
 
 def vng_kernel_tree(kernel) -> Path:
@@ -117,9 +130,39 @@ def variants(vng: str | None) -> list[Variant]:
     return found
 
 
-def med(xs: list[float]) -> str:
+def median(xs: list[float]) -> float:
     xs = [x for x in xs if not math.isnan(x)]
-    return f"{statistics.median(xs):.1f} s" if xs else "n/a"
+    return statistics.median(xs) if xs else math.nan
+
+
+def med(xs: list[float]) -> str:
+    m = median(xs)
+    return "n/a" if math.isnan(m) else f"{m:.1f} s"
+
+
+def verdicts(found: list[Variant]) -> list[str]:
+    """Issue 12's rule for each vng variant: within 1.5x of testbed vm's boot to command, in
+    the same rounds (so under the same load), and the exit code right every time."""
+    base = median([s.to_command for s in found[0].samples])
+    lines = [
+        "Rule (issue 12): adopt vng if its boot to command is within 1.5x of testbed vm's "
+        "(measured in the same rounds) and the guest tests pass (they need the exit code).\n"
+    ]
+    for v in found[1:]:
+        took = median([s.to_command for s in v.samples])
+        codes = sum(s.exit_code == s.exit_expected for s in v.samples)
+        ok = took / base <= 1.5 and codes == len(v.samples)
+        lines.append(
+            f"- {v.name}: {took / base:.1f}x ({took:.1f} / {base:.1f} s), exit code right "
+            f"{codes}/{len(v.samples)}: **{'adopt' if ok else 'not adopted'}**"
+        )
+    if any(s.console_fallback for v in found for s in v.samples):
+        lines.append(
+            "\nvng's init found no /dev/virtio-ports/virtme.* (udev makes them; this host has no "
+            "udev), so it ran the command on the serial console: the output appears only with "
+            "`--verbose`, among the kernel's messages, and vng's exit status is not the command's."
+        )
+    return lines
 
 
 def table(found: list[Variant], rounds: int) -> str:
@@ -131,8 +174,8 @@ def table(found: list[Variant], rounds: int) -> str:
         f"variants interleaved, {rounds} rounds, medians; load average at the end "
         f"{load:.1f} on {os.cpu_count()} CPUs (a machine shared with other jobs).\n",
         "| variant | launch to command | QEMU start to command | whole run "
-        "| exit code right | command output shown |",
-        "|---|---|---|---|---|---|",
+        "| exit code right | command output seen | systemd-tmpfiles (guest clock) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in found:
         ok = sum(s.exit_code == s.exit_expected for s in v.samples)
@@ -141,8 +184,10 @@ def table(found: list[Variant], rounds: int) -> str:
             f"| {v.name} | {med([s.to_command for s in v.samples])} "
             f"| {med([s.qemu_to_command for s in v.samples])} "
             f"| {med([s.whole for s in v.samples])} | {ok}/{len(v.samples)} "
-            f"| {shown}/{len(v.samples)} |"
+            f"| {shown}/{len(v.samples)} | {med([s.tmpfiles for s in v.samples])} |"
         )
+    if len(found) > 1:
+        lines += ["", *verdicts(found)]
     return "\n".join(lines) + "\n"
 
 
