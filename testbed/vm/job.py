@@ -40,6 +40,8 @@ class Share:
 
 @dataclass(frozen=True)
 class GuestJob:
+    """One command to run in the guest, with what stage 2 needs to set up around it."""
+
     argv: tuple[str, ...]  # argv[0] is an absolute path (busybox's sh prefers its applets)
     cwd: str
     env: tuple[tuple[str, str], ...]

@@ -43,6 +43,8 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class Kernel:
+    """A kernel package unpacked in the cache, ready to boot."""
+
     package: str
     release: str  # `uname -r` inside the guest
     vmlinuz: Path

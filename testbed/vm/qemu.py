@@ -26,6 +26,8 @@ KVM_PROBE = Path(__file__).with_name("kvm_probe.py")
 
 @dataclass(frozen=True)
 class VmConfig:
+    """What QEMU boots and shares (``qemu_argv`` turns it into a command line)."""
+
     kernel: str  # vmlinux (PVH) or vmlinuz
     initramfs: str
     job_dir: str  # host directory shared as JOB_DIR_GUEST

@@ -55,6 +55,8 @@ class VmOptions:
 
 @dataclass
 class GuestRun:
+    """What a run came to: the command's exit code, times, accelerator and boot log."""
+
     exit_code: int
     boot_s: float  # QEMU started → the command started
     total_s: float  # QEMU started → QEMU exited

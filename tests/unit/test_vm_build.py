@@ -18,6 +18,7 @@ import stat
 import struct
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,8 @@ def setting(script: str, name: str) -> str:
 
 
 def test_guest_scripts_are_shipped_files() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert "guest/*.sh" in pyproject["tool"]["setuptools"]["package-data"]["testbed.vm"]
     guest = Path(vm.__file__).with_name("guest")
     for name in ("init.sh", "stage2.sh"):
         text = (guest / name).read_text()
