@@ -14,6 +14,7 @@ throwaway venv and pass its `vng`), never imported.
 from __future__ import annotations
 
 import argparse
+import atexit
 import math
 import os
 import platform
@@ -97,6 +98,7 @@ def vng_kernel_tree(kernel) -> Path:
     """A ``boot/`` + ``lib/modules`` tree holding the cached PVH vmlinux, which vng finds its
     modules from (it walks up from the image)."""
     tree = Path(tempfile.mkdtemp(prefix="vm-boot-vng-"))
+    atexit.register(shutil.rmtree, tree, ignore_errors=True)  # symlinks only: the cache stays
     (tree / "boot").mkdir()
     (tree / "lib").mkdir()
     (tree / "boot" / f"vmlinux-{kernel.release}").symlink_to(kernel.vmlinux)
