@@ -2,6 +2,6 @@
 
 import sys
 
-from testbed.vm import main
+from testbed.vm.cli import main
 
 sys.exit(main())
