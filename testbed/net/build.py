@@ -144,8 +144,8 @@ def stop_processes(rec: Record, grace: float = 2.0) -> None:
                 os.kill(pid, sig)
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 1.0)
         while targets and time.monotonic() < deadline:
+            _reap(targets)  # our own children first: they would linger as zombies otherwise
             targets = {p for p in targets if registry.process_start(p) is not None}
-            _reap(targets)
             if targets:
                 time.sleep(0.02)
         if not targets:
@@ -153,7 +153,7 @@ def stop_processes(rec: Record, grace: float = 2.0) -> None:
 
 
 def _reap(pids: set[int]) -> None:
-    """Collect our own exited children so they do not linger as zombies (and count as alive)."""
+    """Collect our own exited children so they do not linger as zombies."""
     for pid in list(pids):
         with contextlib.suppress(ChildProcessError, OSError):
             done, _ = os.waitpid(pid, os.WNOHANG)

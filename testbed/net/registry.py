@@ -32,13 +32,19 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 
 
 def process_start(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot, or None if it does not exist."""
+    """Start time of ``pid`` in clock ticks since boot, or None if it does not exist or has
+    exited. An exited process stays a zombie until its parent reaps it, and a delay line whose
+    `testbed up` has gone is reaped by PID 1 whenever that gets to it (a second and more in
+    some containers): teardown must not wait for that."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name may contain spaces and parentheses: split after the last ')'.
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # zombie, dead
+        return None
+    return int(fields[19])
 
 
 def process_alive(pid: int, start: int | None) -> bool:

@@ -127,3 +127,23 @@ def test_needs_a_pipe():
             wait_ready(proc)
     finally:
         proc.wait()
+
+
+def test_an_exited_process_is_not_alive_before_it_is_reaped() -> None:
+    # A delay line whose `testbed up` has gone is a zombie until PID 1 reaps it; teardown must
+    # see it as gone, not wait for the reaping (it waited for seconds before).
+    from pathlib import Path
+
+    from testbed.net.registry import process_alive, process_start
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(proc.pid)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child did not exit"
+        time.sleep(0.01)
+    try:
+        assert process_start(proc.pid) is None
+        assert not process_alive(proc.pid, start)
+    finally:
+        proc.wait()
