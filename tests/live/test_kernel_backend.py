@@ -1,8 +1,8 @@
 """The kernel (netem) backend, for real: needs a kernel with sch_netem.
 
 On hosts without netem these tests are skipped here and run inside a throwaway guest with a stock
-kernel instead (``testbed vm``; see tests/guest/test_vm.py, which runs this file in the guest). Rates are
-modest: under QEMU's software emulation (TCG) the guest is slow.
+kernel instead (``testbed vm``; see tests/guest/test_vm.py, which runs this file in the guest).
+Rates are modest: under QEMU's software emulation (TCG) the guest is slow.
 """
 
 from __future__ import annotations
