@@ -71,6 +71,21 @@ def _ns_exec(ns: str, argv: list[str]) -> list[str]:
     return ["ip", "netns", "exec", ns, *argv]
 
 
+def _run_all(commands: list[list[str]]) -> list[tuple[list[str], str]]:
+    """Run ``commands`` side by side (``iptables -w`` queues them on its lock, but their start-up
+    overlaps); the failed ones with their stderr."""
+    running = [
+        (argv, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        for argv in commands
+    ]
+    failed = []
+    for argv, proc in running:
+        _, stderr = proc.communicate()
+        if proc.returncode != 0:
+            failed.append((argv, stderr.strip()))
+    return failed
+
+
 def line_holds_queue(d: WanDirection) -> bool:
     """On this backend every direction with an ``aqm`` has its bottleneck queue in the line
     (docs/congestion.md): the line must know the queue it marks on."""
@@ -157,9 +172,23 @@ class DelayLineSupervisor:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
+        """All lines start at once (each is a Python start-up), then each must say READY, then
+        the rules go in: no packet reaches a line that is not listening."""
         self.dir.mkdir(parents=True, exist_ok=True)
         for line in self.lines:
-            self._start_one(line)
+            self._spawn(line)
+        for line in self.lines:
+            self._await_ready(line)
+        for line in self.lines:
+            for i, d in enumerate(line.directions):
+                line.rules += iptables_rules(
+                    d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
+                )
+            line.rules_installed = True  # from here on, stop() deletes them (absent ones: no-op)
+        failed = _run_all([_ns_exec(line.ns, rule) for line in self.lines for rule in line.rules])
+        if failed:
+            argv, stderr = failed[0]
+            raise NetError(f"iptables rule in {argv[3]} failed: {stderr}")
 
     def _config(self, line: LineProcess) -> dict:
         queues = []
@@ -193,7 +222,7 @@ class DelayLineSupervisor:
             config.update(trace_file=str(line.trace_path), trace_interval=self.trace_interval)
         return config
 
-    def _start_one(self, line: LineProcess) -> None:
+    def _spawn(self, line: LineProcess) -> None:
         line.config_path.write_text(json.dumps(self._config(line), indent=1))
         argv = [sys.executable, "-m", "testbed.link.delayline", "--config", str(line.config_path)]
         # stderr goes to a file: the line must outlive a `testbed up` that started it.
@@ -208,21 +237,15 @@ class DelayLineSupervisor:
                 start_new_session=True,
             )
         self.record.add_process(line.proc.pid, f"delay line {line.ns}")
+
+    def _await_ready(self, line: LineProcess) -> None:
+        assert line.proc is not None
         if not procs.wait_ready(line.proc):
             self._collect_exit(line)
             raise NetError(
                 f"delay line in {line.ns} did not start: exit code {line.exit_code}; "
                 f"{line.stderr_tail or 'no output'}"
             )
-        for i, d in enumerate(line.directions):
-            line.rules += iptables_rules(
-                d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
-            )
-        for rule in line.rules:
-            r = subprocess.run(_ns_exec(line.ns, rule), capture_output=True, text=True)
-            if r.returncode != 0:
-                raise NetError(f"iptables rule in {line.ns} failed: {r.stderr.strip()}")
-        line.rules_installed = True
 
     def _collect_exit(self, line: LineProcess) -> None:
         if line.proc is None:
@@ -235,15 +258,16 @@ class DelayLineSupervisor:
 
     def stop(self) -> None:
         """Rules first, then SIGTERM; the line writes its final stats and exits."""
+        deletions = []
         for line in self.lines:
             if line.rules_installed:
                 for i, d in enumerate(line.directions):
                     rules = iptables_delete_rules(
                         d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
                     )
-                    for rule in rules:
-                        subprocess.run(_ns_exec(line.ns, rule), capture_output=True)
+                    deletions += [_ns_exec(line.ns, rule) for rule in rules]
                 line.rules_installed = False
+        _run_all(deletions)
         for line in self.lines:
             if line.proc is not None and line.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
