@@ -53,24 +53,27 @@ class ProbeSizes:
     tcp_warmup: float
     tcp_duration: float  # the sender's duration: warm-up + window
     initcwnd: int  # segments: one BDP, at least the kernel's 10
+    mark_spacing: float  # between the receiver's window-start candidates (bulk.MARKS of them)
     buffer: int  # bytes of each TCP probe socket buffer
 
 
 def size_probes(rate: float, rtt: float, window: float = 1.0) -> ProbeSizes:
     """Probe lengths for a link of ``rate`` bit/s and round trip ``rtt`` s; ``window`` is the TCP
-    measurement after the warm-up. With a BDP-sized initial window the flow fills the link after
-    the handshake and one flight (2 RTT); one more RTT lets the first loss settle."""
+    measurement after the last window-start candidate. With a BDP-sized initial window the flow
+    fills the link one round trip after the handshake; the slow-start overshoot's losses are
+    repaired within the next two, which the receiver's candidates (RTT/2 apart) step over."""
     bdp = rate * rtt / 8
-    initcwnd = max(10, math.ceil(bdp / MSS))
-    warmup = 3 * rtt + 0.2
+    spacing = max(rtt / 2, 0.05)
+    warmup = rtt + 0.1
     return ProbeSizes(
-        capacity_skip=0.2,
-        capacity_window=1.0,
-        capacity_send=0.2 + 1.0 + 0.3,
+        capacity_skip=0.1,
+        capacity_window=0.5,
+        capacity_send=rtt / 2 + 0.1 + 0.5 + 0.2,
         tcp_warmup=warmup,
-        tcp_duration=warmup + window,
-        initcwnd=initcwnd,
-        # room for the BDP in flight, a BDP of bottleneck queue and what the receiver holds
+        tcp_duration=warmup + 4 * spacing + window,
+        initcwnd=max(10, math.ceil(bdp / MSS)),
+        mark_spacing=spacing,
+        # room for the BDP in flight and a BDP of bottleneck queue, twice over
         buffer=max(4 << 20, math.ceil(4 * bdp)),
     )
 
@@ -186,14 +189,21 @@ def probe_rtt(tb: Testbed, src: str, dst: str, count: int, interval: float) -> d
 
 
 def measure_goodput(
-    tb: Testbed, src: str, dst: str, duration: float, warmup: float | None = None, buffer: int = 0
+    tb: Testbed,
+    src: str,
+    dst: str,
+    duration: float,
+    warmup: float | None = None,
+    buffer: int = 0,
+    spacing: float = 0.05,
 ) -> dict:
     """One bulk TCP flow ``src`` -> ``dst``: the receiver's JSON plus the sender's as 'sender'."""
     if warmup is None:
         warmup = min(1.0, duration / 3)
     port = ["--port", str(SELFCHECK_PORT)]
     fixed = ["--buffer", str(buffer)] if buffer else []
-    with _server(tb, dst, "traffic.bulk", *port, "--warmup", str(warmup), *fixed) as server:
+    serve = [*port, "--warmup", str(warmup), "--spacing", str(spacing), *fixed]
+    with _server(tb, dst, "traffic.bulk", *serve) as server:
         args = ["send", "--host", dst, *port, "--duration", str(duration), *fixed]
         sent = _client(tb, src, "traffic.bulk", args, timeout=duration + 60)
         line, _ = server.communicate(timeout=30)
@@ -273,7 +283,7 @@ def check_direction(
     try:
         with initial_window(tb, src, dst, sizes.initcwnd):
             result = measure_goodput(
-                tb, src, dst, sizes.tcp_duration, sizes.tcp_warmup, sizes.buffer
+                tb, src, dst, sizes.tcp_duration, sizes.tcp_warmup, sizes.buffer, sizes.mark_spacing
             )
         goodput = result["steady_goodput_bps"]
         congestion = result["sender"]["congestion"]
@@ -281,7 +291,7 @@ def check_direction(
             problems.append("TCP probe: no data after the warm-up")
         else:
             ratio = goodput / good_conf
-            window = result["seconds"] - sizes.tcp_warmup
+            window = result["seconds"] - max(m["t"] for m in result["marks"])
     except (NetError, ValueError, OSError) as exc:
         problems.append(str(exc))
     if capacity_ratio is not None or not any(p.startswith("capacity probe") for p in problems):
