@@ -120,6 +120,7 @@ class LinkCheck:
     goodput_window_s: float | None = None
     initcwnd: int | None = None
     seconds: float | None = None
+    leak: bool = False  # the link carried more than LEAK x its ceiling: fails the run
 
     def row(self) -> dict:
         return asdict(self)
@@ -319,6 +320,7 @@ def check_direction(
         goodput_window_s=window,
         initcwnd=sizes.initcwnd,
         seconds=time.monotonic() - began,
+        leak=any((r or 0) > LEAK for r in (capacity_ratio, ratio)),
     )
 
 
