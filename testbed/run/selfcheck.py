@@ -258,6 +258,7 @@ def check_direction(
     rate = configured_rate(plan, d)
     good_conf = rate * GOODPUT_FACTOR
     sizes = size_probes(rate, rtt_conf, duration)
+    capacity_conf = rate * (1 - d.loss)  # the emulated random loss is part of the plan
     problems = []
     samples = measure_rtt(tb, src, dst, pings, PING_INTERVAL)
     median = quantile(samples, 0.5) if samples else None
@@ -276,7 +277,7 @@ def check_direction(
         elif cap["sender"]["send_rate_bps"] < rate:
             problems.append("capacity probe: the sender could not reach the link's rate")
         elif capacity is not None:
-            capacity_ratio = capacity / rate
+            capacity_ratio = capacity / capacity_conf
     except (NetError, ValueError, OSError, KeyError) as exc:
         problems.append(f"capacity probe: {exc}")
     goodput = ratio = window = None
@@ -313,7 +314,7 @@ def check_direction(
         congestion=congestion,
         ok=not problems,
         problem="; ".join(problems),
-        capacity_configured_bps=rate,
+        capacity_configured_bps=capacity_conf,
         capacity_bps=capacity,
         capacity_ratio=capacity_ratio,
         capacity_window_s=capacity_window,
