@@ -9,7 +9,9 @@ Three probes between the first host of each cluster, one after the other:
 - TCP goodput: one bulk flow (traffic.bulk) whose warm-up scales with the round trip, started with
   an initial congestion window of one BDP (a host route with ``initcwnd``/``initrwnd`` for the
   length of the probe) and socket buffers fixed at a few BDPs, so a long fat link is full within a
-  few round trips instead of spending seconds in slow start. The ceiling is rate x 1448/1514.
+  few round trips instead of spending seconds in slow start. The receiver's window starts at
+  the lowest-reading of several candidates a half round trip apart (see traffic.bulk: a start
+  taken while a loss is being repaired over-counts). The ceiling is rate x 1448/1514.
 
 ``size_probes`` (pure) says how long each probe runs; ``judge`` (pure) is the flag rule. Any run
 can call ``check_links``; its rows go to ``links.parquet``.
