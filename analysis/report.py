@@ -90,8 +90,9 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         csv["links"] = links
         bad = int((links["ok"] == False).sum())  # noqa: E712
         text = (
-            "Before its workload each run measures every WAN direction: RTT with UDP probes and "
-            "one bulk TCP flow's goodput against the configuration (off by > 10% is flagged). "
+            "Before its workload each run measures every WAN direction: RTT with UDP probes, "
+            "capacity with paced UDP (below 97% or above 101% of the rate is flagged) and one "
+            "bulk TCP flow's goodput against the ceiling (below 90% or above 101% is flagged). "
             + (f"{bad} direction(s) off." if bad else "All within tolerance.")
         )
         out.append(Section("links", "Link self-check", text, tables=[("", T.formatted(links))]))

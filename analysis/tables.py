@@ -239,8 +239,10 @@ def runs_table(res: Results) -> pd.DataFrame:
 
 
 def links_table(res: Results) -> pd.DataFrame:
-    """The link self-check of every run: configured vs measured RTT and goodput per direction."""
+    """The link self-check of every run: configured vs measured RTT, capacity and goodput per
+    direction (results older than the capacity probe have its columns empty)."""
     cols = ["results", "run_id", "direction", "rtt_configured_s", "rtt_median_s", "rtt_p99_s"]
+    cols += ["capacity_configured_bps", "capacity_bps", "capacity_ratio"]
     cols += ["goodput_configured_bps", "goodput_bps", "goodput_ratio", "congestion", "ok"]
     cols += ["problem"]
     if not res.has("links"):

@@ -1,11 +1,19 @@
 """Bulk TCP sender and receiver run inside host namespaces (the link self-check's traffic).
 
-    python -m traffic.bulk serve --port 5201 [--warmup 1.0]     # prints READY, then one JSON line
-    python -m traffic.bulk send --host west-h0 --port 5201 --duration 3
+    python -m traffic.bulk serve --port 5201 [--warmup 1.0] [--buffer BYTES]  # READY, one JSON line
+    python -m traffic.bulk send --host west-h0 --port 5201 --duration 3 [--buffer BYTES]
 
 The receiver accepts one connection, counts bytes until EOF and prints goodput over the time after
 ``warmup`` seconds (so slow start does not count) and over the whole transfer. Standard library
 only, zero-copy friendly: ``recv_into`` a preallocated buffer, ``sendall`` of one memoryview.
+
+``--buffer`` fixes both socket buffers (SO_RCVBUFFORCE / SO_SNDBUFFORCE, as root) instead of
+letting autotuning grow them one round trip at a time: on a long fat link the receive window
+would otherwise, not the link, hold the flow back for seconds. ``mark_buffered_bytes`` is what
+sat in the receive buffer, unread, at the mark (counting it in the window read up to 108%).
+
+The window starts at the lowest-reading of ``MARKS`` candidate marks ``--spacing`` apart (each
+one reported under ``marks`` with the kernel's out-of-order packet count): see ``serve``.
 """
 
 from __future__ import annotations
@@ -19,18 +27,44 @@ import time
 CHUNK = 1 << 20
 
 
-TCPI_BYTES_RECEIVED = 128  # offset of tcpi_bytes_received (u64) in struct tcp_info
+# offsets in struct tcp_info (linux/tcp.h)
+TCPI_BYTES_RECEIVED = 128  # u64: in-order payload bytes (rcv_nxt), what the app can read
+TCPI_RCV_OOOPACK = 224  # u32: out-of-order packets received so far
+MARKS = 5  # window-start candidates
 
 
-def _bytes_received(conn: socket.socket, fallback: int) -> int:
+def _bytes_received(conn: socket.socket, fallback: int) -> tuple[int, int | None]:
+    """(in-order bytes received, out-of-order packets so far) from the kernel."""
     info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
     if len(info) < TCPI_BYTES_RECEIVED + 8:
-        return fallback
-    return int.from_bytes(info[TCPI_BYTES_RECEIVED : TCPI_BYTES_RECEIVED + 8], sys.byteorder)
+        return fallback, None
+    received = int.from_bytes(info[TCPI_BYTES_RECEIVED : TCPI_BYTES_RECEIVED + 8], sys.byteorder)
+    ooo = None
+    if len(info) >= TCPI_RCV_OOOPACK + 4:
+        ooo = int.from_bytes(info[TCPI_RCV_OOOPACK : TCPI_RCV_OOOPACK + 4], sys.byteorder)
+    return received, ooo
 
 
-def serve(port: int, warmup: float) -> dict:
-    with socket.create_server(("0.0.0.0", port), reuse_port=False) as srv:
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+
+
+def _force_buffer(s: socket.socket, force: int, plain: int, size: int) -> None:
+    try:
+        s.setsockopt(socket.SOL_SOCKET, force, size)
+    except OSError:  # not root: the sysctl maximum caps it
+        s.setsockopt(socket.SOL_SOCKET, plain, size)
+
+
+def serve(port: int, warmup: float, buffer: int = 0, spacing: float = 0.05) -> dict:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if buffer:  # before listen: the window scale is chosen at the handshake
+        _force_buffer(srv, SO_RCVBUFFORCE, socket.SO_RCVBUF, buffer)
+    with srv:
+        srv.bind(("0.0.0.0", port))
+        srv.listen(1)
         print("READY", flush=True)
         conn, peer = srv.accept()
     with conn:
@@ -38,7 +72,7 @@ def serve(port: int, warmup: float) -> dict:
         view = memoryview(buf)
         total = 0
         start = time.monotonic()
-        mark_t, mark_b = None, 0
+        marks: list[dict] = []
         last = start
         while True:
             n = conn.recv_into(view)
@@ -46,30 +80,50 @@ def serve(port: int, warmup: float) -> dict:
                 break
             total += n
             last = time.monotonic()
-            if mark_t is None and last - start >= warmup:
+            if len(marks) < MARKS and last - start >= warmup + len(marks) * spacing:
                 # The kernel's count, not ours: bytes already waiting in the socket buffer
                 # arrived before the mark and must not count toward the measured window.
-                mark_t, mark_b = last, _bytes_received(conn, total)
+                received, ooo = _bytes_received(conn, total)
+                marks.append({"t": last - start, "bytes": received, "buffered": received - total})
+                marks[-1]["ooo_packets"] = ooo
+                marks[-1]["_t"] = last
         algo = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
     elapsed = max(last - start, 1e-9)
-    steady = None
-    if mark_t is not None and last > mark_t:
-        steady = (total - mark_b) * 8 / (last - mark_t)
+    for m in marks:
+        t = m.pop("_t")
+        m["goodput_bps"] = (total - m["bytes"]) * 8 / (last - t) if last > t else None
+    rates = [m["goodput_bps"] for m in marks if m["goodput_bps"]]
+    # Data that arrived out of order before a mark (a loss being repaired) is not yet in the
+    # in-order count, so it lands inside the window when the hole fills: that start reads
+    # high. Never low: so the lowest of marks a round trip apart is the honest one.
+    steady = min(rates) if rates else None
     return {
         "peer": peer[0],
         "bytes": total,
         "seconds": elapsed,
         "goodput_bps": total * 8 / elapsed,
         "steady_goodput_bps": steady,
+        "first_mark_goodput_bps": rates[0] if rates else None,
+        "mark_buffered_bytes": marks[0]["buffered"] if marks else 0,
+        "marks": marks,
         "receiver_congestion": algo.split(b"\0", 1)[0].decode(),
     }
 
 
-def send(host: str, port: int, duration: float) -> dict:
+def send(host: str, port: int, duration: float, buffer: int = 0) -> dict:
     payload = memoryview(bytes(CHUNK))
-    deadline = time.monotonic() + duration
     sent = 0
-    with socket.create_connection((host, port), timeout=30) as s:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if buffer:
+        _force_buffer(s, SO_SNDBUFFORCE, socket.SO_SNDBUF, buffer)
+        # keep little unsent data queued: after the deadline only what is in flight drains,
+        # not a send buffer of several BDPs (seconds on a long fat link)
+        s.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, 2 * CHUNK)
+    s.settimeout(30)
+    s.connect((socket.gethostbyname(host), port))
+    s.settimeout(None)
+    deadline = time.monotonic() + duration
+    with s:
         algo = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
         while time.monotonic() < deadline:
             s.sendall(payload)
@@ -85,15 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve")
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--warmup", type=float, default=1.0)
+    s.add_argument("--buffer", type=int, default=0, help="fixed receive buffer, bytes")
+    s.add_argument("--spacing", type=float, default=0.05, help="seconds between window starts")
     c = sub.add_parser("send")
     c.add_argument("--host", required=True)
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--duration", type=float, default=3.0)
+    c.add_argument("--buffer", type=int, default=0, help="fixed send buffer, bytes")
     args = p.parse_args(argv)
     if args.mode == "serve":
-        result = serve(args.port, args.warmup)
+        result = serve(args.port, args.warmup, args.buffer, args.spacing)
     else:
-        result = send(args.host, args.port, args.duration)
+        result = send(args.host, args.port, args.duration, args.buffer)
     print(json.dumps(result), flush=True)
     return 0
 

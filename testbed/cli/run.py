@@ -175,6 +175,10 @@ class _Row:
         self.__dict__.update(row)
 
 
+def _share(ratio: float | None) -> str:
+    return "-" if ratio is None or ratio != ratio else f"{ratio:.1%}"
+
+
 def print_checks(checks) -> None:
     t = Table(title="link self-check")
     for col in (
@@ -182,6 +186,7 @@ def print_checks(checks) -> None:
         "RTT conf",
         "RTT p50",
         "RTT p99",
+        "capacity",
         "goodput conf",
         "goodput",
         "ratio",
@@ -195,6 +200,7 @@ def print_checks(checks) -> None:
             format_duration(c.rtt_configured_s),
             format_duration(c.rtt_median_s) if c.rtt_median_s is not None else "-",
             format_duration(c.rtt_p99_s) if c.rtt_p99_s is not None else "-",
+            _share(getattr(c, "capacity_ratio", None)),  # older links.parquet: no capacity probe
             format_rate(c.goodput_configured_bps),
             format_rate(c.goodput_bps) if c.goodput_bps else "-",
             f"{c.goodput_ratio:.1%}" if c.goodput_ratio else "-",

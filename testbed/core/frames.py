@@ -12,3 +12,7 @@ FRAME_BYTES = MTU + ETH_HEADER
 MSS = MTU - TCP_IP_HEADERS
 TCP_PAYLOAD = MSS
 GOODPUT_FACTOR = TCP_PAYLOAD / FRAME_BYTES
+
+# UDP: 8-byte header, so a full-size datagram carries 1472 bytes in the same 1514-byte frame.
+UDP_IP_HEADERS = 28
+UDP_PAYLOAD = MTU - UDP_IP_HEADERS

@@ -197,6 +197,8 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
                     # after a rank failed, the others get 10 s to report their own error
                     problems = launch.run(workload.timeout, failure_grace=10.0)
                     problems += rank_problems(launch, workload.timeout)
+                # a link that carries more than its plan invalidates every number of the run
+                problems += [f"link {c.direction}: {c.problem}" for c in checks if c.leak]
                 result.info.update(cpu.summary())
                 result.info["world_size"] = len(ranks)
                 result.info["topology"] = model_topology(

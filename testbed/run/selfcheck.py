@@ -1,22 +1,35 @@
-"""The link self-check: per WAN direction, measured RTT and TCP goodput against the configuration.
+"""The link self-check: per WAN direction, measured RTT, capacity and TCP goodput against the plan.
 
-RTT is measured idle with ping (median and p99 of ``pings`` echoes) between the first host of each
-cluster; goodput with one bulk TCP flow for ``duration`` seconds, counted by the receiver after a
-warm-up (slow start excluded). The configured goodput is the HTB ceiling: rate x 1448/1514, the
-TCP payload share of a full-size frame. Any run can call it; its rows go to ``links.parquet``.
+Three probes between the first host of each cluster, one after the other:
+
+- RTT, idle: median and p99 of ``pings`` UDP echoes (traffic.udpping).
+- Capacity: paced UDP a little above the link's rate (traffic.udprate); the receiver counts what
+  arrives over a window whose edges are kernel receive timestamps. This is what the link
+  carries, whatever TCP does; above 101% of the rate the emulation leaks and the check fails.
+- TCP goodput: one bulk flow (traffic.bulk) whose warm-up scales with the round trip, started with
+  an initial congestion window of one BDP (a host route with ``initcwnd``/``initrwnd`` for the
+  length of the probe) and socket buffers fixed at a few BDPs, so a long fat link is full within a
+  few round trips instead of spending seconds in slow start. The receiver's window starts at
+  the lowest-reading of several candidates a half round trip apart (see traffic.bulk: a start
+  taken while a loss is being repaired over-counts). The ceiling is rate x 1448/1514.
+
+``size_probes`` (pure) says how long each probe runs; ``judge`` (pure) is the flag rule. Any run
+can call ``check_links``; its rows go to ``links.parquet``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from testbed.core.errors import NetError
-from testbed.core.frames import GOODPUT_FACTOR
+from testbed.core.frames import GOODPUT_FACTOR, MSS
 from testbed.core.stats import quantile
 from testbed.net import procs
 from testbed.plan.topology import NetworkPlan, WanDirection
@@ -24,7 +37,67 @@ from testbed.run.testbed import Testbed
 
 SELFCHECK_PORT = 5299
 RTT_PORT = 5298
-TOLERANCE = 0.10  # a direction is flagged when RTT or goodput is off by more than this
+CAPACITY_PORT = 5297
+TOLERANCE = 0.10  # RTT, and TCP goodput below the ceiling: flagged when off by more than this
+CAPACITY_LOW = 0.97  # capacity below this share of the rate: the link carries too little
+LEAK = 1.01  # capacity or goodput above this share: the emulation lets more through than planned
+OVERDRIVE = 1.05  # the capacity probe sends this multiple of the rate
+PING_INTERVAL = 0.02
+
+
+@dataclass(frozen=True)
+class ProbeSizes:
+    """How long each probe of one direction runs (seconds) and how the TCP probe starts."""
+
+    capacity_skip: float  # after the first datagram, before the window opens
+    capacity_window: float
+    capacity_send: float  # the sender's duration: skip + window + a margin
+    tcp_warmup: float
+    tcp_duration: float  # the sender's duration: warm-up + window
+    initcwnd: int  # segments: one BDP, at least the kernel's 10
+    mark_spacing: float  # between the receiver's window-start candidates (bulk.MARKS of them)
+    buffer: int  # bytes of each TCP probe socket buffer
+
+
+def size_probes(rate: float, rtt: float, window: float = 1.0) -> ProbeSizes:
+    """Probe lengths for a link of ``rate`` bit/s and round trip ``rtt`` s; ``window`` is the TCP
+    measurement after the last window-start candidate. With a BDP-sized initial window the flow
+    fills the link one round trip after the handshake; the slow-start overshoot's losses are
+    repaired within the next two, which the receiver's candidates (RTT/2 apart) step over."""
+    bdp = rate * rtt / 8
+    spacing = max(rtt / 2, 0.05)
+    warmup = rtt + 0.1
+    return ProbeSizes(
+        capacity_skip=0.1,
+        capacity_window=0.5,
+        capacity_send=rtt / 2 + 0.1 + 0.5 + 0.2,
+        tcp_warmup=warmup,
+        tcp_duration=warmup + 4 * spacing + window,
+        initcwnd=max(10, math.ceil(bdp / MSS)),
+        mark_spacing=spacing,
+        # room for the BDP in flight and a BDP of bottleneck queue, twice over
+        buffer=max(4 << 20, math.ceil(4 * bdp)),
+    )
+
+
+def judge(capacity_ratio: float | None, goodput_ratio: float | None) -> list[str]:
+    """The flag rule for one direction's capacity and TCP goodput (ratios to their ceilings)."""
+    problems = []
+    if capacity_ratio is None:
+        problems.append("capacity probe gave no result")
+    elif capacity_ratio > LEAK:
+        problems.append(
+            f"LEAK: the link carries {capacity_ratio:.1%} of its rate (the emulation does not "
+            "hold the configured rate)"
+        )
+    elif capacity_ratio < CAPACITY_LOW:
+        problems.append(f"capacity {capacity_ratio:.1%} of the configured rate")
+    if goodput_ratio is not None:
+        if goodput_ratio > LEAK:
+            problems.append(f"LEAK: TCP goodput {goodput_ratio:.1%} of the configured ceiling")
+        elif goodput_ratio < 1 - TOLERANCE:
+            problems.append(f"TCP goodput {goodput_ratio:.1%} of the configured ceiling")
+    return problems
 
 
 @dataclass
@@ -42,6 +115,14 @@ class LinkCheck:
     congestion: str
     ok: bool
     problem: str = ""
+    capacity_configured_bps: float | None = None
+    capacity_bps: float | None = None
+    capacity_ratio: float | None = None
+    capacity_window_s: float | None = None
+    goodput_window_s: float | None = None
+    initcwnd: int | None = None
+    seconds: float | None = None
+    leak: bool = False  # the link carried more than LEAK x its ceiling: fails the run
 
     def row(self) -> dict:
         return asdict(self)
@@ -59,11 +140,15 @@ def configured_rtt(plan: NetworkPlan, d: WanDirection) -> float:
     return d.delay + back.delay + host_delays
 
 
+def configured_rate(plan: NetworkPlan, d: WanDirection) -> float:
+    """The HTB rate (bit/s of Ethernet frames) of the slowest hop between the two checked hosts."""
+    ends = {plan.host(f"{c}-h0").ns for c in (d.src, d.dst)}
+    return min([d.rate] + [p.rate for p in plan.fabric if p.rate and p.ns in ends])
+
+
 def configured_goodput(plan: NetworkPlan, d: WanDirection) -> float:
     """The HTB ceiling of the slowest hop between the two checked hosts."""
-    ends = {plan.host(f"{c}-h0").ns for c in (d.src, d.dst)}
-    rates = [d.rate] + [p.rate for p in plan.fabric if p.rate and p.ns in ends]
-    return min(rates) * GOODPUT_FACTOR
+    return configured_rate(plan, d) * GOODPUT_FACTOR
 
 
 def measure_rtt(tb: Testbed, src: str, dst: str, pings: int, interval: float = 0.05) -> list[float]:
@@ -106,44 +191,117 @@ def probe_rtt(tb: Testbed, src: str, dst: str, count: int, interval: float) -> d
         return _client(tb, src, "traffic.udpping", args, timeout=60 + count * interval)
 
 
-def measure_goodput(tb: Testbed, src: str, dst: str, duration: float) -> dict:
+def measure_goodput(
+    tb: Testbed,
+    src: str,
+    dst: str,
+    duration: float,
+    warmup: float | None = None,
+    buffer: int = 0,
+    spacing: float = 0.05,
+) -> dict:
     """One bulk TCP flow ``src`` -> ``dst``: the receiver's JSON plus the sender's as 'sender'."""
-    warmup = min(1.0, duration / 3)
+    if warmup is None:
+        warmup = min(1.0, duration / 3)
     port = ["--port", str(SELFCHECK_PORT)]
-    with _server(tb, dst, "traffic.bulk", *port, "--warmup", str(warmup)) as server:
-        args = ["send", "--host", dst, *port, "--duration", str(duration)]
+    fixed = ["--buffer", str(buffer)] if buffer else []
+    serve = [*port, "--warmup", str(warmup), "--spacing", str(spacing), *fixed]
+    with _server(tb, dst, "traffic.bulk", *serve) as server:
+        args = ["send", "--host", dst, *port, "--duration", str(duration), *fixed]
         sent = _client(tb, src, "traffic.bulk", args, timeout=duration + 60)
         line, _ = server.communicate(timeout=30)
         return {**json.loads(line), "sender": sent}
 
 
+def measure_capacity(tb: Testbed, src: str, dst: str, rate: float, sizes: ProbeSizes) -> dict:
+    """Paced UDP ``src`` -> ``dst`` at OVERDRIVE x ``rate``: the receiver's JSON, the sender's
+    as 'sender'."""
+    port = ["--port", str(CAPACITY_PORT)]
+    window = ["--skip", str(sizes.capacity_skip), "--window", str(sizes.capacity_window)]
+    with _server(tb, dst, "traffic.udprate", *port, *window) as server:
+        args = ["send", "--host", dst, *port, "--rate", str(rate * OVERDRIVE)]
+        args += ["--duration", str(sizes.capacity_send)]
+        sent = _client(tb, src, "traffic.udprate", args, timeout=sizes.capacity_send + 60)
+        line, _ = server.communicate(timeout=30)
+        return {**json.loads(line), "sender": sent}
+
+
+@contextlib.contextmanager
+def initial_window(tb: Testbed, src: str, dst: str, segments: int) -> Iterator[None]:
+    """Host routes ``src`` -> ``dst`` with ``initcwnd`` and back with ``initrwnd`` of
+    ``segments``, for the length of the block (the testbed's own routes are left untouched)."""
+    added: list[tuple[str, list[str]]] = []
+    try:
+        for host, peer, metric in ((src, dst, "initcwnd"), (dst, src, "initrwnd")):
+            address = tb.hosts[peer]
+            got = tb.run(host, ["ip", "-o", "route", "get", address]).stdout.split()
+            via = ["via", got[got.index("via") + 1]] if "via" in got else []
+            dev = ["dev", got[got.index("dev") + 1]]
+            route = [f"{address}/32", *via, *dev]
+            r = tb.run(host, ["ip", "route", "replace", *route, metric, str(segments)])
+            if r.returncode != 0:
+                raise NetError(f"route with {metric} on {host}: {r.stderr.strip()}")
+            added.append((host, route))
+        yield
+    finally:
+        for host, route in added:
+            tb.run(host, ["ip", "route", "del", *route])
+
+
 def check_direction(
-    tb: Testbed, d: WanDirection, duration: float = 3.0, pings: int = 20
+    tb: Testbed, d: WanDirection, duration: float = 1.0, pings: int = 20
 ) -> LinkCheck:
+    """Check one WAN direction; ``duration`` is the TCP probe's window after its warm-up."""
     plan = tb.plan
     assert plan is not None
+    began = time.monotonic()
     src, dst = f"{d.src}-h0", f"{d.dst}-h0"
     rtt_conf = configured_rtt(plan, d)
-    good_conf = configured_goodput(plan, d)
+    rate = configured_rate(plan, d)
+    good_conf = rate * GOODPUT_FACTOR
+    sizes = size_probes(rate, rtt_conf, duration)
+    capacity_conf = rate * (1 - d.loss)  # the emulated random loss is part of the plan
     problems = []
-    samples = measure_rtt(tb, src, dst, pings)
+    samples = measure_rtt(tb, src, dst, pings, PING_INTERVAL)
     median = quantile(samples, 0.5) if samples else None
     p99 = quantile(samples, 0.99) if samples else None
     if not samples:
         problems.append("no ping replies")
     elif abs(median - rtt_conf) > max(TOLERANCE * rtt_conf, 0.001):
         problems.append(f"RTT {median * 1e3:.2f} ms vs configured {rtt_conf * 1e3:.2f} ms")
-    goodput = ratio = None
+    capacity = capacity_ratio = capacity_window = None
+    try:
+        cap = measure_capacity(tb, src, dst, rate, sizes)
+        capacity, capacity_window = cap["rate_bps"], cap["seconds"]
+        if cap["socket_drops"]:
+            drops = cap["socket_drops"]
+            problems.append(f"capacity probe: {drops} datagrams dropped by the receiver")
+        elif cap["sender"]["send_rate_bps"] < rate:
+            problems.append("capacity probe: the sender could not reach the link's rate")
+        elif capacity is not None:
+            capacity_ratio = capacity / capacity_conf
+    except (NetError, ValueError, OSError, KeyError) as exc:
+        problems.append(f"capacity probe: {exc}")
+    goodput = ratio = window = None
     congestion = ""
     try:
-        result = measure_goodput(tb, src, dst, duration)
-        goodput = result["steady_goodput_bps"] or result["goodput_bps"]
+        with initial_window(tb, src, dst, sizes.initcwnd):
+            result = measure_goodput(
+                tb, src, dst, sizes.tcp_duration, sizes.tcp_warmup, sizes.buffer, sizes.mark_spacing
+            )
+        goodput = result["steady_goodput_bps"]
         congestion = result["sender"]["congestion"]
-        ratio = goodput / good_conf
-        if ratio < 1 - TOLERANCE:
-            problems.append(f"goodput {ratio:.0%} of the configured ceiling")
+        if goodput is None:
+            problems.append("TCP probe: no data after the warm-up")
+        else:
+            ratio = goodput / good_conf
+            window = result["seconds"] - max(m["t"] for m in result["marks"])
     except (NetError, ValueError, OSError) as exc:
         problems.append(str(exc))
+    if capacity_ratio is not None or not any(p.startswith("capacity probe") for p in problems):
+        problems += judge(capacity_ratio, ratio)
+    else:
+        problems += judge(1.0, ratio)  # the probe failed (said above); judge TCP alone
     return LinkCheck(
         direction=d.name,
         src_host=src,
@@ -158,11 +316,19 @@ def check_direction(
         congestion=congestion,
         ok=not problems,
         problem="; ".join(problems),
+        capacity_configured_bps=capacity_conf,
+        capacity_bps=capacity,
+        capacity_ratio=capacity_ratio,
+        capacity_window_s=capacity_window,
+        goodput_window_s=window,
+        initcwnd=sizes.initcwnd,
+        seconds=time.monotonic() - began,
+        leak=any((r or 0) > LEAK for r in (capacity_ratio, ratio)),
     )
 
 
 def check_links(
-    tb: Testbed, duration: float = 3.0, pings: int = 20, progress=None
+    tb: Testbed, duration: float = 1.0, pings: int = 20, progress=None
 ) -> list[LinkCheck]:
     """Check every WAN direction one after the other (so they do not share the CPU)."""
     assert tb.plan is not None

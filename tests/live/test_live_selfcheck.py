@@ -1,0 +1,50 @@
+"""Live tests of the link self-check: it reads a correct link at 97-101% of its ceiling, short or
+long and fat, and flags a shaper that lets more through than the plan says."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from helpers import scenario
+
+from testbed.plan.render import shaper_lines
+from testbed.run.selfcheck import check_direction
+
+pytestmark = pytest.mark.live
+
+
+def link(rate: str, delay: str) -> dict:
+    return scenario(
+        clusters={"east": {"hosts": 1}, "west": {"hosts": 1}},
+        wan=[{"between": ["east", "west"], "rate": rate, "delay": delay, "buffer": "1bdp"}],
+        tcp={"congestion": "cubic"},
+    )
+
+
+@pytest.mark.parametrize(("rate", "delay"), [("100mbit", "20ms"), ("200mbit", "90ms")])
+def test_a_correct_link_reads_97_to_101_percent_both_ways(make_testbed, rate, delay):
+    tb = make_testbed(link(rate, delay))
+    for d in tb.plan.wan:
+        c = check_direction(tb, d)
+        assert c.ok, c.problem
+        assert 0.97 <= c.capacity_ratio <= 1.01, c
+        assert 0.97 <= c.goodput_ratio <= 1.01, c
+
+
+def test_a_shaper_20_percent_above_the_plan_is_flagged(make_testbed):
+    tb = make_testbed(link("100mbit", "20ms"))
+    d = tb.plan.wan[0]
+    s = d.shaper
+    # behind the testbed's back: the same class, 20% faster
+    change = shaper_lines(s)[1].replace("class add", "class change")
+    faster = change.replace(
+        f"rate {s.rate}bit ceil {s.rate}bit",
+        f"rate {int(s.rate * 1.2)}bit ceil {int(s.rate * 1.2)}bit",
+    )
+    assert faster != change
+    subprocess.run(["tc", "-n", s.ns, *faster.split()], check=True)
+    c = check_direction(tb, d)
+    assert not c.ok
+    assert c.capacity_ratio > 1.01
+    assert "LEAK" in c.problem

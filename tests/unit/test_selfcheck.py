@@ -1,0 +1,59 @@
+"""The self-check's pure parts: probe sizing from the BDP and the flag rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.core.frames import MSS
+from testbed.run.selfcheck import LEAK, judge, size_probes
+
+
+def test_initial_window_is_one_bdp_of_segments():
+    s = size_probes(200e6, 0.180)
+    assert s.initcwnd == pytest.approx(200e6 * 0.180 / 8 / MSS, abs=1)
+    assert size_probes(1e6, 0.001).initcwnd == 10  # never below the kernel's default
+
+
+def test_buffers_hold_several_bdps():
+    s = size_probes(1e9, 0.3)
+    assert s.buffer >= 2 * 1e9 * 0.3 / 8
+
+
+@pytest.mark.parametrize("rtt", [0.001, 0.04, 0.18, 0.3])
+def test_probe_time_is_bounded_and_scales_with_the_rtt(rtt):
+    s = size_probes(1e9, rtt)
+    assert s.tcp_warmup > rtt  # past the handshake and the first flight
+    assert s.mark_spacing >= rtt / 2
+    # sending time of both probes stays within 4 s even at 300 ms RTT (plus start-up and pings)
+    assert s.capacity_send + s.tcp_duration <= 1.0 + 0.8 + 3 * rtt + 0.2 + 1.0 + 1e-9
+
+
+def test_capacity_window_lies_inside_what_is_sent():
+    s = size_probes(100e6, 0.04)
+    assert s.capacity_skip + s.capacity_window < s.capacity_send - 0.04 / 2
+
+
+def test_a_correct_link_is_not_flagged():
+    assert judge(0.998, 0.995) == []
+    assert judge(1.009, 0.93) == []
+
+
+@pytest.mark.parametrize("capacity", [1.011, 1.2])
+def test_capacity_above_101_percent_is_a_leak(capacity):
+    (problem,) = judge(capacity, 0.99)
+    assert problem.startswith("LEAK")
+
+
+def test_goodput_above_the_ceiling_is_a_leak_too():
+    (problem,) = judge(1.0, LEAK + 0.01)
+    assert problem.startswith("LEAK: TCP")
+
+
+def test_low_capacity_and_low_goodput_are_flagged_separately():
+    assert len(judge(0.9, 0.8)) == 2
+    assert judge(0.96, 1.0) == ["capacity 96.0% of the configured rate"]
+    assert judge(1.0, 0.89) == ["TCP goodput 89.0% of the configured ceiling"]
+
+
+def test_a_missing_capacity_reading_is_flagged():
+    assert judge(None, 1.0) == ["capacity probe gave no result"]
