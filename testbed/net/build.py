@@ -167,8 +167,8 @@ def _reap(pids: set[int]) -> None:
 
 def destroy(rec: Record) -> None:
     """Remove everything of one testbed: processes, namespaces, files, then its record."""
-    # Imported here: the plan package pulls in the scenario schema (pydantic), which a
-    # `testbed down` or `clean` never needs; its import is most of their start-up.
+    # Imported here, like in build(): `testbed --help` and `ls` import this module but need
+    # no batch text (nor the plan's dataclasses, ~50 ms of import).
     from testbed.plan.render import teardown_batch
 
     rec.phase = "down"
