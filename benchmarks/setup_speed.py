@@ -1,71 +1,150 @@
-"""Benchmark: time to bring up and tear down 4 clusters x 8 hosts (32 hosts + 4 gateways + a
-full WAN mesh of 6 wires), median of 5. Goal on a 2-core machine: up <= 0.5 s, down <= 0.2 s.
+"""Benchmark: bring-up and teardown as a user runs them, with and without WAN delays.
 
-    sudo .venv/bin/python -m benchmarks.setup_speed [--repeat 5] [--write]
+    sudo .venv/bin/python -m benchmarks.setup_speed [--repeat 5] [--write] [--no-inprocess]
 
-"up" is ``Testbed.up()`` as a user calls it (registry claim, plan, kernel probe on first use
-excluded by a warm-up run, namespaces, veths, bridges, addresses, routes, HTB/bfifo, sysctls,
-hosts files); "down" is ``Testbed.down()`` (process sweep, namespace deletion, files).
+Four topologies: 4 clusters x 8 hosts (full WAN mesh, 6 links) and 8 clusters x 16 hosts (28
+links), each without WAN delay (no delay line starts) and with 10 ms on every WAN link (one delay
+line per link). For each, ``testbed up FILE --name N`` and ``testbed down N`` run as subprocesses,
+interleaved, as a user types them; "CLI start-up" is ``testbed --help`` (interpreter + imports
+of the command), and "net" is a verb's median minus that median. Goals (issue 13): 4 x 8 with
+delays up <= 0.5 s and down <= 0.2 s net of CLI start-up; 8 x 16 with delays up <= 1 s net.
+The in-process ``Testbed.up()`` / ``down()`` times (no interpreter start-up at all) are printed
+beside them unless ``--no-inprocess``.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+import yaml
 
 from benchmarks._results import write_section
 from testbed.config.scenario import parse_scenario
 from testbed.run.testbed import Testbed
 
-CLUSTERS = ["east", "west", "north", "south"]
+CLUSTER_NAMES = ["east", "west", "north", "south", "alpha", "beta", "gamma", "delta"]
+# (clusters, hosts per cluster, WAN delay) -> goals (up, down) net of CLI start-up, s
+TOPOLOGIES: list[tuple[int, int, str | None, tuple[float | None, float | None]]] = [
+    (4, 8, None, (None, None)),
+    (4, 8, "10ms", (0.5, 0.2)),
+    (8, 16, None, (None, None)),
+    (8, 16, "10ms", (1.0, None)),
+]
+CLI = [sys.executable, "-m", "testbed.cli"]
 
 
-def scenario():
-    return parse_scenario(
-        {
-            "name": "bench-setup",
-            "clusters": {c: {"hosts": 8} for c in CLUSTERS},
-            "wan": [
-                {"between": [a, b], "rate": "1gbit"} for a, b in itertools.combinations(CLUSTERS, 2)
-            ],
-        }
-    )
+def scenario_data(clusters: int, hosts: int, delay: str | None) -> dict:
+    names = CLUSTER_NAMES[:clusters]
+    wan = []
+    for a, b in itertools.combinations(names, 2):
+        link = {"between": [a, b], "rate": "1gbit"}
+        if delay:
+            link["delay"] = delay
+        wan.append(link)
+    return {
+        "name": f"bench-{clusters}x{hosts}{'-delay' if delay else ''}",
+        "clusters": {c: {"hosts": hosts} for c in names},
+        "wan": wan,
+    }
+
+
+def timed(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
+    return elapsed
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def cell(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f} s ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def goal_text(net: float, goal: float | None) -> str:
+    if goal is None:
+        return "-"
+    return f"<= {goal} s ({'met' if net <= goal else 'MISSED'})"
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    p.add_argument("--no-inprocess", action="store_true", help="skip Testbed.up()/down() times")
     args = p.parse_args()
-    sc = scenario()
-    Testbed(sc, name="bench-warmup").up().down()  # kernel probe and imports out of the timing
-    ups, downs = [], []
-    for i in range(args.repeat):
-        tb = Testbed(sc, name=f"bench-setup-{i}")
-        t0 = time.perf_counter()
-        tb.up()
-        t1 = time.perf_counter()
-        tb.down()
-        t2 = time.perf_counter()
-        ups.append(t1 - t0)
-        downs.append(t2 - t1)
-    n_ns = len(tb.plan.namespaces) if tb.plan else 0
+    load_before = load()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for clusters, hosts, delay, _ in TOPOLOGIES:
+            path = Path(tmp, f"t{clusters}x{hosts}{'d' if delay else ''}.yaml")
+            path.write_text(yaml.safe_dump(scenario_data(clusters, hosts, delay)))
+            files.append(path)
+        # Warm-up: the kernel probe's cache, page cache of the interpreter and modules.
+        timed([*CLI, "up", str(files[1]), "--name", "bench-warm"])
+        timed([*CLI, "down", "bench-warm"])
+        startup: list[float] = []
+        ups: list[list[float]] = [[] for _ in TOPOLOGIES]
+        downs: list[list[float]] = [[] for _ in TOPOLOGIES]
+        for _ in range(args.repeat):  # interleaved: the machine's noise hits every case alike
+            startup.append(timed([*CLI, "--help"]))
+            for k, path in enumerate(files):
+                name = f"bench-setup-{os.getpid()}-{k}"
+                ups[k].append(timed([*CLI, "up", str(path), "--name", name]))
+                downs[k].append(timed([*CLI, "down", name]))
+        inproc: list[tuple[list[float], list[float]]] = []
+        if not args.no_inprocess:
+            for clusters, hosts, delay, _ in TOPOLOGIES:
+                sc = parse_scenario(scenario_data(clusters, hosts, delay))
+                u, d = [], []
+                for i in range(args.repeat):
+                    tb = Testbed(sc, name=f"bench-inproc-{os.getpid()}-{i}")
+                    t0 = time.perf_counter()
+                    tb.up()
+                    t1 = time.perf_counter()
+                    tb.down()
+                    u.append(t1 - t0)
+                    d.append(time.perf_counter() - t1)
+                inproc.append((u, d))
+    base = statistics.median(startup)
     lines = [
-        f"## Setup speed ({platform.release()}, {time.strftime('%Y-%m-%d')})\n",
-        f"4 clusters x 8 hosts + 4 gateways + 6 WAN wires = {n_ns} namespaces; iproute2 batches "
-        f"(FIELD-NOTES measured pyroute2 3-5x slower for the same work); median of "
-        f"{args.repeat}.\n",
-        "| phase | median | min | max | goal |",
-        "|---|---|---|---|---|",
+        f"## Setup speed as a user runs it ({platform.release()}, {time.strftime('%Y-%m-%d')})\n",
+        f"`testbed up FILE --name N` / `testbed down N` as subprocesses, {args.repeat} rounds "
+        "interleaved over the four topologies; median (min-max). WAN mesh at 1 Gbit/s; "
+        '"delay" = 10 ms on every WAN link (one delay line per link, userspace backend). '
+        f'CLI start-up (`testbed --help`): {cell(startup)}; "net" = median minus that. '
+        f"Load average {load_before} before, {load()} after (2 cores, shared machine).\n",
+        "| topology | WAN | up (CLI) | up net | goal | down (CLI) | down net | goal |"
+        + (" up in-process | down in-process |" if inproc else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if inproc else ""),
     ]
-    for name, xs, goal in (("up", ups, 0.5), ("down", downs, 0.2)):
-        med = statistics.median(xs)
-        verdict = "met" if med <= goal else "MISSED"
-        spread = f"{min(xs):.3f} s | {max(xs):.3f} s"
-        lines.append(f"| {name} | {med:.3f} s | {spread} | <= {goal} s ({verdict}) |")
+    for k, (clusters, hosts, delay, (gup, gdown)) in enumerate(TOPOLOGIES):
+        n_links = clusters * (clusters - 1) // 2
+        up_net = statistics.median(ups[k]) - base
+        down_net = statistics.median(downs[k]) - base
+        row = (
+            f"| {clusters} x {hosts} ({clusters * hosts} hosts) | {n_links} links, "
+            f"{delay + ' (' + str(n_links) + ' delay lines)' if delay else 'no delay'} | "
+            f"{cell(ups[k])} | {up_net:.3f} s | {goal_text(up_net, gup)} | "
+            f"{cell(downs[k])} | {down_net:.3f} s | {goal_text(down_net, gdown)} |"
+        )
+        if inproc:
+            row += f" {cell(inproc[k][0])} | {cell(inproc[k][1])} |"
+        lines.append(row)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

@@ -1,7 +1,11 @@
 """The network verbs: ``validate``, ``plan`` (pure: the scenario and what would be built),
 ``up``, ``exec``, ``ls``, ``down``, ``clean`` (live testbeds on this machine) and ``doctor``
 (what this kernel offers). Thin printing over :mod:`testbed.config`, :mod:`testbed.plan` and
-:mod:`testbed.net`; ``testbed.run`` is imported inside the verbs that build a network.
+:mod:`testbed.net`.
+
+The scenario schema (pydantic), the plan, the link backends and ``testbed.run`` are imported
+inside the verbs that use them: ``--help``, ``ls``, ``down`` and ``clean`` never need them, and
+their import is most of the CLI's start-up.
 """
 
 from __future__ import annotations
@@ -9,20 +13,21 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from testbed.cli.common import need_root
 from testbed.cli.console import escape, make_console
-from testbed.config.scenario import Scenario, load_scenario
 from testbed.core.errors import TestbedError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
-from testbed.link.choose import choose_backend
 from testbed.net import build as net
-from testbed.net import probe as kernel
 from testbed.net import registry
-from testbed.plan.topology import NetworkPlan, build_plan
+
+if TYPE_CHECKING:
+    from testbed.config.scenario import Scenario
+    from testbed.net.probe import KernelFeatures
+    from testbed.plan.topology import NetworkPlan
 
 out = make_console()
 
@@ -64,6 +69,8 @@ def register(sub: Any) -> None:
 
 # -- pure verbs -------------------------------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
+    from testbed.config.scenario import load_scenario
+
     sc = load_scenario(args.file)
     hosts = sum(c.hosts for c in sc.clusters.values())
     out.print(
@@ -74,6 +81,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from testbed.config.scenario import load_scenario
+    from testbed.plan.topology import build_plan
+
     sc = load_scenario(args.file)
     plan = build_plan(sc, "<prefix>", 64)
     out.print(f"[bold]{escape(sc.name)}[/]: {escape(sc.description)}")
@@ -192,6 +202,7 @@ def _print_hosts(tb) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from testbed.config.scenario import load_scenario
     from testbed.run.testbed import Testbed
 
     need_root("up")
@@ -280,6 +291,11 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from testbed.config.scenario import load_scenario
+    from testbed.link.choose import choose_backend
+    from testbed.net import probe as kernel
+    from testbed.plan.topology import build_plan
+
     feats = kernel.probe()
     out.print(_features_table(feats))
     needs, marking = True, False
@@ -316,7 +332,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _features_table(feats: kernel.KernelFeatures) -> Table:
+def _features_table(feats: KernelFeatures) -> Table:
     t = Table(title=f"kernel {feats.release}")
     t.add_column("feature")
     t.add_column("status")

@@ -31,6 +31,8 @@ from testbed.link.delayline import (
     iptables_delete_rules,
     iptables_rules,
     read_stats,
+    restore_command,
+    restore_input,
 )
 from testbed.net import procs, registry
 from testbed.net.registry import Record
@@ -71,18 +73,27 @@ def _ns_exec(ns: str, argv: list[str]) -> list[str]:
     return ["ip", "netns", "exec", ns, *argv]
 
 
-def _run_all(commands: list[list[str]]) -> list[tuple[list[str], str]]:
-    """Run ``commands`` side by side (``iptables -w`` queues them on its lock, but their start-up
-    overlaps); the failed ones with their stderr."""
-    running = [
-        (argv, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        for argv in commands
-    ]
+def _restore_all(per_ns: dict[str, list[list[str]]]) -> list[tuple[str, str]]:
+    """Apply each namespace's rules with one ``iptables-restore``, all namespaces side by side
+    (``-w`` queues them on the xtables lock, but their start-up overlaps); the namespaces that
+    failed, with the tool's stderr."""
+    running = []
+    for ns, rules in per_ns.items():
+        if not rules:
+            continue
+        proc = subprocess.Popen(
+            _ns_exec(ns, restore_command()),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        running.append((ns, proc, restore_input(rules)))
     failed = []
-    for argv, proc in running:
-        _, stderr = proc.communicate()
+    for ns, proc, text in running:
+        _, stderr = proc.communicate(text)  # a few lines: fits the pipe, never blocks the others
         if proc.returncode != 0:
-            failed.append((argv, stderr.strip()))
+            failed.append((ns, stderr.strip()))
     return failed
 
 
@@ -175,8 +186,15 @@ class DelayLineSupervisor:
         """All lines start at once (each is a Python start-up), then each must say READY, then
         the rules go in: no packet reaches a line that is not listening."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        for line in self.lines:
-            self._spawn(line)
+        try:
+            for line in self.lines:
+                self._spawn(line)
+        finally:
+            # One save for all lines: each save rewrites the whole record. Until it lands, a
+            # teardown still finds the lines, as processes living in the testbed's namespaces.
+            self.record.add_processes(
+                [(line.proc.pid, f"delay line {line.ns}") for line in self.lines if line.proc]
+            )
         for line in self.lines:
             self._await_ready(line)
         for line in self.lines:
@@ -185,10 +203,10 @@ class DelayLineSupervisor:
                     d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
                 )
             line.rules_installed = True  # from here on, stop() deletes them (absent ones: no-op)
-        failed = _run_all([_ns_exec(line.ns, rule) for line in self.lines for rule in line.rules])
+        failed = _restore_all({line.ns: line.rules for line in self.lines})
         if failed:
-            argv, stderr = failed[0]
-            raise NetError(f"iptables rule in {argv[3]} failed: {stderr}")
+            ns, stderr = failed[0]
+            raise NetError(f"iptables rules in {ns} failed: {stderr}")
 
     def _config(self, line: LineProcess) -> dict:
         queues = []
@@ -236,7 +254,6 @@ class DelayLineSupervisor:
                 # the rules are gone (that would drop what it holds and fail the run spuriously).
                 start_new_session=True,
             )
-        self.record.add_process(line.proc.pid, f"delay line {line.ns}")
 
     def _await_ready(self, line: LineProcess) -> None:
         assert line.proc is not None
@@ -258,16 +275,18 @@ class DelayLineSupervisor:
 
     def stop(self) -> None:
         """Rules first, then SIGTERM; the line writes its final stats and exits."""
-        deletions = []
+        deletions: dict[str, list[list[str]]] = {}
         for line in self.lines:
             if line.rules_installed:
                 for i, d in enumerate(line.directions):
-                    rules = iptables_delete_rules(
-                        d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
+                    deletions.setdefault(line.ns, []).extend(
+                        iptables_delete_rules(
+                            d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
+                        )
                     )
-                    deletions += [_ns_exec(line.ns, rule) for rule in rules]
                 line.rules_installed = False
-        _run_all(deletions)
+        # A namespace whose rules never went in fails its deletion as a whole: nothing to remove.
+        _restore_all(deletions)
         for line in self.lines:
             if line.proc is not None and line.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

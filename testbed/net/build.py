@@ -16,13 +16,15 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.net import netns, registry
-from testbed.net.probe import KernelFeatures
 from testbed.net.registry import Record
-from testbed.plan.render import ip_batches, root_batch, teardown_batch
-from testbed.plan.topology import NetworkPlan
+
+if TYPE_CHECKING:
+    from testbed.net.probe import KernelFeatures
+    from testbed.plan.topology import NetworkPlan
 
 ETC_NETNS = Path("/etc/netns")
 INIT_ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
@@ -114,6 +116,8 @@ def write_hosts_files(plan: NetworkPlan) -> None:
 def build(plan: NetworkPlan, rec: Record, feats: KernelFeatures, tc: dict[str, list[str]]) -> None:
     """Create every kernel object of ``plan``, with ``tc``'s qdiscs (namespace -> batch lines,
     which the link backend renders). The record must already be saved (for clean)."""
+    from testbed.plan.render import ip_batches, root_batch
+
     ensure_congestion_allowed(plan.congestion, feats)
     rec.namespaces = [ns.name for ns in plan.namespaces]
     rec.hosts = plan.names()
@@ -163,6 +167,10 @@ def _reap(pids: set[int]) -> None:
 
 def destroy(rec: Record) -> None:
     """Remove everything of one testbed: processes, namespaces, files, then its record."""
+    # Imported here, like in build(): `testbed --help` and `ls` import this module but need
+    # no batch text (nor the plan's dataclasses, ~50 ms of import).
+    from testbed.plan.render import teardown_batch
+
     rec.phase = "down"
     namespaces = sorted(set(rec.namespaces) | set(registry.namespaces_with_prefix(rec.prefix)))
     rec.namespaces = namespaces

@@ -8,7 +8,6 @@ link backend that gives a scenario is ``testbed.link.choose``'s decision.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -116,6 +115,8 @@ def probe() -> KernelFeatures:
         feats.notes += notes
     else:
         feats.notes.append("qdiscs not probed: needs root and iproute2 (ip, tc)")
+    import importlib.metadata  # slow to import (~50 ms): only when probing, never at CLI start-up
+
     try:
         feats.torch = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

@@ -81,7 +81,11 @@ class Record:
         atomic_write_text(self.path, json.dumps(asdict(self), indent=1))
 
     def add_process(self, pid: int, what: str) -> None:
-        self.processes.append((pid, process_start(pid), what))
+        self.add_processes([(pid, what)])
+
+    def add_processes(self, started: list[tuple[int, str]]) -> None:
+        """Record several processes with one save (a save rewrites the whole record)."""
+        self.processes += [(pid, process_start(pid), what) for pid, what in started]
         self.save()
 
     def remove(self) -> None:

@@ -26,11 +26,13 @@ import ipaddress
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.config.scenario import Aqm, Scenario, TcpSettings, WanLink
 from testbed.core.errors import PlanError
 from testbed.core.frames import FRAME_BYTES, GOODPUT_FACTOR
+
+if TYPE_CHECKING:  # annotations only: a teardown imports the plan without the schema (pydantic)
+    from testbed.config.scenario import Aqm, Scenario, TcpSettings, WanLink
 
 # A GSO packet can be up to 64 KiB; a byte-limited queue smaller than two of them would drop
 # every large packet, so buffers get this floor (and the plan says so).

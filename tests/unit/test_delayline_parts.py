@@ -313,3 +313,18 @@ def test_request_waits_for_its_own_ack() -> None:
     with pytest.raises(OSError) as e:
         netlink.request(FakeSocket([refused]), b"req", 9, bytearray(4096))  # type: ignore[arg-type]
     assert e.value.errno == errno.EBUSY
+
+
+def test_restore_input_groups_rules_by_table() -> None:
+    rules = dl.iptables_rules("w-in", 1, ce_iface="w-out") + dl.iptables_rules("w-in2", 2)
+    text = dl.restore_input(rules)
+    assert text.splitlines() == [
+        "*mangle",
+        "-A PREROUTING -i w-in -j NFQUEUE --queue-num 1",
+        "-A POSTROUTING -o w-out -m mark --mark 0x1/0x1 -j TOS --set-tos 0x03/0x03",
+        "-A PREROUTING -i w-in2 -j NFQUEUE --queue-num 2",
+        "COMMIT",
+    ]
+    deleted = dl.restore_input(dl.iptables_delete_rules("w-in", 1))
+    assert "-D PREROUTING -i w-in -j NFQUEUE --queue-num 1" in deleted.splitlines()
+    assert dl.restore_command()[:2] == ["iptables-restore", "--noflush"]

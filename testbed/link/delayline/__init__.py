@@ -116,7 +116,13 @@ Stats file (JSON, replaced atomically every ``stats_interval`` s and at exit)::
 """
 
 from testbed.link.delayline.config import Config, ConfigError, QueueConfig
-from testbed.link.delayline.rules import DEFAULT_CE_MARK, iptables_delete_rules, iptables_rules
+from testbed.link.delayline.rules import (
+    DEFAULT_CE_MARK,
+    iptables_delete_rules,
+    iptables_rules,
+    restore_command,
+    restore_input,
+)
 from testbed.link.delayline.stats import read_stats
 
 __all__ = [
@@ -127,4 +133,6 @@ __all__ = [
     "iptables_delete_rules",
     "iptables_rules",
     "read_stats",
+    "restore_command",
+    "restore_input",
 ]

@@ -1,4 +1,5 @@
-"""The iptables rules that feed the delay line, as argv lists (the supervisor runs them).
+"""The iptables rules that feed the delay line, as argv lists, and the same rules as
+``iptables-restore`` input (the supervisor applies a namespace's rules in one restore run).
 
 This module owns the rule text and the CE mark the line and the rules agree on: packets the line
 releases with ``ce_mark`` get CE in their ECN bits on the way out.
@@ -45,3 +46,25 @@ def iptables_delete_rules(in_iface: str, queue_num: int, **options: Any) -> list
     """argv lists deleting the rules of :func:`iptables_rules` (same arguments)."""
     rules = iptables_rules(in_iface, queue_num, **options)
     return [[("-D" if a == "-A" else a) for a in rule] for rule in rules]
+
+
+def restore_command(iptables: str = "iptables") -> list[str]:
+    """argv applying :func:`restore_input` in one process: rules are added (or, for ``-D``
+    lines, deleted) next to the existing ones (``--noflush``), one table at a time, all or none.
+    One process and one wait for the xtables lock per namespace instead of one per rule."""
+    return [f"{iptables}-restore", "--noflush", "-w"]
+
+
+def restore_input(rules: list[list[str]]) -> str:
+    """The argv lists of :func:`iptables_rules` or :func:`iptables_delete_rules` as
+    ``iptables-restore`` input: one ``*table`` ... ``COMMIT`` block per table, in rule order."""
+    by_table: dict[str, list[str]] = {}
+    for argv in rules:
+        rest = [a for a in argv[1:] if a != "-w"]  # the binary and the lock wait are restore's
+        at = rest.index("-t")
+        table = rest[at + 1]
+        del rest[at : at + 2]
+        by_table.setdefault(table, []).append(" ".join(rest))
+    return "".join(
+        f"*{t}\n" + "".join(f"{r}\n" for r in rs) + "COMMIT\n" for t, rs in by_table.items()
+    )
