@@ -8,8 +8,8 @@ link's rate, so the shaper is always backlogged and drops the excess (expected).
 counts what arrives: from ``skip`` seconds after the first datagram (the shaper's initial burst
 and the probe's start-up stay outside) for ``window`` seconds, both edges taken from the
 *kernel's* receive timestamps (SO_TIMESTAMPNS), so the receiving process's scheduling does not
-move them. The rate is the frame bytes after the first counted datagram over the time from it to
-the last counted one.
+move them. The rate is the frame bytes of every counted arrival but the last over the time from
+the first to the last (an arrival's timestamp is that of its first datagram).
 
 Sends are UDP GSO (UDP_SEGMENT: one 64 KB send = 44 datagrams) and the receiver asks for UDP
 GRO, so both ends make a few thousand system calls per second even at 5 Gbit/s. The receiver
@@ -61,7 +61,7 @@ def serve(port: int, skip: float, window: float, idle: float = 3.0) -> dict:
         space = socket.CMSG_SPACE(TIMESPEC.size) + socket.CMSG_SPACE(4) + socket.CMSG_SPACE(4)
         first = begin = end = None
         t_a = t_b = None
-        counted = received = 0
+        counted = received = last_bytes = 0
         drops = 0
         while True:
             try:
@@ -85,10 +85,14 @@ def serve(port: int, skip: float, window: float, idle: float = 3.0) -> dict:
                 continue
             if t > end:
                 break
+            # A GRO aggregate carries the kernel timestamp of its first datagram: its bytes
+            # arrive from t on. Bytes between the first and the last counted timestamp are those
+            # of every aggregate but the last.
             if t_a is None:
-                t_a = t  # the first counted arrival opens the window; its bytes came before
+                t_a = t
             else:
-                counted += frame_bytes(len(data))
+                counted += last_bytes
+            last_bytes = frame_bytes(len(data))
             t_b = t
     seconds = (t_b - t_a) if t_a is not None and t_b is not None else 0.0
     return {

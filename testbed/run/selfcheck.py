@@ -32,7 +32,7 @@ from testbed.core.errors import NetError
 from testbed.core.frames import GOODPUT_FACTOR, MSS
 from testbed.core.stats import quantile
 from testbed.net import procs
-from testbed.plan.topology import NetworkPlan, WanDirection
+from testbed.plan.topology import NetworkPlan, WanDirection, htb_burst
 from testbed.run.testbed import Testbed
 
 SELFCHECK_PORT = 5299
@@ -41,7 +41,8 @@ CAPACITY_PORT = 5297
 TOLERANCE = 0.10  # RTT, and TCP goodput below the ceiling: flagged when off by more than this
 CAPACITY_LOW = 0.97  # capacity below this share of the rate: the link carries too little
 LEAK = 1.01  # capacity or goodput above this share: the emulation lets more through than planned
-OVERDRIVE = 1.05  # the capacity probe sends this multiple of the rate
+OVERDRIVE = 1.05  # the capacity probe sends at least this multiple of the rate
+BURST_DRAIN = 0.25  # s: the overdrive empties the shaper's full token bucket within this
 PING_INTERVAL = 0.02
 
 
@@ -49,6 +50,7 @@ PING_INTERVAL = 0.02
 class ProbeSizes:
     """How long each probe of one direction runs (seconds) and how the TCP probe starts."""
 
+    capacity_overdrive: float  # the capacity probe sends this multiple of the rate
     capacity_skip: float  # after the first datagram, before the window opens
     capacity_window: float
     capacity_send: float  # the sender's duration: skip + window + a margin
@@ -59,18 +61,26 @@ class ProbeSizes:
     buffer: int  # bytes of each TCP probe socket buffer
 
 
-def size_probes(rate: float, rtt: float, window: float = 1.0) -> ProbeSizes:
+def size_probes(rate: float, rtt: float, window: float = 1.0, burst: int = 0) -> ProbeSizes:
     """Probe lengths for a link of ``rate`` bit/s and round trip ``rtt`` s; ``window`` is the TCP
     measurement after the last window-start candidate. With a BDP-sized initial window the flow
     fills the link one round trip after the handshake; the slow-start overshoot's losses are
-    repaired within the next two, which the receiver's candidates (RTT/2 apart) step over."""
+    repaired within the next two, which the receiver's candidates (RTT/2 apart) step over.
+
+    ``burst`` (bytes) is the shaper's token bucket, full after idle: sent at ``overdrive`` x rate,
+    it lets (overdrive - 1) x rate more through until it is empty, so the capacity window opens
+    only after that (a 67 kB bucket at 50 Mbit/s took 0.21 s at 1.05 x and read 101.1% in a
+    0.5 s window opened after 0.1 s)."""
     bdp = rate * rtt / 8
     spacing = max(rtt / 2, 0.05)
     warmup = rtt + 0.1
+    overdrive = max(OVERDRIVE, 1 + burst * 8 / (rate * BURST_DRAIN))
+    skip = max(0.1, 1.2 * burst * 8 / ((overdrive - 1) * rate))
     return ProbeSizes(
-        capacity_skip=0.1,
+        capacity_overdrive=overdrive,
+        capacity_skip=skip,
         capacity_window=0.5,
-        capacity_send=rtt / 2 + 0.1 + 0.5 + 0.2,
+        capacity_send=rtt / 2 + skip + 0.5 + 0.2,
         tcp_warmup=warmup,
         tcp_duration=warmup + 4 * spacing + window,
         initcwnd=max(10, math.ceil(bdp / MSS)),
@@ -214,12 +224,12 @@ def measure_goodput(
 
 
 def measure_capacity(tb: Testbed, src: str, dst: str, rate: float, sizes: ProbeSizes) -> dict:
-    """Paced UDP ``src`` -> ``dst`` at OVERDRIVE x ``rate``: the receiver's JSON, the sender's
+    """Paced UDP ``src`` -> ``dst`` above ``rate``: the receiver's JSON, the sender's
     as 'sender'."""
     port = ["--port", str(CAPACITY_PORT)]
     window = ["--skip", str(sizes.capacity_skip), "--window", str(sizes.capacity_window)]
     with _server(tb, dst, "traffic.udprate", *port, *window) as server:
-        args = ["send", "--host", dst, *port, "--rate", str(rate * OVERDRIVE)]
+        args = ["send", "--host", dst, *port, "--rate", str(rate * sizes.capacity_overdrive)]
         args += ["--duration", str(sizes.capacity_send)]
         sent = _client(tb, src, "traffic.udprate", args, timeout=sizes.capacity_send + 60)
         line, _ = server.communicate(timeout=30)
@@ -259,7 +269,7 @@ def check_direction(
     rtt_conf = configured_rtt(plan, d)
     rate = configured_rate(plan, d)
     good_conf = rate * GOODPUT_FACTOR
-    sizes = size_probes(rate, rtt_conf, duration)
+    sizes = size_probes(rate, rtt_conf, duration, burst=htb_burst(rate))
     capacity_conf = rate * (1 - d.loss)  # the emulated random loss is part of the plan
     problems = []
     samples = measure_rtt(tb, src, dst, pings, PING_INTERVAL)

@@ -57,3 +57,15 @@ def test_low_capacity_and_low_goodput_are_flagged_separately():
 
 def test_a_missing_capacity_reading_is_flagged():
     assert judge(None, 1.0) == ["capacity probe gave no result"]
+
+
+def test_the_capacity_window_opens_after_the_full_token_bucket_is_spent() -> None:
+    # 50 Mbit/s, 67 kB bucket: at 1.05 x the bucket lasts 0.21 s, past the old 0.1 s skip.
+    s = size_probes(50e6, 0.02, burst=67050)
+    assert s.capacity_overdrive == 1.05
+    spent_by = 67050 * 8 / ((s.capacity_overdrive - 1) * 50e6)
+    assert s.capacity_skip >= spent_by
+    # a slow link gets more overdrive instead of a long skip: the probe stays short
+    slow = size_probes(5e6, 0.02, burst=67050)
+    assert slow.capacity_overdrive > 1.05 and slow.capacity_skip <= 0.31
+    assert size_probes(5e9, 0.05, burst=625000).capacity_skip == 0.1
