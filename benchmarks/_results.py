@@ -1,7 +1,9 @@
-"""Shared by the benchmarks: replace one script's section of benchmarks/RESULTS.md."""
+"""Shared by the benchmarks: replace one script's section of benchmarks/RESULTS.md, and print a
+table as it is measured while keeping a copy for it (``Tee``)."""
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
@@ -20,3 +22,16 @@ def write_section(script: str, text: str) -> None:
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
     body = pattern.sub(lambda _: block, body) if pattern.search(body) else f"{body}\n{block}\n"
     RESULTS.write_text(body)
+
+
+class Tee(io.TextIOBase):
+    """Print as we go and keep a copy for RESULTS.md."""
+
+    def __init__(self, *streams) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+            s.flush()
+        return len(text)

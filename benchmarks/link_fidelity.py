@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks._results import write_section
+from benchmarks._results import Tee, write_section
 from testbed.config.scenario import parse_scenario
 from testbed.net import probe as kernel
 from testbed.net import procs
@@ -155,23 +155,10 @@ def main() -> None:
     if args.only and args.write:
         p.error("--write needs both parts (it replaces the whole section)")
     buf = io.StringIO()
-    with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
+    with contextlib.redirect_stdout(Tee(sys.stdout, buf)):
         _run(args)
     if args.write:
         write_section("link_fidelity.py", buf.getvalue())
-
-
-class _Tee(io.TextIOBase):
-    """Print as we go and keep a copy for RESULTS.md."""
-
-    def __init__(self, *streams) -> None:
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for s in self.streams:
-            s.write(text)
-            s.flush()
-        return len(text)
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -28,7 +28,7 @@ import platform
 import sys
 import time
 
-from benchmarks._results import write_section
+from benchmarks._results import Tee, write_section
 from testbed.config.scenario import parse_scenario
 from testbed.run.selfcheck import (
     check_direction,
@@ -143,7 +143,7 @@ def main() -> None:
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = p.parse_args()
     buf = io.StringIO()
-    with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
+    with contextlib.redirect_stdout(Tee(sys.stdout, buf)):
         print(f"## Link self-check ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
         load = os.getloadavg()
         print(
@@ -157,19 +157,6 @@ def main() -> None:
         window_starts(2 if args.quick else 4)
     if args.write:
         write_section("selfcheck.py", buf.getvalue())
-
-
-class _Tee(io.TextIOBase):
-    """Print as we go and keep a copy for RESULTS.md."""
-
-    def __init__(self, *streams) -> None:
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for s in self.streams:
-            s.write(text)
-            s.flush()
-        return len(text)
 
 
 if __name__ == "__main__":
