@@ -28,7 +28,7 @@ from testbed.core.errors import NetError, UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.link.delayline import (
     DEFAULT_CE_MARK,
-    iptables_delete_rules,
+    deletions_of,
     iptables_rules,
     read_stats,
     restore_command,
@@ -278,12 +278,7 @@ class DelayLineSupervisor:
         deletions: dict[str, list[list[str]]] = {}
         for line in self.lines:
             if line.rules_installed:
-                for i, d in enumerate(line.directions):
-                    deletions.setdefault(line.ns, []).extend(
-                        iptables_delete_rules(
-                            d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
-                        )
-                    )
+                deletions[line.ns] = deletions_of(line.rules)
                 line.rules_installed = False
         # A namespace whose rules never went in fails its deletion as a whole: nothing to remove.
         _restore_all(deletions)

@@ -118,6 +118,7 @@ Stats file (JSON, replaced atomically every ``stats_interval`` s and at exit)::
 from testbed.link.delayline.config import Config, ConfigError, QueueConfig
 from testbed.link.delayline.rules import (
     DEFAULT_CE_MARK,
+    deletions_of,
     iptables_delete_rules,
     iptables_rules,
     restore_command,
@@ -130,6 +131,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "QueueConfig",
+    "deletions_of",
     "iptables_delete_rules",
     "iptables_rules",
     "read_stats",

@@ -42,10 +42,14 @@ def iptables_rules(
     return rules
 
 
+def deletions_of(rules: list[list[str]]) -> list[list[str]]:
+    """argv lists deleting ``rules`` (argv lists of :func:`iptables_rules`)."""
+    return [[("-D" if a == "-A" else a) for a in rule] for rule in rules]
+
+
 def iptables_delete_rules(in_iface: str, queue_num: int, **options: Any) -> list[list[str]]:
     """argv lists deleting the rules of :func:`iptables_rules` (same arguments)."""
-    rules = iptables_rules(in_iface, queue_num, **options)
-    return [[("-D" if a == "-A" else a) for a in rule] for rule in rules]
+    return deletions_of(iptables_rules(in_iface, queue_num, **options))
 
 
 def restore_command(iptables: str = "iptables") -> list[str]:
