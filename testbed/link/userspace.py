@@ -1,6 +1,11 @@
 """The userspace backend: the delay line (one process per wire namespace) behind HTB, started,
 watched and stopped like a real component.
 
+All lines come from one Python start-up: one launcher in the initial namespace forks a line per
+wire namespace and reports each one's pid when it is READY (:mod:`testbed.link.delayline.launch`),
+then exits. The lines outlive it (and a `testbed up`): they are watched and stopped by pid (with
+its start time, never a stranger), and PID 1 reaps them.
+
 Order matters (FIELD-NOTES): the process binds its queues and prints READY *before* any iptables
 rule sends packets to it; at shutdown the rules go *before* the process, because the kernel drops
 whatever a dying listener held. There is no ``--queue-bypass``: if the process dies, packets of its
@@ -19,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +45,7 @@ from testbed.net.registry import Record
 from testbed.plan.topology import NetworkPlan, WanDirection
 
 STATS_INTERVAL = 0.5
+STOP_TIMEOUT = 5.0  # seconds a line gets to flush and exit after SIGTERM before SIGKILL
 
 
 @dataclass
@@ -49,11 +56,15 @@ class LineProcess:
     directions: list[WanDirection]
     config_path: Path
     stats_path: Path
-    proc: subprocess.Popen | None = None
+    pid: int | None = None  # set once the line said READY
+    start: int | None = None  # its start time (registry.process_start): a reused pid is not it
     rules: list[list[str]] = field(default_factory=list)
     rules_installed: bool = False
-    exit_code: int | None = None
+    exit_code: int | None = None  # known only when it failed before READY
     stderr_tail: str = ""
+
+    def alive(self) -> bool:
+        return self.pid is not None and registry.process_alive(self.pid, self.start)
 
     @property
     def log_path(self) -> Path:
@@ -183,20 +194,22 @@ class DelayLineSupervisor:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """All lines start at once (each is a Python start-up), then each must say READY, then
+        """All lines start at once (one launcher forks them), then each must say READY, then
         the rules go in: no packet reaches a line that is not listening."""
+        if not self.lines:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
-            for line in self.lines:
-                self._spawn(line)
+            self._launch()
         finally:
             # One save for all lines: each save rewrites the whole record. Until it lands, a
             # teardown still finds the lines, as processes living in the testbed's namespaces.
             self.record.add_processes(
-                [(line.proc.pid, f"delay line {line.ns}") for line in self.lines if line.proc]
+                [(line.pid, f"delay line {line.ns}") for line in self.lines if line.pid]
             )
-        for line in self.lines:
-            self._await_ready(line)
+            for line in self.lines:
+                if line.pid is not None:
+                    line.start = registry.process_start(line.pid)
         for line in self.lines:
             for i, d in enumerate(line.directions):
                 line.rules += iptables_rules(
@@ -240,38 +253,55 @@ class DelayLineSupervisor:
             config.update(trace_file=str(line.trace_path), trace_interval=self.trace_interval)
         return config
 
-    def _spawn(self, line: LineProcess) -> None:
-        line.config_path.write_text(json.dumps(self._config(line), indent=1))
-        argv = [sys.executable, "-m", "testbed.link.delayline", "--config", str(line.config_path)]
-        # stderr goes to a file: the line must outlive a `testbed up` that started it.
-        with open(line.log_path, "w") as log:
-            line.proc = subprocess.Popen(
-                _ns_exec(line.ns, argv),
+    def _launch(self) -> None:
+        """One launcher for all lines (one Python start-up, ~80 ms of CPU, instead of one per
+        wire); each line's pid once it is READY. Raises NetError naming the namespace and the
+        reason of a line that did not start."""
+        argv = [sys.executable, "-m", "testbed.link.delayline"]
+        for line in self.lines:
+            line.config_path.write_text(json.dumps(self._config(line), indent=1))
+            argv += ["--line", line.ns, str(line.config_path), str(line.log_path)]
+        # The lines' stderr goes to their log files: they must outlive a `testbed up`.
+        with open(self.dir / "launcher.log", "w") as log:
+            launcher = subprocess.Popen(
+                argv,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
-                # Its own process group: a Ctrl-C in the terminal must not kill the line before
-                # the rules are gone (that would drop what it holds and fail the run spuriously).
+                # Its own session, inherited by the lines: a Ctrl-C in the terminal must not kill
+                # a line before the rules are gone (that would drop what it holds and fail the
+                # run spuriously).
                 start_new_session=True,
             )
-
-    def _await_ready(self, line: LineProcess) -> None:
-        assert line.proc is not None
-        if not procs.wait_ready(line.proc):
-            self._collect_exit(line)
-            raise NetError(
-                f"delay line in {line.ns} did not start: exit code {line.exit_code}; "
-                f"{line.stderr_tail or 'no output'}"
-            )
-
-    def _collect_exit(self, line: LineProcess) -> None:
-        if line.proc is None:
-            return
-        if line.proc.poll() is None:
-            line.proc.kill()
-        line.exit_code = line.proc.wait()
-        with contextlib.suppress(OSError):
-            line.stderr_tail = line.log_path.read_text().strip()[-500:]
+        try:
+            # The launcher exits once every line is READY or has failed.
+            out, _ = launcher.communicate(timeout=procs.READY_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            procs.stop(launcher)
+            out = ""  # the lines that did start are in the namespaces: teardown finds them
+        by_ns = {line.ns: line for line in self.lines}
+        for text in out.splitlines():
+            match text.split():
+                case ["READY", ns, pid] if ns in by_ns:
+                    by_ns[ns].pid = int(pid)
+                case ["FAILED", ns, _pid, code] if ns in by_ns:
+                    by_ns[ns].exit_code = int(code)
+        for line in self.lines:
+            if line.pid is None:
+                with contextlib.suppress(OSError):
+                    line.stderr_tail = line.log_path.read_text().strip()[-500:]
+                if not line.stderr_tail and line.exit_code is None:
+                    with contextlib.suppress(OSError):
+                        line.stderr_tail = (self.dir / "launcher.log").read_text().strip()[-500:]
+                why = (
+                    f"exit code {line.exit_code}"
+                    if line.exit_code is not None
+                    else f"no READY within {procs.READY_TIMEOUT:g} s"
+                )
+                raise NetError(
+                    f"delay line in {line.ns} did not start: {why}; "
+                    f"{line.stderr_tail or 'no output'}"
+                )
 
     def stop(self) -> None:
         """Rules first, then SIGTERM; the line writes its final stats and exits."""
@@ -282,18 +312,20 @@ class DelayLineSupervisor:
                 line.rules_installed = False
         # A namespace whose rules never went in fails its deletion as a whole: nothing to remove.
         _restore_all(deletions)
-        for line in self.lines:
-            if line.proc is not None and line.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(line.proc.pid, signal.SIGTERM)
-        for line in self.lines:
-            if line.proc is None:
-                continue
-            try:
-                line.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                line.proc.kill()
-            self._collect_exit(line)
+        running = [line for line in self.lines if line.alive()]
+        for line in running:
+            assert line.pid is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(line.pid, signal.SIGTERM)
+        # Not our children (the launcher was their parent): gone means exited, zombie or not.
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while running and time.monotonic() < deadline:
+            time.sleep(0.01)
+            running = [line for line in running if line.alive()]
+        for line in running:
+            assert line.pid is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(line.pid, signal.SIGKILL)
 
     # -- watching ----------------------------------------------------------------------------
     def problems(self) -> list[str]:
@@ -301,14 +333,23 @@ class DelayLineSupervisor:
         out = []
         for line in self.lines:
             names = ", ".join(d.name for d in line.directions)
-            if line.proc is not None and line.proc.poll() is not None and line.rules_installed:
+            if line.pid is not None and line.rules_installed and not line.alive():
                 out.append(
-                    f"link {names} failed: its delay line (pid {line.proc.pid}) died with exit "
-                    f"code {line.proc.returncode}; the kernel drops its packets"
+                    f"link {names} failed: its delay line (pid {line.pid}) died; the kernel "
+                    f"drops its packets{self._log_tail(line)}"
                 )
             for err in self._stats(line).get("errors", []) or []:
                 out.append(f"link {names}: delay line error: {err}")
         return out
+
+    @staticmethod
+    def _log_tail(line: LineProcess) -> str:
+        """The last words of a line's stderr, for a problem report ("" if it said nothing)."""
+        try:
+            said = line.log_path.read_text().strip().splitlines()
+        except OSError:
+            return ""
+        return f" (its log: {' / '.join(said[-2:])[-300:]})" if said else ""
 
     def _stats(self, line: LineProcess) -> dict:
         try:

@@ -1,4 +1,5 @@
-"""Entering network namespaces from Python (3.11 has no ``os.setns``), for sysctls and sockets.
+"""Work inside network namespaces from Python (entering one: :mod:`testbed.core.nsenter`): sysctls,
+sockets, the processes living in a namespace.
 
 ``setns(CLONE_NEWNET)`` changes the namespace of the calling *thread* only, so work inside a
 namespace runs in a short-lived worker thread: the main thread never leaves the initial namespace,
@@ -7,36 +8,17 @@ even if the work raises.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-CLONE_NEWNET = 0x40000000
-NETNS_DIR = Path("/run/netns")
+from testbed.core.nsenter import CLONE_NEWNET, NETNS_DIR, enter, setns
+
+__all__ = ["CLONE_NEWNET", "NETNS_DIR", "enter", "setns"]
+
 T = TypeVar("T")
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def enter(ns: str) -> None:
-    """Move the calling thread (or a freshly forked child, as ``preexec_fn``) into ``ns``.
-
-    Opens the namespace file without creating anything: a missing namespace is an error here,
-    never silently made (the pyroute2 pitfall in FIELD-NOTES)."""
-    fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        setns(fd)
-    finally:
-        os.close(fd)
 
 
 def run_in(ns_work: list[tuple[str, Callable[[], T]]]) -> list[T]:

@@ -649,3 +649,46 @@ def test_overflow_is_reported_not_silent(topo: Topo, tmp_path: Path) -> None:
     text = " | ".join(st["errors"])
     assert "queue_dropped" in text and "user_dropped" in text and "ENOBUFS" in text
     assert "ERROR" in line.stderr_path.read_text()
+
+
+@live
+@pytest.mark.live
+def test_launcher_forks_one_line_per_namespace_and_names_the_ones_that_failed(
+    topo: Topo, tmp_path: Path
+) -> None:
+    """``--line NS CONFIG LOG``: the launcher (in the initial namespace) says READY with the pid
+    for the good line, FAILED with the namespace and exit code for a bad config (2) and for a
+    namespace that does not exist (3), whose reasons are in their logs; then it exits 1."""
+    good = tmp_path / "good.json"
+    stats_file = tmp_path / "stats.json"
+    good.write_text(
+        json.dumps({"queues": [qcfg(Q_AB, "a->b", 0.0)], "stats_file": str(stats_file)})
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"queues": [{"num": 1, "loss": 2}]}))
+    missing = f"{topo.prefix}nosuch"
+    argv = [PYTHON, "-m", "testbed.link.delayline"]
+    for ns, cfg, log in ((topo.r, good, "good"), (topo.a, bad, "bad"), (missing, good, "gone")):
+        argv += ["--line", ns, str(cfg), str(tmp_path / f"{log}.log")]
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=30)
+    said = {line.split()[1]: line.split() for line in r.stdout.splitlines()}
+    assert r.returncode == 1 and set(said) == {topo.r, topo.a, missing}, r.stdout + r.stderr
+    assert said[topo.a][0] == "FAILED" and said[topo.a][3] == "2"
+    assert "config error" in (tmp_path / "bad.log").read_text()
+    assert said[missing][0] == "FAILED" and said[missing][3] == "3"
+    assert f"cannot enter namespace {missing}" in (tmp_path / "gone.log").read_text()
+    assert said[topo.r][0] == "READY"
+    pid = int(said[topo.r][2])
+    try:
+        # The good line runs on in its namespace (not the launcher's), bound to its queue.
+        assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+        assert os.stat(f"/run/netns/{topo.r}").st_ino == os.stat(f"/proc/{pid}/ns/net").st_ino
+        queues = sh(nsx(topo.r, ["cat", "/proc/net/netfilter/nfnetlink_queue"])).stdout
+        assert queues.split()[0] == str(Q_AB), queues
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5  # SIGTERM: it unbinds and writes its final stats
+    while time.monotonic() < deadline and not dl.read_stats(stats_file).get("final"):
+        time.sleep(0.05)
+    final = dl.read_stats(stats_file)
+    assert final["final"] is True and final["pid"] == pid and final["errors"] == []

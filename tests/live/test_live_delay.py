@@ -155,3 +155,36 @@ def test_link_stats_have_counters(make_testbed):
     assert fwd["packets"] >= 50
     assert fwd["queue_dropped"] == 0 and fwd["user_dropped"] == 0
     assert fwd["errors"] == ""
+
+
+def _process_ns(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def test_three_wires_get_one_line_each_from_one_launcher_and_down_stops_all(make_testbed):
+    data = scenario(
+        clusters={c: {"hosts": 1} for c in ("east", "west", "north")},
+        wan=[
+            {"between": [a, b], "rate": "1gbit", "delay": "5ms"}
+            for a, b in (("east", "west"), ("east", "north"), ("west", "north"))
+        ],
+        backend="userspace",
+    )
+    tb = make_testbed(data)
+    wires = {d.impairment.ns for d in tb.plan.wan}
+    pids = _delay_line_pids(tb)
+    assert len(wires) == 3 and len(set(pids)) == 3, (wires, pids)
+    # Each line lives in its own wire namespace (entered with setns), has said READY (its rules
+    # are in: packets are delayed).
+    in_ns = {_process_ns(pid) for pid in pids}
+    assert in_ns == {f"net:[{netns.netns_inode(ns)}]" for ns in wires}
+    assert not tb.problems()
+    for dst in ("west-h0", "north-h0"):
+        r = probe_rtt(tb, "east-h0", dst, count=10, interval=0.01)
+        assert r["lost"] == 0 and statistics.median(r["rtts"]) >= 0.0095, r["rtts"]
+    tb.down()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or _is_zombie_of_others(pid)
+    assert not any((netns.NETNS_DIR / ns).exists() for ns in wires)
+    stats = {row["direction"]: row for row in tb.link_stats()}
+    assert len(stats) == 6 and all(row["process_final"] is True for row in stats.values())

@@ -19,6 +19,8 @@ What this package owns, module by module
     * :mod:`.stats`: the stats file and queue trace records, the kernel's per-queue counters, and
       :func:`read_stats` for the supervisor;
     * :mod:`.loop`: the process itself (:class:`~.loop.DelayLine`: setup, hot path, main loop);
+    * :mod:`.launch`: one start-up for many lines (fork one per wire namespace, ``setns``, relay
+      each one's READY or failure);
     * ``__main__``: the entry point.
     It does not create namespaces, qdiscs or rules, and never touches interface offloads; the
     supervisor (:mod:`testbed.link.userspace`) and the plan do.
@@ -40,7 +42,9 @@ Config (JSON)::
 
 Protocol with the supervisor
     1. start the process inside the namespace; wait for the single line ``READY`` on stdout
-       (nothing else is ever written to stdout; diagnostics go to stderr). Exit 2 before READY:
+       (nothing else is ever written to stdout; diagnostics go to stderr). The userspace
+       backend starts all its lines with one launcher instead (``--line NS CONFIG LOG ...``,
+       :mod:`.launch`), which reports ``READY NS PID`` per line. Exit 2 before READY:
        bad config; exit 1: a queue could not be bound (e.g. EBUSY: that queue number is already
        bound in this namespace) or the socket setup failed.
     2. add the rules (:func:`iptables_rules`, run inside the namespace); only then is traffic

@@ -1,7 +1,12 @@
-"""``python -m testbed.link.delayline --config FILE``: the process the userspace backend starts.
+"""``python -m testbed.link.delayline``: the process the userspace backend starts.
 
-This module owns the command line and the exit codes: 2 for a bad config, 1 when the socket or a
-queue could not be set up (both before READY), else what :meth:`DelayLine.run` returns.
+* ``--config FILE``: one delay line in the current namespace (run it with ``ip netns exec``);
+* ``--line NS CONFIG LOG`` (repeatable): from the initial namespace, one line per wire
+  namespace, all forked from this one interpreter (:mod:`.launch`: the READY/FAILED protocol).
+
+This module owns the command line and the exit codes: 2 for a bad config (or bad arguments), 1
+when the socket or a queue could not be set up (both before READY), else what
+:meth:`DelayLine.run` returns.
 """
 
 from __future__ import annotations
@@ -9,29 +14,27 @@ from __future__ import annotations
 import argparse
 import sys
 
-from testbed.link.delayline.config import Config, ConfigError
-from testbed.link.delayline.loop import DelayLine
+from testbed.link.delayline.launch import launch, run_line
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m testbed.link.delayline",
-        description="NFQUEUE delay line (run inside the router namespace).",
+        description="NFQUEUE delay line: here (--config), or one per namespace (--line).",
     )
-    ap.add_argument("--config", required=True, help="JSON config file")
+    how = ap.add_mutually_exclusive_group(required=True)
+    how.add_argument("--config", help="JSON config file (one line, in this namespace)")
+    how.add_argument(
+        "--line",
+        nargs=3,
+        action="append",
+        metavar=("NETNS", "CONFIG", "LOG"),
+        help="a line in namespace NETNS, its config and its stderr file (repeatable)",
+    )
     args = ap.parse_args(argv)
-    try:
-        cfg = Config.load(args.config)
-    except ConfigError as e:
-        print(f"delayline: config error: {e}", file=sys.stderr)
-        return 2
-    line = DelayLine(cfg)
-    try:
-        line.setup()
-    except OSError as e:
-        print(f"delayline: setup failed: {e}", file=sys.stderr)
-        return 1
-    return line.run()
+    if args.line:
+        return launch([(ns, config, log) for ns, config, log in args.line])
+    return run_line(args.config)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,119 @@
+"""One Python start-up for many delay lines: fork one line process per wire namespace.
+
+``python -m testbed.link.delayline --line NS CONFIG LOG [--line ...]`` runs in the initial
+namespace. It has imported the delay line once; each ``--line`` gets a forked child that sends
+its stderr to ``LOG``, enters ``NS`` (``setns``: the child has one thread, so the whole process
+moves and ``/proc/net/netfilter/nfnetlink_queue`` shows that namespace's counters), loads
+``CONFIG`` and runs the :class:`~testbed.link.delayline.loop.DelayLine` exactly as a line started
+with ``ip netns exec NS python -m testbed.link.delayline --config CONFIG`` would. One process per
+wire still: all cores are used and a dead line fails only its own links.
+
+Protocol on stdout (the supervisor's, :mod:`testbed.link.userspace`), one line per child in the
+order the children get there:
+
+* ``READY NS PID``: the line in ``NS`` (process ``PID``) has bound its queues;
+* ``FAILED NS PID CODE``: it exited before READY with ``CODE`` (2: bad config, 1: a queue or the
+  socket could not be set up, 3: the namespace could not be entered); the reason is in its LOG.
+
+The launcher then exits (0 if every line got ready, else 1) and the lines live on, re-parented
+to PID 1; stopping them (SIGTERM after their rules are gone) is the supervisor's, by pid. Each
+child reports its READY through a pipe of its own, so the launcher knows which child failed.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+
+from testbed.core.nsenter import enter
+from testbed.link.delayline.config import Config, ConfigError
+from testbed.link.delayline.loop import DelayLine
+
+EXIT_NAMESPACE = 3
+
+
+def run_line(config: str, ready_fd: int | None = None) -> int:
+    """Load ``config``, bind the queues and serve; the exit codes of the package docstring.
+    READY goes to ``ready_fd`` (stdout if None)."""
+    try:
+        cfg = Config.load(config)
+    except ConfigError as e:
+        print(f"delayline: config error: {e}", file=sys.stderr)
+        return 2
+    line = DelayLine(cfg)
+    try:
+        line.setup()
+    except OSError as e:
+        print(f"delayline: setup failed: {e}", file=sys.stderr)
+        return 1
+    if ready_fd is None:
+        return line.run()
+    with os.fdopen(ready_fd, "w") as ready:
+        return line.run(ready)
+
+
+def _child(ns: str, config: str, log: str, ready_fd: int) -> int:
+    """In the forked child: stderr to ``log``, stdout away (the launcher's stdout is the
+    supervisor's protocol), into ``ns``, then the line."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        enter(ns)
+    except OSError as e:
+        print(f"delayline: cannot enter namespace {ns}: {e}", file=sys.stderr)
+        return EXIT_NAMESPACE
+    return run_line(config, ready_fd)
+
+
+def launch(lines: list[tuple[str, str, str]]) -> int:
+    """Fork one line per (namespace, config, log); relay READY/FAILED; 0 if all got ready."""
+    waiting: dict[int, tuple[str, int]] = {}  # read end of a child's ready pipe -> (ns, pid)
+    for ns, config, log in lines:
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the launcher's code
+            code = 1
+            try:
+                os.close(r)
+                for other in waiting:
+                    os.close(other)
+                code = _child(ns, config, log, w)
+            except BaseException as e:  # a crash must still end this process, with a reason
+                print(f"delayline: {type(e).__name__}: {e}", file=sys.stderr)
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(w)
+        waiting[r] = (ns, pid)
+    out = sys.stdout
+    failed = 0
+    pending = bytearray()
+    got: dict[int, bytearray] = {r: bytearray() for r in waiting}
+    while waiting:
+        ready, _, _ = select.select(list(waiting), [], [])
+        for r in ready:
+            ns, pid = waiting[r]
+            chunk = os.read(r, 64)
+            got[r] += chunk
+            if b"READY\n" in got[r]:
+                pending += f"READY {ns} {pid}\n".encode()
+            elif chunk:
+                continue  # part of the line: read on
+            else:  # EOF before READY: the child exited; reap it for its code
+                _, status = os.waitpid(pid, 0)
+                code = os.waitstatus_to_exitcode(status)
+                pending += f"FAILED {ns} {pid} {code}\n".encode()
+                failed += 1
+            os.close(r)
+            del waiting[r]
+        out.write(pending.decode())
+        out.flush()
+        pending.clear()
+    return 1 if failed else 0
