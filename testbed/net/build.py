@@ -1,8 +1,10 @@
 """Realize a NetworkPlan in the kernel and tear it down: the only module that builds topology.
 
-Building runs the rendered iproute2 batches (one in the initial namespace, then one ``ip`` and one
-``tc`` batch per namespace, started in parallel), writes per-namespace sysctls from a worker thread
-and the ``/etc/netns/<ns>/hosts`` files that ``ip netns exec`` mounts. Teardown stops the
+Building runs the rendered ``ip`` batch in the initial namespace (namespaces, veth pairs), sends
+each namespace's links, addresses and routes as rtnetlink requests (:mod:`testbed.net.rtnl`, from
+a worker thread: no process per namespace), runs one ``tc`` batch per namespace with qdiscs
+(started in parallel), writes per-namespace sysctls from a worker thread and the
+``/etc/netns/<ns>/hosts`` files that ``ip netns exec`` mounts. Teardown stops the
 testbed's processes (recorded pids, and any process living in its namespaces), deletes its
 namespaces (which removes every veth, bridge, qdisc and iptables rule inside them) and its files.
 """
@@ -116,14 +118,15 @@ def write_hosts_files(plan: NetworkPlan) -> None:
 def build(plan: NetworkPlan, rec: Record, feats: KernelFeatures, tc: dict[str, list[str]]) -> None:
     """Create every kernel object of ``plan``, with ``tc``'s qdiscs (namespace -> batch lines,
     which the link backend renders). The record must already be saved (for clean)."""
-    from testbed.plan.render import ip_batches, root_batch
+    from testbed.net import rtnl
+    from testbed.plan.render import ip_ops, root_batch
 
     ensure_congestion_allowed(plan.congestion, feats)
     rec.namespaces = [ns.name for ns in plan.namespaces]
     rec.hosts = plan.names()
     rec.save()
     run_batches([(["ip"], root_batch(plan))])
-    run_batches([(["ip", "-n", ns], lines) for ns, lines in ip_batches(plan).items()])
+    rtnl.apply(ip_ops(plan))
     if tc:
         run_batches([(["tc", "-n", ns], lines) for ns, lines in tc.items()])
     try:

@@ -1,18 +1,20 @@
-"""Plan -> iproute2 batch input. PURE: strings out, no kernel access.
+"""Plan -> what to create in the kernel, as iproute2 batch input and structured operations.
+PURE: no kernel access.
 
-iproute2 batch input measured fastest for building topologies (several times faster than
-pyroute2: benchmarks/RESULTS.md, "Measurements moved from docstrings"). One batch runs in the
-initial namespace to create the namespaces and the veth pairs directly inside them (nothing ever
-appears in the initial namespace); then one ``ip -n NS -batch`` and one ``tc -n NS -batch`` per
-namespace configure addresses, routes and qdiscs. Every token comes from the validated plan,
-never from raw text.
-The qdisc lines are pieces: which of them a testbed gets is its link backend's choice
-(``testbed.link``: kernel netem, shaping only, or the userspace delay line).
-"""
+One ``ip`` batch runs in the initial namespace to create the namespaces and the veth pairs
+directly inside them (nothing ever appears in the initial namespace). Then each namespace's
+links, addresses and routes are :func:`ip_ops` (structured; :mod:`testbed.net.rtnl` sends them as
+rtnetlink requests from the testbed's own process, which beat one ``ip -n NS -batch`` process per
+namespace, and :func:`ip_line` is each one as an ``ip`` command), and one ``tc -n NS -batch`` per
+namespace with qdiscs. iproute2 batches and these requests both measured several times faster
+than pyroute2 (benchmarks/RESULTS.md). Every token comes from the validated plan, never from raw
+text. The qdisc lines are pieces: which of them a testbed gets is its link backend's choice
+(``testbed.link``: kernel netem, shaping only, or the userspace delay line)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 from testbed.core.frames import FRAME_BYTES
 from testbed.plan.topology import (
@@ -39,17 +41,53 @@ def teardown_batch(namespaces: list[str]) -> list[str]:
     return [f"netns del {ns}" for ns in namespaces]
 
 
-def ip_batches(plan: NetworkPlan) -> dict[str, list[str]]:
-    """Namespace -> ``ip`` batch lines (links up, bridges, addresses, routes)."""
-    out: dict[str, list[str]] = defaultdict(list)
+class LinkUp(NamedTuple):
+    dev: str
+
+
+class BridgeAdd(NamedTuple):
+    """A bridge without STP and without forwarding delay: ports forward as soon as they are up."""
+
+    name: str
+
+
+class SetMaster(NamedTuple):
+    port: str
+    master: str
+
+
+class AddrAdd(NamedTuple):
+    cidr: str
+    dev: str
+
+
+class GsoMaxSegs(NamedTuple):
+    dev: str
+    segs: int
+
+
+class RouteAdd(NamedTuple):
+    dst: str  # "default" or a CIDR
+    via: str
+    src: str | None = None
+
+
+IpOp = LinkUp | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
+
+
+def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
+    """Namespace -> what to configure in it, in order (links up, bridges, addresses, routes).
+
+    :mod:`testbed.net.rtnl` sends these as rtnetlink requests; :func:`ip_line` is each one's
+    ``ip`` command (the same request), for error messages and for running it by hand."""
+    out: dict[str, list[IpOp]] = defaultdict(list)
     for ns in plan.namespaces:
-        out[ns.name].append("link set lo up")
+        out[ns.name].append(LinkUp("lo"))
     for br in plan.bridges:
-        # No STP and no forwarding delay: ports forward as soon as they are up.
-        out[br.ns].append(f"link add {br.name} type bridge stp_state 0 forward_delay 0")
-        out[br.ns] += [f"link set {port} master {br.name}" for port in br.ports]
+        out[br.ns].append(BridgeAdd(br.name))
+        out[br.ns] += [SetMaster(port, br.name) for port in br.ports]
     for a in plan.addresses:
-        out[a.ns].append(f"addr add {a.cidr} dev {a.ifname}")
+        out[a.ns].append(AddrAdd(a.cidr, a.ifname))
     ifaces: dict[str, list[str]] = defaultdict(list)
     for v in plan.veths:
         ifaces[v.ns_a].append(v.if_a)
@@ -57,16 +95,38 @@ def ip_batches(plan: NetworkPlan) -> dict[str, list[str]]:
     for br in plan.bridges:
         ifaces[br.ns].append(br.name)
     for ns, names in ifaces.items():
-        out[ns] += [f"link set {name} up" for name in names]
+        out[ns] += [LinkUp(name) for name in names]
     if plan.wire_sized_packets:
         # Loss applies per queued packet, in netem as in the delay line; a 64 KiB GSO packet
         # would lose 44 wire packets at once. One segment per packet makes loss per wire packet.
         for h in plan.hosts:
-            out[h.ns].append(f"link set dev {h.ifname} gso_max_segs 1")
+            out[h.ns].append(GsoMaxSegs(h.ifname, 1))
     for r in plan.routes:
-        src = f" src {r.src}" if r.src else ""
-        out[r.ns].append(f"route add {r.dst} via {r.via}{src}")
+        out[r.ns].append(RouteAdd(r.dst, r.via, r.src))
     return dict(out)
+
+
+def ip_line(op: IpOp) -> str:
+    """``op`` as a line of ``ip -batch`` input."""
+    match op:
+        case LinkUp(dev):
+            return f"link set {dev} up"
+        case BridgeAdd(name):
+            return f"link add {name} type bridge stp_state 0 forward_delay 0"
+        case SetMaster(port, master):
+            return f"link set {port} master {master}"
+        case AddrAdd(cidr, dev):
+            return f"addr add {cidr} dev {dev}"
+        case GsoMaxSegs(dev, segs):
+            return f"link set dev {dev} gso_max_segs {segs}"
+        case RouteAdd(dst, via, src):
+            return f"route add {dst} via {via}" + (f" src {src}" if src else "")
+    raise TypeError(f"not an ip operation: {op!r}")
+
+
+def ip_batches(plan: NetworkPlan) -> dict[str, list[str]]:
+    """Namespace -> ``ip`` batch lines: :func:`ip_ops` as text."""
+    return {ns: [ip_line(op) for op in ops] for ns, ops in ip_ops(plan).items()}
 
 
 def shaper_lines(s: Shaper) -> list[str]:

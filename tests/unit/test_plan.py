@@ -23,7 +23,18 @@ from testbed.config.scenario import load_scenario, parse_scenario
 from testbed.core.errors import PlanError, ScenarioError
 from testbed.core.frames import FRAME_BYTES
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
-from testbed.plan.render import ip_batches, root_batch
+from testbed.plan.render import (
+    AddrAdd,
+    BridgeAdd,
+    GsoMaxSegs,
+    LinkUp,
+    RouteAdd,
+    SetMaster,
+    ip_batches,
+    ip_line,
+    ip_ops,
+    root_batch,
+)
 from testbed.plan.topology import (
     MIN_BUFFER,
     NetworkPlan,
@@ -739,6 +750,26 @@ def test_ip_batches_carry_addresses_and_routes() -> None:
         "link set h0 master br0"
     )
     assert batches[f"{PREFIX}-east-h0"][-1] == f"route add default via 10.{SLOT}.0.1"
+
+
+def test_ip_ops_are_the_batch_lines_and_each_kind_renders_as_its_ip_command() -> None:
+    plan = quickstart()
+    ops = ip_ops(plan)
+    assert {ns: [ip_line(op) for op in o] for ns, o in ops.items()} == ip_batches(plan)
+    gw = ops[f"{PREFIX}-east-gw"]
+    # Order matters to the kernel: the bridge before its ports, links up before routes via them.
+    assert gw.index(BridgeAdd("br0")) < gw.index(SetMaster("h0", "br0"))
+    last_up = max(i for i, op in enumerate(gw) if isinstance(op, LinkUp))
+    assert all(i > last_up for i, op in enumerate(gw) if isinstance(op, RouteAdd))
+    assert [ip_line(op) for op in (LinkUp("lo"), AddrAdd("10.1.0.1/24", "br0"))] == [
+        "link set lo up",
+        "addr add 10.1.0.1/24 dev br0",
+    ]
+    assert ip_line(GsoMaxSegs("eth0", 1)) == "link set dev eth0 gso_max_segs 1"
+    assert ip_line(RouteAdd("default", "10.1.0.1")) == "route add default via 10.1.0.1"
+    assert not any(isinstance(op, GsoMaxSegs) for o in ops.values() for op in o)
+    lossy = ip_ops(two_dc(loss="1%"))
+    assert lossy[f"{PREFIX}-east-h0"].count(GsoMaxSegs("eth0", 1)) == 1
 
 
 def test_wan_bottleneck_lines() -> None:
