@@ -54,6 +54,12 @@ class LinkBackend:
         return dict(out)
 
     # -- lifecycle (after the kernel objects exist, before they go) ----------------------------
+    def prepare(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
+        """Called as soon as the namespaces exist, while their links are still being set up:
+        begin what is slow to start, side by side with the build (default: nothing).
+        :meth:`start` follows with the same arguments, unless the build failed (then
+        :meth:`stop`)."""
+
     def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
         """Start what runs beside the qdiscs; ``trace_interval`` asks for queue samples."""
 

@@ -144,8 +144,14 @@ class UserspaceBackend(LinkBackend):
     def owns_queue(self, d: WanDirection) -> bool:
         return line_holds_queue(d)
 
-    def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
+    def prepare(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
+        # The lines only need their namespaces: they bind their queues while the build goes on.
         self.supervisor = DelayLineSupervisor(plan, record, trace_interval)
+        self.supervisor.launch()
+
+    def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
+        if self.supervisor is None:
+            self.supervisor = DelayLineSupervisor(plan, record, trace_interval)
         self.supervisor.start()
 
     def stop(self) -> None:
@@ -177,6 +183,7 @@ class DelayLineSupervisor:
         self.record = record
         self.dir = registry.STATE_DIR / record.prefix
         self.lines: list[LineProcess] = []
+        self.launcher: subprocess.Popen | None = None  # until it has reported every line
         by_wire: dict[str, list[WanDirection]] = {}
         for d in plan.wan:
             if d.impairment.active or line_holds_queue(d):
@@ -194,13 +201,11 @@ class DelayLineSupervisor:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """All lines start at once (one launcher forks them), then each must say READY, then
-        the rules go in: no packet reaches a line that is not listening."""
-        if not self.lines:
-            return
-        self.dir.mkdir(parents=True, exist_ok=True)
+        """All lines start at once (one launcher forks them, see :meth:`launch`), then each
+        must say READY, then the rules go in: no packet reaches a line that is not listening."""
+        self.launch()
         try:
-            self._launch()
+            self._collect()
         finally:
             # One save for all lines: each save rewrites the whole record. Until it lands, a
             # teardown still finds the lines, as processes living in the testbed's namespaces.
@@ -253,17 +258,19 @@ class DelayLineSupervisor:
             config.update(trace_file=str(line.trace_path), trace_interval=self.trace_interval)
         return config
 
-    def _launch(self) -> None:
-        """One launcher for all lines (one Python start-up, ~80 ms of CPU, instead of one per
-        wire); each line's pid once it is READY. Raises NetError naming the namespace and the
-        reason of a line that did not start."""
+    def launch(self) -> None:
+        """Start one launcher for all lines (one Python start-up, ~80 ms of CPU, instead of one
+        per wire); it needs the wire namespaces, nothing else. Idempotent."""
+        if not self.lines or self.launcher is not None or any(line.pid for line in self.lines):
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "testbed.link.delayline"]
         for line in self.lines:
             line.config_path.write_text(json.dumps(self._config(line), indent=1))
             argv += ["--line", line.ns, str(line.config_path), str(line.log_path)]
         # The lines' stderr goes to their log files: they must outlive a `testbed up`.
         with open(self.dir / "launcher.log", "w") as log:
-            launcher = subprocess.Popen(
+            self.launcher = subprocess.Popen(
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -273,8 +280,15 @@ class DelayLineSupervisor:
                 # run spuriously).
                 start_new_session=True,
             )
+
+    def _collect(self) -> None:
+        """Each line's pid once it is READY (the launcher exits once every line is READY or
+        has failed). Raises NetError naming the namespace and the reason of a line that did
+        not start."""
+        launcher, self.launcher = self.launcher, None
+        if launcher is None:
+            return
         try:
-            # The launcher exits once every line is READY or has failed.
             out, _ = launcher.communicate(timeout=procs.READY_TIMEOUT)
         except subprocess.TimeoutExpired:
             procs.stop(launcher)
@@ -312,6 +326,9 @@ class DelayLineSupervisor:
                 line.rules_installed = False
         # A namespace whose rules never went in fails its deletion as a whole: nothing to remove.
         _restore_all(deletions)
+        if self.launcher is not None:  # the build failed after launch(): learn the lines' pids
+            with contextlib.suppress(NetError):
+                self._collect()
         running = [line for line in self.lines if line.alive()]
         for line in running:
             assert line.pid is not None

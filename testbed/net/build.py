@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -115,9 +116,17 @@ def write_hosts_files(plan: NetworkPlan) -> None:
         (d / "hosts").write_text(text)
 
 
-def build(plan: NetworkPlan, rec: Record, feats: KernelFeatures, tc: dict[str, list[str]]) -> None:
+def build(
+    plan: NetworkPlan,
+    rec: Record,
+    feats: KernelFeatures,
+    tc: dict[str, list[str]],
+    namespaces_made: Callable[[], None] | None = None,
+) -> None:
     """Create every kernel object of ``plan``, with ``tc``'s qdiscs (namespace -> batch lines,
-    which the link backend renders). The record must already be saved (for clean)."""
+    which the link backend renders). The record must already be saved (for clean).
+    ``namespaces_made`` is called once the namespaces and veth pairs exist, before anything is
+    configured in them (the link backend starts its slow parts then, side by side)."""
     from testbed.net import rtnl
     from testbed.plan.render import ip_ops, root_batch
 
@@ -126,6 +135,8 @@ def build(plan: NetworkPlan, rec: Record, feats: KernelFeatures, tc: dict[str, l
     rec.hosts = plan.names()
     rec.save()
     run_batches([(["ip"], root_batch(plan))])
+    if namespaces_made is not None:
+        namespaces_made()
     rtnl.apply(ip_ops(plan))
     if tc:
         run_batches([(["tc", "-n", ns], lines) for ns, lines in tc.items()])

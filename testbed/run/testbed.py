@@ -89,8 +89,16 @@ class Testbed:
             self.backend.check(self.plan)
             self.record.backend = self.backend.name
             self.record.save()
-            net.build(self.plan, self.record, self.features, self.backend.tc_batches(self.plan))
-            self.backend.start(self.plan, self.record, self.scenario.trace.queues)
+            backend, plan, record = self.backend, self.plan, self.record
+            trace = self.scenario.trace.queues
+            net.build(
+                plan,
+                record,
+                self.features,
+                backend.tc_batches(plan),
+                namespaces_made=lambda: backend.prepare(plan, record, trace),
+            )
+            backend.start(plan, record, trace)
             self.record.phase = "up"
             self.record.persistent = self.persistent
             self.record.save()

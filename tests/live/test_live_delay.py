@@ -188,3 +188,47 @@ def test_three_wires_get_one_line_each_from_one_launcher_and_down_stops_all(make
     assert not any((netns.NETNS_DIR / ns).exists() for ns in wires)
     stats = {row["direction"]: row for row in tb.link_stats()}
     assert len(stats) == 6 and all(row["process_final"] is True for row in stats.values())
+
+
+def test_a_line_that_fails_before_ready_names_its_namespace_and_nothing_is_left(
+    make_testbed, monkeypatch
+):
+    """A bad config (exit 2 before READY) fails `up` with the wire namespace and the line's own
+    reason; the testbed is torn down, its other line included."""
+    from testbed.core.errors import NetError
+    from testbed.link.userspace import DelayLineSupervisor
+
+    good = DelayLineSupervisor._config
+    bad_ns = []
+    supervisors = []
+
+    def config(self, line):
+        cfg = good(self, line)
+        if self not in supervisors:
+            supervisors.append(self)
+        if not bad_ns:  # the first wire gets an invalid loss
+            bad_ns.append(line.ns)
+            cfg["queues"][0]["loss"] = 2.0
+        return cfg
+
+    monkeypatch.setattr(DelayLineSupervisor, "_config", config)
+    data = scenario(
+        clusters={c: {"hosts": 1} for c in ("east", "west", "north")},
+        wan=[
+            {"between": ["east", "west"], "rate": "1gbit", "delay": "5ms"},
+            {"between": ["east", "north"], "rate": "1gbit", "delay": "5ms"},
+        ],
+        backend="userspace",
+    )
+    with pytest.raises(NetError) as err:
+        make_testbed(data)
+    text = str(err.value)
+    assert f"delay line in {bad_ns[0]} did not start: exit code 2" in text, text
+    assert "config error" in text and "loss" in text, text
+    prefix = bad_ns[0].split("-")[0]
+    left = [ns for ns in os.listdir(netns.NETNS_DIR) if ns.startswith(prefix + "-")]
+    assert left == []  # down ran: none of its namespaces is left
+    # ...nor its other line, which had got READY and was stopped by pid.
+    (sup,) = supervisors
+    (ready,) = [line for line in sup.lines if line.pid is not None]
+    assert ready.ns != bad_ns[0] and not ready.alive()

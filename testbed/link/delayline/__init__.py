@@ -2,8 +2,9 @@
 
 This kernel has no ``sch_netem``, so one-way delay, jitter, loss and reordering on the emulated WAN
 come from this process. It runs inside the router (wire) namespace (``ip netns exec NS python -m
-testbed.link.delayline --config FILE.json``), binds one NFQUEUE per WAN direction, holds every
-queued packet *inside the kernel* and issues its verdict when the packet is due. Rate limiting is
+testbed.link.delayline --config FILE.json``, or forked into it by :mod:`.launch`), binds one
+NFQUEUE per WAN direction, holds every queued packet *inside the kernel* and issues its verdict
+when the packet is due. Rate limiting is
 done by the kernel's HTB (with a bfifo leaf) on the router's egress, unless a queue is configured
 as the bottleneck itself (``rate``, below).
 
