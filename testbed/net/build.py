@@ -1,10 +1,10 @@
 """Realize a NetworkPlan in the kernel and tear it down: the only module that builds topology.
 
-Building runs the rendered ``ip`` batch in the initial namespace (namespaces, veth pairs), sends
-each namespace's links, addresses and routes as rtnetlink requests (:mod:`testbed.net.rtnl`, from
-a worker thread: no process per namespace), runs one ``tc`` batch per namespace with qdiscs
-(started in parallel), writes per-namespace sysctls from a worker thread and the
-``/etc/netns/<ns>/hosts`` files that ``ip netns exec`` mounts. Teardown stops the
+Building runs the rendered ``ip`` batch in the initial namespace (namespaces, veth pairs); then,
+side by side, one ``tc`` batch per namespace with qdiscs, the ``/etc/netns/<ns>/hosts`` files that
+``ip netns exec`` mounts (a thread), and each namespace's links, addresses and routes as
+rtnetlink requests (:mod:`testbed.net.rtnl`, a worker thread: no process per namespace) followed
+by its sysctls. Teardown stops the
 testbed's processes (recorded pids, and any process living in its namespaces), deletes its
 namespaces (which removes every veth, bridge, qdisc and iptables rule inside them) and its files.
 """
@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,8 +46,16 @@ def _batch_error(tool: list[str], lines: list[str], stderr: str) -> NetError:
     return NetError(f"{' '.join(tool)} failed{where}: {' / '.join(detail[:3])}")
 
 
+Batches = list[tuple[subprocess.Popen, list[str], list[str]]]
+
+
 def run_batches(jobs: list[tuple[list[str], list[str]]]) -> None:
     """Run iproute2 batch jobs (argv, lines) in parallel; raise NetError on the first failure."""
+    wait_batches(start_batches(jobs))
+
+
+def start_batches(jobs: list[tuple[list[str], list[str]]]) -> Batches:
+    """Start iproute2 batch jobs (argv, lines), all at once; :func:`wait_batches` finishes them."""
     procs = []
     for argv, lines in jobs:
         p = subprocess.Popen(
@@ -61,6 +70,11 @@ def run_batches(jobs: list[tuple[list[str], list[str]]]) -> None:
         p.stdin.write("\n".join(lines) + "\n")
         p.stdin.close()
         procs.append((p, argv, lines))
+    return procs
+
+
+def wait_batches(procs: Batches) -> None:
+    """Wait for started batches; raise NetError on the first failure."""
     errors = []
     for p, argv, lines in procs:
         assert p.stderr is not None
@@ -137,14 +151,40 @@ def build(
     run_batches([(["ip"], root_batch(plan))])
     if namespaces_made is not None:
         namespaces_made()
-    rtnl.apply(ip_ops(plan))
-    if tc:
-        run_batches([(["tc", "-n", ns], lines) for ns, lines in tc.items()])
+    # Side by side from here (2+ cores; each mostly waits in the kernel): the qdiscs (they need
+    # the interfaces only, not their addresses), the hosts files (needed only once commands
+    # run) in a thread, and links, addresses and routes (rtnl's worker thread), then sysctls.
+    tc_jobs = start_batches([(["tc", "-n", ns], lines) for ns, lines in tc.items()])
+    hosts_error: list[OSError] = []
+    hosts = threading.Thread(
+        target=_collect_error(lambda: write_hosts_files(plan), hosts_error), name="hosts-files"
+    )
+    hosts.start()
     try:
-        netns.write_sysctls({ns.name: ns.sysctls for ns in plan.namespaces})
-    except OSError as exc:
-        raise NetError(f"writing sysctls failed: {exc}") from None
-    write_hosts_files(plan)
+        rtnl.apply(ip_ops(plan))
+        try:
+            netns.write_sysctls({ns.name: ns.sysctls for ns in plan.namespaces})
+        except OSError as exc:
+            raise NetError(f"writing sysctls failed: {exc}") from None
+    except BaseException:
+        hosts.join()  # nothing of the build outlives its failure, whose error is the first
+        with contextlib.suppress(NetError):
+            wait_batches(tc_jobs)
+        raise
+    hosts.join()
+    wait_batches(tc_jobs)
+    if hosts_error:
+        raise NetError(f"writing the hosts files failed: {hosts_error[0]}")
+
+
+def _collect_error(fn: Callable[[], None], errors: list[OSError]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            fn()
+        except OSError as exc:
+            errors.append(exc)
+
+    return run
 
 
 def stop_processes(rec: Record, grace: float = 2.0) -> None:
