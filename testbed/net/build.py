@@ -4,9 +4,9 @@ Building runs the rendered ``ip`` batch in the initial namespace (namespaces, ve
 side by side, one ``tc`` batch per namespace with qdiscs, the ``/etc/netns/<ns>/hosts`` files that
 ``ip netns exec`` mounts (a thread), and each namespace's links, addresses and routes as
 rtnetlink requests (:mod:`testbed.net.rtnl`, a worker thread: no process per namespace) followed
-by its sysctls. Teardown stops the
-testbed's processes (recorded pids, and any process living in its namespaces), deletes its
-namespaces (which removes every veth, bridge, qdisc and iptables rule inside them) and its files.
+by its sysctls. Teardown stops the testbed's processes (recorded pids, and any process living in
+its namespaces), deletes its namespaces (which removes every veth, bridge, qdisc and iptables
+rule inside them) and its files.
 """
 
 from __future__ import annotations
