@@ -123,11 +123,23 @@ def restore_congestion_allowed() -> None:
 
 
 def write_hosts_files(plan: NetworkPlan) -> None:
+    """One hosts file for the testbed, hard-linked into every namespace's directory: a link is
+    one system call, a new file three (164 namespaces at 8 clusters x 16 hosts)."""
     text = plan.hosts_file()
+    first: str | None = None
     for ns in plan.namespaces:
-        d = ETC_NETNS / ns.name
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "hosts").write_text(text)
+        d = os.path.join(ETC_NETNS, ns.name)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "hosts")
+        if first is not None:
+            try:
+                os.link(first, path)
+                continue
+            except OSError:  # a stale file of a crashed run: write this one anew
+                pass
+        with open(path, "w") as f:
+            f.write(text)
+        first = first or path
 
 
 def build(
