@@ -6,10 +6,11 @@ wire namespace and reports each one's pid when it is READY (:mod:`testbed.link.d
 then exits. The lines outlive it (and a `testbed up`): they are watched and stopped by pid (with
 its start time, never a stranger), and PID 1 reaps them.
 
-Order matters (FIELD-NOTES): the process binds its queues and prints READY *before* any iptables
-rule sends packets to it; at shutdown the rules go *before* the process, because the kernel drops
-whatever a dying listener held. There is no ``--queue-bypass``: if the process dies, packets of its
-directions are dropped, never passed through undelayed, and ``problems()`` reports the link failed.
+Order matters (FIELD-NOTES): the process binds its queues *before* any iptables rule sends
+packets to it (each line applies its own rules once bound, then prints READY); at shutdown the
+rules go *before* the process, because the kernel drops whatever a dying listener held. There is
+no ``--queue-bypass``: if the process dies, packets of its directions are dropped, never passed
+through undelayed, and ``problems()`` reports the link failed.
 
 A direction with an ``aqm`` has no kernel shaper on this backend: its line *is* the bottleneck
 (rate, drop-tail buffer, marking profile), so that it knows the queue it marks on. CE marks are set
@@ -69,6 +70,10 @@ class LineProcess:
     @property
     def log_path(self) -> Path:
         return self.config_path.with_suffix(".log")
+
+    @property
+    def rules_path(self) -> Path:
+        return self.config_path.with_suffix(".rules")
 
     @property
     def trace_path(self) -> Path:
@@ -201,8 +206,9 @@ class DelayLineSupervisor:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """All lines start at once (one launcher forks them, see :meth:`launch`), then each
-        must say READY, then the rules go in: no packet reaches a line that is not listening."""
+        """All lines start at once (one launcher forks them, see :meth:`launch`); each binds
+        its queues, then applies its rules, then says READY: no packet reaches a line that is
+        not listening."""
         self.launch()
         try:
             self._collect()
@@ -215,16 +221,6 @@ class DelayLineSupervisor:
             for line in self.lines:
                 if line.pid is not None:
                     line.start = registry.process_start(line.pid)
-        for line in self.lines:
-            for i, d in enumerate(line.directions):
-                line.rules += iptables_rules(
-                    d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
-                )
-            line.rules_installed = True  # from here on, stop() deletes them (absent ones: no-op)
-        failed = _restore_all({line.ns: line.rules for line in self.lines})
-        if failed:
-            ns, stderr = failed[0]
-            raise NetError(f"iptables rules in {ns} failed: {stderr}")
 
     def _config(self, line: LineProcess) -> dict:
         queues = []
@@ -268,6 +264,15 @@ class DelayLineSupervisor:
         for line in self.lines:
             line.config_path.write_text(json.dumps(self._config(line), indent=1))
             argv += ["--line", line.ns, str(line.config_path), str(line.log_path)]
+            # Each line applies its own rules once its queues are bound, before READY: still
+            # never a packet for a queue nobody listens on, and no `ip netns exec` per wire.
+            for i, d in enumerate(line.directions):
+                line.rules += iptables_rules(
+                    d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
+                )
+            line.rules_path.write_text(restore_input(line.rules))
+            argv += ["--rules", line.ns, str(line.rules_path)]
+            line.rules_installed = True  # from here on, stop() deletes them (absent ones: no-op)
         # The lines' stderr goes to their log files: they must outlive a `testbed up`.
         with open(self.dir / "launcher.log", "w") as log:
             self.launcher = subprocess.Popen(

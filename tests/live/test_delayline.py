@@ -657,36 +657,58 @@ def test_launcher_forks_one_line_per_namespace_and_names_the_ones_that_failed(
     topo: Topo, tmp_path: Path
 ) -> None:
     """``--line NS CONFIG LOG``: the launcher (in the initial namespace) says READY with the pid
-    for the good line, FAILED with the namespace and exit code for a bad config (2) and for a
-    namespace that does not exist (3), whose reasons are in their logs; then it exits 1."""
+    for the good line, whose ``--rules`` are in once it is READY; FAILED with the namespace and
+    exit code for a bad config (2), a namespace that does not exist (3) and rules that do not
+    apply (4), whose reasons are in their logs; then it exits 1."""
     good = tmp_path / "good.json"
     stats_file = tmp_path / "stats.json"
     good.write_text(
         json.dumps({"queues": [qcfg(Q_AB, "a->b", 0.0)], "stats_file": str(stats_file)})
     )
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"queues": [qcfg(Q_BA, "b->a", 0.0)]}))
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"queues": [{"num": 1, "loss": 2}]}))
+    rules = dl.iptables_rules("ra", Q_AB)
+    (tmp_path / "good.rules").write_text(dl.restore_input(rules))
+    (tmp_path / "bad.rules").write_text("*mangle\n-A NOSUCHCHAIN -j ACCEPT\nCOMMIT\n")
     missing = f"{topo.prefix}nosuch"
     argv = [PYTHON, "-m", "testbed.link.delayline"]
-    for ns, cfg, log in ((topo.r, good, "good"), (topo.a, bad, "bad"), (missing, good, "gone")):
+    for ns, cfg, log in (
+        (topo.r, good, "good"),
+        (topo.a, bad, "bad"),
+        (missing, good, "gone"),
+        (topo.b, other, "norules"),
+    ):
         argv += ["--line", ns, str(cfg), str(tmp_path / f"{log}.log")]
+    argv += ["--rules", topo.r, str(tmp_path / "good.rules")]
+    argv += ["--rules", topo.b, str(tmp_path / "bad.rules")]
     r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=30)
     said = {line.split()[1]: line.split() for line in r.stdout.splitlines()}
-    assert r.returncode == 1 and set(said) == {topo.r, topo.a, missing}, r.stdout + r.stderr
-    assert said[topo.a][0] == "FAILED" and said[topo.a][3] == "2"
-    assert "config error" in (tmp_path / "bad.log").read_text()
-    assert said[missing][0] == "FAILED" and said[missing][3] == "3"
-    assert f"cannot enter namespace {missing}" in (tmp_path / "gone.log").read_text()
-    assert said[topo.r][0] == "READY"
-    pid = int(said[topo.r][2])
+    pid = int(said[topo.r][2]) if said.get(topo.r, [""])[0] == "READY" else None
     try:
-        # The good line runs on in its namespace (not the launcher's), bound to its queue.
-        assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert set(said) == {topo.r, topo.a, topo.b, missing}, r.stdout + r.stderr
+        assert said[topo.a][0] == "FAILED" and said[topo.a][3] == "2"
+        assert "config error" in (tmp_path / "bad.log").read_text()
+        assert said[missing][0] == "FAILED" and said[missing][3] == "3"
+        assert f"cannot enter namespace {missing}" in (tmp_path / "gone.log").read_text()
+        assert said[topo.b][0] == "FAILED" and said[topo.b][3] == "4"
+        assert "iptables rules failed" in (tmp_path / "norules.log").read_text()
+        assert pid is not None, r.stdout
+        # The good line runs on in its namespace (not the launcher's), bound to its queue, and
+        # its rule is in.
         assert os.stat(f"/run/netns/{topo.r}").st_ino == os.stat(f"/proc/{pid}/ns/net").st_ino
         queues = sh(nsx(topo.r, ["cat", "/proc/net/netfilter/nfnetlink_queue"])).stdout
         assert queues.split()[0] == str(Q_AB), queues
+        saved = sh(nsx(topo.r, ["iptables-save", "-t", "mangle"])).stdout
+        assert f"--queue-num {Q_AB}" in saved, saved
+        assert "NFQUEUE" not in sh(nsx(topo.b, ["iptables-save", "-t", "mangle"])).stdout
     finally:
-        os.kill(pid, signal.SIGTERM)
+        for argv_d in dl.deletions_of(rules):  # rules first, then the line (the protocol)
+            sh(nsx(topo.r, argv_d), check=False)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 5  # SIGTERM: it unbinds and writes its final stats
     while time.monotonic() < deadline and not dl.read_stats(stats_file).get("final"):
         time.sleep(0.05)

@@ -49,7 +49,8 @@ Protocol with the supervisor
        bad config; exit 1: a queue could not be bound (e.g. EBUSY: that queue number is already
        bound in this namespace) or the socket setup failed.
     2. add the rules (:func:`iptables_rules`, run inside the namespace); only then is traffic
-       queued.
+       queued. (With the launcher, ``--rules NS FILE`` has each line apply its own rules once
+       bound, before it says READY.)
     3. to stop: delete the rules first (:func:`iptables_delete_rules`), then SIGTERM (or SIGINT).
        The process keeps delaying what it still holds (and what was queued before the rules went)
        until the deadlines, or accepts at once if a deadline is more than ``flush_grace`` away,

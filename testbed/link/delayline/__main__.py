@@ -2,7 +2,8 @@
 
 * ``--config FILE``: one delay line in the current namespace (run it with ``ip netns exec``);
 * ``--line NS CONFIG LOG`` (repeatable): from the initial namespace, one line per wire
-  namespace, all forked from this one interpreter (:mod:`.launch`: the READY/FAILED protocol).
+  namespace, all forked from this one interpreter (:mod:`.launch`: the READY/FAILED protocol);
+  ``--rules NS FILE``: the line in NS applies these iptables rules itself before READY.
 
 This module owns the command line and the exit codes: 2 for a bad config (or bad arguments), 1
 when the socket or a queue could not be set up (both before READY), else what
@@ -31,9 +32,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("NETNS", "CONFIG", "LOG"),
         help="a line in namespace NETNS, its config and its stderr file (repeatable)",
     )
+    ap.add_argument(
+        "--rules",
+        nargs=2,
+        action="append",
+        metavar=("NETNS", "FILE"),
+        help="with --line: iptables-restore FILE in NETNS once its line is bound, before READY",
+    )
     args = ap.parse_args(argv)
+    if args.rules and not args.line:
+        ap.error("--rules goes with --line")
     if args.line:
-        return launch([(ns, config, log) for ns, config, log in args.line])
+        rules = dict(args.rules or [])
+        return launch([(ns, config, log) for ns, config, log in args.line], rules)
     return run_line(args.config)
 
 

@@ -1,19 +1,26 @@
 """One Python start-up for many delay lines: fork one line process per wire namespace.
 
-``python -m testbed.link.delayline --line NS CONFIG LOG [--line ...]`` runs in the initial
-namespace. It has imported the delay line once; each ``--line`` gets a forked child that sends
-its stderr to ``LOG``, enters ``NS`` (``setns``: the child has one thread, so the whole process
-moves and ``/proc/net/netfilter/nfnetlink_queue`` shows that namespace's counters), loads
-``CONFIG`` and runs the :class:`~testbed.link.delayline.loop.DelayLine` exactly as a line started
-with ``ip netns exec NS python -m testbed.link.delayline --config CONFIG`` would. One process per
-wire still: all cores are used and a dead line fails only its own links.
+``python -m testbed.link.delayline --line NS CONFIG LOG [--line ...] [--rules NS FILE ...]``
+runs in the initial namespace. It has imported the delay line once; each ``--line`` gets a forked
+child that sends its stderr to ``LOG``, enters ``NS`` (``setns``: the child has one thread, so
+the whole process moves and ``/proc/net/netfilter/nfnetlink_queue`` shows that namespace's
+counters), loads ``CONFIG`` and runs the :class:`~testbed.link.delayline.loop.DelayLine` exactly
+as a line started with ``ip netns exec NS python -m testbed.link.delayline --config CONFIG``
+would. One process per wire still: all cores are used and a dead line fails only its own links.
+
+With ``--rules NS FILE`` the line in ``NS``, once its queues are bound and before it says READY,
+applies ``FILE`` with ``iptables-restore --noflush -w`` (:func:`~.rules.restore_command`; the
+input is :func:`~.rules.restore_input`) from inside its namespace: the rules still come after the
+queues are listening, without an ``ip netns exec`` per namespace, and while the testbed is still
+being built. Removing them (before SIGTERM) stays the supervisor's.
 
 Protocol on stdout (the supervisor's, :mod:`testbed.link.userspace`), one line per child in the
 order the children get there:
 
 * ``READY NS PID``: the line in ``NS`` (process ``PID``) has bound its queues;
 * ``FAILED NS PID CODE``: it exited before READY with ``CODE`` (2: bad config, 1: a queue or the
-  socket could not be set up, 3: the namespace could not be entered); the reason is in its LOG.
+  socket could not be set up, 3: the namespace could not be entered, 4: its rules failed); the
+  reason is in its LOG.
 
 The launcher then exits (0 if every line got ready, else 1) and the lines live on, re-parented
 to PID 1; stopping them (SIGTERM after their rules are gone) is the supervisor's, by pid. Each
@@ -29,13 +36,35 @@ import sys
 from testbed.core.nsenter import enter
 from testbed.link.delayline.config import Config, ConfigError
 from testbed.link.delayline.loop import DelayLine
+from testbed.link.delayline.rules import restore_command
 
 EXIT_NAMESPACE = 3
+EXIT_RULES = 4
 
 
-def run_line(config: str, ready_fd: int | None = None) -> int:
-    """Load ``config``, bind the queues and serve; the exit codes of the package docstring.
-    READY goes to ``ready_fd`` (stdout if None)."""
+def apply_rules(path: str) -> None:
+    """``iptables-restore`` of the file ``path`` in this namespace, as a normal-priority process
+    (the line may already be SCHED_FIFO); its stderr goes to ours. OSError if it failed."""
+    argv = restore_command()
+    pid = os.posix_spawnp(
+        argv[0],
+        argv,
+        os.environ,
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, path, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        ],
+        scheduler=(os.SCHED_OTHER, os.sched_param(0)),
+    )
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise OSError(f"{' '.join(argv)} < {path} exited with code {code}")
+
+
+def run_line(config: str, ready_fd: int | None = None, rules: str | None = None) -> int:
+    """Load ``config``, bind the queues, apply ``rules`` (a restore file) if given, and serve;
+    the exit codes of the package docstring. READY goes to ``ready_fd`` (stdout if None)."""
     try:
         cfg = Config.load(config)
     except ConfigError as e:
@@ -47,13 +76,20 @@ def run_line(config: str, ready_fd: int | None = None) -> int:
     except OSError as e:
         print(f"delayline: setup failed: {e}", file=sys.stderr)
         return 1
+    if rules is not None:
+        try:
+            apply_rules(rules)
+        except OSError as e:
+            print(f"delayline: iptables rules failed: {e}", file=sys.stderr)
+            line.unbind()
+            return EXIT_RULES
     if ready_fd is None:
         return line.run()
     with os.fdopen(ready_fd, "w") as ready:
         return line.run(ready)
 
 
-def _child(ns: str, config: str, log: str, ready_fd: int) -> int:
+def _child(ns: str, config: str, log: str, ready_fd: int, rules: str | None) -> int:
     """In the forked child: stderr to ``log``, stdout away (the launcher's stdout is the
     supervisor's protocol), into ``ns``, then the line."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -67,11 +103,13 @@ def _child(ns: str, config: str, log: str, ready_fd: int) -> int:
     except OSError as e:
         print(f"delayline: cannot enter namespace {ns}: {e}", file=sys.stderr)
         return EXIT_NAMESPACE
-    return run_line(config, ready_fd)
+    return run_line(config, ready_fd, rules)
 
 
-def launch(lines: list[tuple[str, str, str]]) -> int:
-    """Fork one line per (namespace, config, log); relay READY/FAILED; 0 if all got ready."""
+def launch(lines: list[tuple[str, str, str]], rules: dict[str, str] | None = None) -> int:
+    """Fork one line per (namespace, config, log), with ``rules[namespace]`` (a restore file)
+    if given; relay READY/FAILED; 0 if all got ready."""
+    rules = rules or {}
     waiting: dict[int, tuple[str, int]] = {}  # read end of a child's ready pipe -> (ns, pid)
     for ns, config, log in lines:
         r, w = os.pipe()
@@ -84,7 +122,7 @@ def launch(lines: list[tuple[str, str, str]]) -> int:
                 os.close(r)
                 for other in waiting:
                     os.close(other)
-                code = _child(ns, config, log, w)
+                code = _child(ns, config, log, w, rules.get(ns))
             except BaseException as e:  # a crash must still end this process, with a reason
                 print(f"delayline: {type(e).__name__}: {e}", file=sys.stderr)
             finally:
