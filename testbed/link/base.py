@@ -9,6 +9,7 @@ runs beside them (``start``/``stop``), and what it observed (``problems``, ``lin
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import ClassVar
 
 from testbed.net.registry import Record
@@ -54,11 +55,14 @@ class LinkBackend:
         return dict(out)
 
     # -- lifecycle (after the kernel objects exist, before they go) ----------------------------
-    def prepare(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
-        """Called as soon as the namespaces exist, while their links are still being set up:
-        begin what is slow to start, side by side with the build (default: nothing).
-        :meth:`start` follows with the same arguments, unless the build failed (then
-        :meth:`stop`)."""
+    def prepare(
+        self, plan: NetworkPlan, record: Record, trace_interval: float | None
+    ) -> Callable[[], None] | None:
+        """Called before the build: begin what is slow to start, side by side with the build
+        (default: nothing). May return a callable that the build calls once the namespaces
+        exist (the rest of the build goes on meanwhile). :meth:`start` follows with the same
+        arguments, unless the build failed (then :meth:`stop`)."""
+        return None
 
     def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
         """Start what runs beside the qdiscs; ``trace_interval`` asks for queue samples."""

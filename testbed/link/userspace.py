@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -149,10 +150,14 @@ class UserspaceBackend(LinkBackend):
     def owns_queue(self, d: WanDirection) -> bool:
         return line_holds_queue(d)
 
-    def prepare(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
-        # The lines only need their namespaces: they bind their queues while the build goes on.
+    def prepare(
+        self, plan: NetworkPlan, record: Record, trace_interval: float | None
+    ) -> Callable[[], None]:
+        # The launcher's interpreter starts during the build; the lines only need their
+        # namespaces: they bind their queues and apply their rules while the build goes on.
         self.supervisor = DelayLineSupervisor(plan, record, trace_interval)
         self.supervisor.launch()
+        return self.supervisor.go
 
     def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
         if self.supervisor is None:
@@ -260,7 +265,7 @@ class DelayLineSupervisor:
         if not self.lines or self.launcher is not None or any(line.pid for line in self.lines):
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "testbed.link.delayline"]
+        argv = [sys.executable, "-m", "testbed.link.delayline", "--wait"]
         for line in self.lines:
             line.config_path.write_text(json.dumps(self._config(line), indent=1))
             argv += ["--line", line.ns, str(line.config_path), str(line.log_path)]
@@ -277,6 +282,7 @@ class DelayLineSupervisor:
         with open(self.dir / "launcher.log", "w") as log:
             self.launcher = subprocess.Popen(
                 argv,
+                stdin=subprocess.PIPE,  # the go (see go())
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
@@ -286,10 +292,20 @@ class DelayLineSupervisor:
                 start_new_session=True,
             )
 
+    def go(self) -> None:
+        """Let the launcher fork the lines: their namespaces exist now. Idempotent."""
+        if self.launcher is None or self.launcher.stdin is None:
+            return
+        stdin, self.launcher.stdin = self.launcher.stdin, None  # communicate() must not touch it
+        with contextlib.suppress(OSError):  # it died: _collect() reports that
+            stdin.write("go\n")
+            stdin.close()
+
     def _collect(self) -> None:
         """Each line's pid once it is READY (the launcher exits once every line is READY or
         has failed). Raises NetError naming the namespace and the reason of a line that did
         not start."""
+        self.go()  # if the build did not already
         launcher, self.launcher = self.launcher, None
         if launcher is None:
             return
@@ -331,9 +347,13 @@ class DelayLineSupervisor:
                 line.rules_installed = False
         # A namespace whose rules never went in fails its deletion as a whole: nothing to remove.
         _restore_all(deletions)
-        if self.launcher is not None:  # the build failed after launch(): learn the lines' pids
+        if self.launcher is not None:  # the build failed after launch()
+            if self.launcher.stdin is not None:  # before the go: it exits, forking nothing
+                stdin, self.launcher.stdin = self.launcher.stdin, None
+                with contextlib.suppress(OSError):
+                    stdin.close()
             with contextlib.suppress(NetError):
-                self._collect()
+                self._collect()  # the pids of the lines it did start
         running = [line for line in self.lines if line.alive()]
         for line in running:
             assert line.pid is not None

@@ -91,13 +91,8 @@ class Testbed:
             self.record.save()
             backend, plan, record = self.backend, self.plan, self.record
             trace = self.scenario.trace.queues
-            net.build(
-                plan,
-                record,
-                self.features,
-                backend.tc_batches(plan),
-                namespaces_made=lambda: backend.prepare(plan, record, trace),
-            )
+            namespaces_made = backend.prepare(plan, record, trace)
+            net.build(plan, record, self.features, backend.tc_batches(plan), namespaces_made)
             backend.start(plan, record, trace)
             self.record.phase = "up"
             self.record.persistent = self.persistent

@@ -714,3 +714,19 @@ def test_launcher_forks_one_line_per_namespace_and_names_the_ones_that_failed(
         time.sleep(0.05)
     final = dl.read_stats(stats_file)
     assert final["final"] is True and final["pid"] == pid and final["errors"] == []
+
+
+def test_launcher_with_wait_forks_nothing_if_stdin_closes_before_the_go(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"queues": [qcfg(Q_AB, "a->b", 0.0)]}))
+    line = ["--line", "nosuch-ns", str(cfg), str(tmp_path / "c.log")]
+    r = subprocess.run(
+        [PYTHON, "-m", "testbed.link.delayline", "--wait", *line],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 1 and r.stdout == "" and "no lines started" in r.stderr
+    assert not (tmp_path / "c.log").exists()

@@ -3,7 +3,8 @@
 * ``--config FILE``: one delay line in the current namespace (run it with ``ip netns exec``);
 * ``--line NS CONFIG LOG`` (repeatable): from the initial namespace, one line per wire
   namespace, all forked from this one interpreter (:mod:`.launch`: the READY/FAILED protocol);
-  ``--rules NS FILE``: the line in NS applies these iptables rules itself before READY.
+  ``--rules NS FILE``: the line in NS applies these iptables rules itself before READY;
+  ``--wait``: fork only after a line on stdin (the supervisor's go, once the namespaces exist).
 
 This module owns the command line and the exit codes: 2 for a bad config (or bad arguments), 1
 when the socket or a queue could not be set up (both before READY), else what
@@ -39,12 +40,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("NETNS", "FILE"),
         help="with --line: iptables-restore FILE in NETNS once its line is bound, before READY",
     )
+    ap.add_argument(
+        "--wait",
+        action="store_true",
+        help="with --line: wait for a line on stdin (the namespaces exist) before forking",
+    )
     args = ap.parse_args(argv)
-    if args.rules and not args.line:
-        ap.error("--rules goes with --line")
+    if (args.rules or args.wait) and not args.line:
+        ap.error("--rules and --wait go with --line")
     if args.line:
         rules = dict(args.rules or [])
-        return launch([(ns, config, log) for ns, config, log in args.line], rules)
+        lines = [(ns, config, log) for ns, config, log in args.line]
+        return launch(lines, rules, wait=args.wait)
     return run_line(args.config)
 
 

@@ -8,6 +8,10 @@ counters), loads ``CONFIG`` and runs the :class:`~testbed.link.delayline.loop.De
 as a line started with ``ip netns exec NS python -m testbed.link.delayline --config CONFIG``
 would. One process per wire still: all cores are used and a dead line fails only its own links.
 
+With ``--wait`` the launcher, once it has imported everything, waits for a line on stdin before
+it forks (EOF instead: it exits 1, forking nothing): the supervisor starts it before the
+namespaces exist and lets it go once they do, so the interpreter's start-up overlaps the build.
+
 With ``--rules NS FILE`` the line in ``NS``, once its queues are bound and before it says READY,
 applies ``FILE`` with ``iptables-restore --noflush -w`` (:func:`~.rules.restore_command`; the
 input is :func:`~.rules.restore_input`) from inside its namespace: the rules still come after the
@@ -106,10 +110,16 @@ def _child(ns: str, config: str, log: str, ready_fd: int, rules: str | None) -> 
     return run_line(config, ready_fd, rules)
 
 
-def launch(lines: list[tuple[str, str, str]], rules: dict[str, str] | None = None) -> int:
+def launch(
+    lines: list[tuple[str, str, str]], rules: dict[str, str] | None = None, wait: bool = False
+) -> int:
     """Fork one line per (namespace, config, log), with ``rules[namespace]`` (a restore file)
-    if given; relay READY/FAILED; 0 if all got ready."""
+    if given; relay READY/FAILED; 0 if all got ready. With ``wait``, first wait for a line on
+    stdin (the namespaces exist); EOF: exit 1 without forking."""
     rules = rules or {}
+    if wait and not sys.stdin.readline():
+        print("delayline: launcher: stdin closed before the go: no lines started", file=sys.stderr)
+        return 1
     waiting: dict[int, tuple[str, int]] = {}  # read end of a child's ready pipe -> (ns, pid)
     for ns, config, log in lines:
         r, w = os.pipe()
