@@ -19,12 +19,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from testbed.core.errors import NetError, UnsupportedError
+from testbed.core.files import atomic_write_text
 from testbed.link.base import LinkBackend
 from testbed.link.delayline import (
     DEFAULT_CE_MARK,
@@ -36,9 +38,10 @@ from testbed.link.delayline import (
 )
 from testbed.net import procs, registry
 from testbed.net.registry import Record
-from testbed.plan.topology import NetworkPlan, WanDirection
+from testbed.plan.topology import Impairment, NetworkPlan, WanDirection
 
 STATS_INTERVAL = 0.5
+RELOAD_TIMEOUT = 5.0  # s for a line to acknowledge a SIGHUP (its stats' ``reloads`` count)
 
 
 @dataclass
@@ -137,6 +140,10 @@ class UserspaceBackend(LinkBackend):
         self.supervisor = DelayLineSupervisor(plan, record, trace_interval)
         self.supervisor.start()
 
+    def set_impairments(self, changes: dict[str, Impairment]) -> None:
+        assert self.supervisor is not None, "the delay lines are not running"
+        self.supervisor.set_impairments(changes)
+
     def stop(self) -> None:
         # The lines' files go with the testbed's state directory: keep what they said.
         if self.supervisor is not None:
@@ -165,6 +172,8 @@ class DelayLineSupervisor:
         self.trace_interval = trace_interval
         self.record = record
         self.dir = registry.STATE_DIR / record.prefix
+        # What each direction's line emulates now: the plan's, until set_impairments.
+        self.impairments: dict[str, Impairment] = {d.name: d.impairment for d in plan.wan}
         self.lines: list[LineProcess] = []
         by_wire: dict[str, list[WanDirection]] = {}
         for d in plan.wan:
@@ -211,7 +220,7 @@ class DelayLineSupervisor:
     def _config(self, line: LineProcess) -> dict:
         queues = []
         for i, d in enumerate(line.directions):
-            imp = d.impairment
+            imp = self.impairments[d.name]
             queues.append(
                 {
                     "num": queue_number(i),
@@ -239,6 +248,39 @@ class DelayLineSupervisor:
         if self.trace_interval:
             config.update(trace_file=str(line.trace_path), trace_interval=self.trace_interval)
         return config
+
+    def set_impairments(self, changes: dict[str, Impairment]) -> None:
+        """Rewrite the config of each line serving a changed direction, SIGHUP it, and wait
+        for its acknowledgement (the ``reloads`` count in its stats file, rewritten right after
+        the reload); a refused reload or a silent line is a NetError."""
+        served = {d.name: line for line in self.lines for d in line.directions}
+        missing = sorted(set(changes) - set(served))
+        if missing:
+            raise UnsupportedError(
+                f"{', '.join(missing)}: no delay line runs for these directions (they had "
+                "nothing to emulate at bring-up); a running testbed cannot add one"
+            )
+        self.impairments.update(changes)
+        waiting = []
+        for line in {id(served[n]): served[n] for n in changes}.values():
+            assert line.proc is not None
+            before = self._stats(line).get("reloads", 0)
+            atomic_write_text(line.config_path, json.dumps(self._config(line), indent=1))
+            os.kill(line.proc.pid, signal.SIGHUP)
+            waiting.append((line, before + 1))
+        deadline = time.monotonic() + RELOAD_TIMEOUT
+        while waiting:
+            line, want = waiting[0]
+            stats = self._stats(line)
+            refused = [e for e in stats.get("errors", []) or [] if "reload refused" in e]
+            if refused:
+                raise NetError(f"delay line in {line.ns}: {refused[0]}")
+            if stats.get("reloads", 0) >= want:
+                waiting.pop(0)
+            elif time.monotonic() > deadline or line.proc.poll() is not None:
+                raise NetError(f"delay line in {line.ns} did not apply its new config (SIGHUP)")
+            else:
+                time.sleep(0.001)
 
     def _spawn(self, line: LineProcess) -> None:
         line.config_path.write_text(json.dumps(self._config(line), indent=1))

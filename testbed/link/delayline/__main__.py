@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"delayline: config error: {e}", file=sys.stderr)
         return 2
-    line = DelayLine(cfg)
+    line = DelayLine(cfg, config_path=args.config)
     try:
         line.setup()
     except OSError as e:
