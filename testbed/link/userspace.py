@@ -272,10 +272,10 @@ class DelayLineSupervisor:
         while waiting:
             line, want = waiting[0]
             stats = self._stats(line)
-            refused = [e for e in stats.get("errors", []) or [] if "reload refused" in e]
-            if refused:
-                raise NetError(f"delay line in {line.ns}: {refused[0]}")
             if stats.get("reloads", 0) >= want:
+                refused = [e for e in stats.get("errors", []) or [] if "reload refused" in e]
+                if refused:
+                    raise NetError(f"delay line in {line.ns}: {refused[0]}")
                 waiting.pop(0)
             elif time.monotonic() > deadline or line.proc.poll() is not None:
                 raise NetError(f"delay line in {line.ns} did not apply its new config (SIGHUP)")

@@ -87,7 +87,7 @@ def test_negative_floor_never_adds_delay() -> None:
 
 def test_direction_without_samples_is_left_alone() -> None:
     p = plan({"delay": "10ms"})
-    ab, ba = compensate(p, {"a->b": samples(10.1 * MS)})
+    _, ba = compensate(p, {"a->b": samples(10.1 * MS)})
     assert ba.samples == 0 and ba.floor_s is None and ba.emulated_s == 10 * MS
 
 

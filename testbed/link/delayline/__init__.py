@@ -49,8 +49,9 @@ Protocol with the supervisor
        takes the file's delay, jitter, loss, reorder and bottleneck settings for packets that
        arrive from then on; held packets keep their release times and the queue stays FIFO.
        The queue set, ``maxlen`` and ``copy_mode`` are fixed at bind time: a file that changes
-       them, or an invalid one, is refused whole (an ``errors`` entry, old settings kept). The
-       stats file is rewritten right after; its ``reloads`` count is the acknowledgement.
+       them, or an invalid one, is refused whole (an ``errors`` entry until a reload succeeds,
+       old settings kept). The stats file is rewritten right after; its ``reloads`` count
+       (SIGHUPs handled) is the acknowledgement, its ``errors`` say whether it was refused.
     3. to stop: delete the rules first (:func:`iptables_delete_rules`), then SIGTERM (or SIGINT).
        The process keeps delaying what it still holds (and what was queued before the rules went)
        until the deadlines, or accepts at once if a deadline is more than ``flush_grace`` away,

@@ -142,7 +142,7 @@ class DelayLine:
         self.cfg = cfg
         self.config_path = config_path  # re-read on SIGHUP (:meth:`reload`)
         self.reload_pending = False
-        self.reloads = 0  # reloads applied; in the stats file, which is rewritten right after
+        self.reloads = 0  # SIGHUPs handled (applied or refused): the stats file's acknowledgement
         self.queues: list[Queue] = []
         self.by_num: dict[int, Queue] = {}
         self.nfq: NfQueueSocket | None = None
@@ -534,8 +534,9 @@ class DelayLine:
         now on; held packets keep their release times (and a queue stays FIFO, so a shorter
         delay takes effect as the held ones drain). The queue set, ``maxlen`` and ``copy_mode``
         are bound to the kernel and cannot change: such a file, or an invalid one, is refused
-        as a whole (an error in the stats, the old settings stay). The stats file is rewritten
-        at once: its ``reloads`` count is the supervisor's acknowledgement."""
+        as a whole (an error in the stats until a reload succeeds; the old settings stay). The
+        stats file is rewritten at once: its ``reloads`` count (applied or refused) is the
+        acknowledgement, its errors say which."""
         self.reload_pending = False
         try:
             if self.config_path is None:
@@ -555,7 +556,7 @@ class DelayLine:
                 self.by_num[num].cfg = qc  # its random stream (Queue.rng) goes on
             self._watch_always = any(q.cfg.reorder > 0 for q in self.queues)
             self.errors.pop("reload", None)
-            self.reloads += 1
+        self.reloads += 1
         self.write_stats()
 
     def _next_wakeup(self, t: _Timers) -> float:
