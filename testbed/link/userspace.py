@@ -376,7 +376,7 @@ class DelayLineSupervisor:
                         row.update({f"{key}_{k}": v for k, v in value.items()})
                     elif not isinstance(value, list):
                         row[key] = value
-                for key in ("cpu_seconds", "cpu_percent_avg", "uptime_s", "final"):
+                for key in ("cpu_seconds", "cpu_percent_avg", "uptime_s", "reloads", "final"):
                     if key in data:
                         row[f"process_{key}"] = data[key]
                 row["errors"] = "; ".join(data.get("errors", []) or [])

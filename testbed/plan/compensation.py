@@ -23,8 +23,9 @@ This module owns that arithmetic and its rules:
   host-to-host delay is that floor.
 
 The floor is measured host to host, so a path across two WAN links (a -> b -> c) is compensated
-twice for the host side of the middle cluster (its host's veth and bridge, about 0.03 ms one way):
-such a path is that much short of its configured delay.
+twice for the host side of the middle cluster (its host's veth and bridge): such a path is that
+much short of its configured delay (RTT a-h0 <-> c-h0 over two 10 ms links, busy machine: -0.13
+and +0.01 ms compensated, +0.43 and +0.51 ms without).
 """
 
 from __future__ import annotations
