@@ -11,6 +11,7 @@ import pytest
 from testbed.config.scenario import parse_scenario
 from testbed.link.kernel import KernelBackend
 from testbed.plan.compensation import (
+    STALL_SLACK,
     FloorError,
     calibration_plan,
     compensate,
@@ -33,7 +34,7 @@ def plan(wan: dict[str, Any], fabric: dict[str, Any] | None = None) -> NetworkPl
 
 def samples(centre: float) -> list[float]:
     """Ten one-way samples whose median is ``centre``, with an outlier on each side."""
-    return [centre + dx * 1e-6 for dx in (-300, -2, -1, -1, 0, 0, 1, 1, 2, 900)]
+    return [centre + dx * 1e-6 for dx in (-30, -2, -1, -1, 0, 0, 1, 1, 2, 900)]
 
 
 def test_floor_and_compensation_per_direction() -> None:
@@ -47,6 +48,20 @@ def test_floor_and_compensation_per_direction() -> None:
     assert ab.configured_s == 10 * MS and ab.samples == 10
     # what the user then gets host to host: the floor plus the emulated delay
     assert ab.floor_s + ab.emulated_s == pytest.approx(ab.configured_s)
+
+
+def test_stalled_probes_are_capped_by_the_fastest() -> None:
+    """Most probes stalled (a starved guest): the floor is at most 2 x the fastest probe's
+    excess + STALL_SLACK, not the stalled median."""
+    p = plan({"delay": "50ms"})
+    stalled = [50.6 * MS, 63.0 * MS, 63.1 * MS, 63.2 * MS, 62.9 * MS, 63.0 * MS, 50.7 * MS]
+    comp = compensate(p, {"a->b": stalled, "b->a": samples(50.1 * MS)})[0]
+    assert comp.measured_s == pytest.approx(63.0 * MS) and comp.fastest_s == 50.6 * MS
+    assert comp.floor_s == pytest.approx(2 * 0.6 * MS + STALL_SLACK)
+    assert comp.emulated_s == pytest.approx(50 * MS - comp.floor_s)
+    # a healthy spread (median a few hundredths above the fastest): the cap does not bind
+    healthy = compensate(p, {"a->b": [50.08 * MS, 50.1 * MS, 50.13 * MS], "b->a": []})[0]
+    assert healthy.floor_s == pytest.approx(0.1 * MS)
 
 
 def test_floor_subtracts_the_fabric_delays_on_the_path() -> None:
