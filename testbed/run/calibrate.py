@@ -26,7 +26,10 @@ from testbed.plan.compensation import Compensation, compensate, configured_one_w
 from testbed.plan.topology import NetworkPlan
 from traffic.udpping import one_way, timestamped_socket
 
-PROBES = 8  # per direction; the first is dropped (it may wait for address resolution)
+# Per direction; the first is dropped (it may wait for address resolution). More do not help:
+# on the development VM the floor itself wanders over seconds (sum of both directions, 8
+# measurements in a row on one testbed: sd 0.05-0.07 ms with 7 probes, 0.08-0.10 ms with 15).
+PROBES = 8
 # s between a direction's probes (the directions' probes spread over it): the floor is that of an
 # idle path, as an idle ping sees it. Probes 1 ms apart read 0.03-0.05 ms lower one way on the
 # development VM: a busy CPU answers faster than one woken from idle.
