@@ -239,9 +239,11 @@ def runs_table(res: Results) -> pd.DataFrame:
 
 
 def links_table(res: Results) -> pd.DataFrame:
-    """The link self-check of every run: configured vs measured RTT, capacity and goodput per
-    direction (results older than the capacity probe have its columns empty)."""
+    """The link self-check of every run: configured vs measured RTT, the direction's measured
+    floor and the delay its emulator was given (RTT compensation), capacity and goodput per
+    direction (results older than a column have it empty)."""
     cols = ["results", "run_id", "direction", "rtt_configured_s", "rtt_median_s", "rtt_p99_s"]
+    cols += ["floor_s", "delay_emulated_s"]
     cols += ["capacity_configured_bps", "capacity_bps", "capacity_ratio"]
     cols += ["goodput_configured_bps", "goodput_bps", "goodput_ratio", "congestion", "ok"]
     cols += ["problem"]
@@ -437,6 +439,8 @@ FORMATS = {
     "rtt_configured_s": _fmt_time,
     "rtt_median_s": _fmt_time,
     "rtt_p99_s": _fmt_time,
+    "floor_s": _fmt_time,
+    "delay_emulated_s": _fmt_time,
     "rtt_s": _fmt_time,
     "algbw": _fmt_bw,
     "busbw": _fmt_bw,
@@ -476,6 +480,8 @@ HEADERS = {
     "rtt_configured_s": "RTT conf",
     "rtt_median_s": "RTT p50",
     "rtt_p99_s": "RTT p99",
+    "floor_s": "floor (1-way)",
+    "delay_emulated_s": "emulated delay",
     "rtt_s": "RTT",
     "goodput_configured_bps": "goodput conf",
     "goodput_ratio": "ratio",

@@ -9,6 +9,10 @@ sequence number and send time, so late replies are matched correctly. All namesp
 clock, so the server's receive stamp also splits each RTT into one-way delays (``forward``,
 ``reverse``), which is how asymmetric links are checked.
 
+``one_way`` is the same probe without the echo, for a caller that holds both ends: sockets it
+made inside the two namespaces (``testbed.run.calibrate`` measures every WAN direction's floor
+that way at bring-up, all directions at once, in its own process).
+
 What is timed is the network, not the two Python processes: both ends take the *kernel's*
 receive timestamp (SO_TIMESTAMPNS), and the echo server reports how long the packet sat with it
 (kernel receive to its own send), which is subtracted, as NTP does. Without that, two process
@@ -26,6 +30,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Sequence
 
 PROBE = struct.Struct("!IQ")  # sequence, send time (ns, CLOCK_REALTIME)
 # Appended by the echo server: its kernel receive time and how long it held the probe (ns).
@@ -35,7 +40,7 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 TIMESPEC = struct.Struct("@qq")
 
 
-def _timestamped_socket() -> socket.socket:
+def timestamped_socket() -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     return s
@@ -52,7 +57,7 @@ def _recv(s: socket.socket) -> tuple[bytes, tuple, int]:
 
 
 def serve(port: int) -> None:
-    with _timestamped_socket() as s:
+    with timestamped_socket() as s:
         s.bind(("0.0.0.0", port))
         print("READY", flush=True)
         while True:
@@ -65,7 +70,7 @@ def probe(host: str, port: int, count: int, interval: float, wait: float) -> dic
     addr = (socket.gethostbyname(host), port)
     rtts: dict[int, tuple[float, float, float]] = {}
     order: list[int] = []
-    with _timestamped_socket() as s:
+    with timestamped_socket() as s:
         s.setblocking(False)
         start = time.monotonic()
         for seq in range(count):
@@ -85,6 +90,50 @@ def probe(host: str, port: int, count: int, interval: float, wait: float) -> dic
         "forward": [rtts[k][1] for k in sorted(rtts)],
         "reverse": [rtts[k][2] for k in sorted(rtts)],
     }
+
+
+def one_way(
+    pairs: Sequence[tuple[socket.socket, socket.socket]],
+    count: int,
+    interval: float,
+    wait: float,
+) -> list[dict[int, float]]:
+    """One-way delays (s) of ``count`` probes per (sender, receiver) pair, all pairs at once: the
+    receiver (a :func:`timestamped_socket` bound to its host's address) takes the kernel's
+    receive stamp, the sender's send time is in the probe, as ``forward`` in :func:`probe`.
+    Returns, per pair, sequence -> delay of the probes that arrived within ``wait`` s of the
+    last send."""
+    got: list[dict[int, float]] = [{} for _ in pairs]
+    index = {recv.fileno(): i for i, (_, recv) in enumerate(pairs)}
+    addrs = [recv.getsockname() for _, recv in pairs]
+    for _, recv in pairs:
+        recv.setblocking(False)
+
+    def drain(timeout: float) -> None:
+        ready, _, _ = select.select([r for _, r in pairs], [], [], max(0.0, timeout))
+        for r in ready:
+            while True:
+                try:
+                    data, _, received = _recv(r)
+                except BlockingIOError:
+                    break
+                seq, sent = PROBE.unpack_from(data)
+                got[index[r.fileno()]][seq] = (received - sent) / 1e9
+
+    # The pairs take turns, spread evenly over each interval: with the interval longer than the
+    # path's own latency, every probe crosses an otherwise idle path, as an idle ping does.
+    start = time.monotonic()
+    step = interval / len(pairs) if pairs else interval
+    for seq in range(count):
+        for (send, _), addr, i in zip(pairs, addrs, itertools.count(), strict=False):
+            due = start + seq * interval + i * step
+            while (now := time.monotonic()) < due:
+                drain(due - now)
+            send.sendto(PROBE.pack(seq, time.time_ns()), addr)
+    deadline = time.monotonic() + wait
+    while any(len(g) < count for g in got) and (now := time.monotonic()) < deadline:
+        drain(deadline - now)
+    return got
 
 
 def _drain(

@@ -224,6 +224,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _announce(tb) -> None:
     out.print(f"backend: [bold]{tb.backend.name}[/] ({escape(tb.backend.reason)})")
+    floors = [c.floor_s for c in tb.compensation if c.compensation_s]
+    if floors:
+        out.print(
+            f"RTT compensation: measured floors of {format_duration(min(floors))} to "
+            f"{format_duration(max(floors))} one way are subtracted from the emulated delays"
+        )
     for w in tb.plan.warnings:
         out.print(f"[yellow]warning:[/] {escape(w)}")
 

@@ -179,6 +179,13 @@ def _share(ratio: float | None) -> str:
     return "-" if ratio is None or ratio != ratio else f"{ratio:.1%}"
 
 
+def _floor(c) -> str:
+    """The direction's measured floor (one way), subtracted from its emulated delay at bring-up;
+    "-" where the testbed did not compensate (or an older links.parquet)."""
+    floor = getattr(c, "floor_s", None)
+    return "-" if floor is None or floor != floor else format_duration(floor)
+
+
 def print_checks(checks) -> None:
     t = Table(title="link self-check")
     for col in (
@@ -186,6 +193,7 @@ def print_checks(checks) -> None:
         "RTT conf",
         "RTT p50",
         "RTT p99",
+        "floor",
         "capacity",
         "goodput conf",
         "goodput",
@@ -200,6 +208,7 @@ def print_checks(checks) -> None:
             format_duration(c.rtt_configured_s),
             format_duration(c.rtt_median_s) if c.rtt_median_s is not None else "-",
             format_duration(c.rtt_p99_s) if c.rtt_p99_s is not None else "-",
+            _floor(c),
             _share(getattr(c, "capacity_ratio", None)),  # older links.parquet: no capacity probe
             format_rate(c.goodput_configured_bps),
             format_rate(c.goodput_bps) if c.goodput_bps else "-",

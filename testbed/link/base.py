@@ -2,8 +2,9 @@
 
 A backend is chosen once (``testbed.link.choose``) and then asked, never compared by name: which
 plans it can emulate (``check``), the qdiscs it needs (``tc_batches``, PURE), the processes it
-runs beside them (``start``/``stop``), and what it observed (``problems``, ``link_stats``,
-``queue_trace``). The base class's defaults render shaping alone; a backend overrides what it adds.
+runs beside them (``start``/``stop``), changes to a running link (``set_impairments``), and
+what it observed (``problems``, ``link_stats``, ``queue_trace``). The base class's defaults
+render shaping alone; a backend overrides what it adds.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import ClassVar
 
+from testbed.core.errors import UnsupportedError
 from testbed.net.registry import Record
 from testbed.plan.render import fabric_shaper_lines, wan_shaper_lines
-from testbed.plan.topology import FabricPort, NetworkPlan, WanDirection
+from testbed.plan.topology import FabricPort, Impairment, NetworkPlan, WanDirection
 
 
 class LinkBackend:
@@ -69,6 +71,15 @@ class LinkBackend:
 
     def stop(self) -> None:
         """Stop it, keeping its statistics readable (the testbed's files go right after)."""
+
+    def set_impairments(self, changes: dict[str, Impairment]) -> None:
+        """Give running WAN directions (by name) new delay, jitter, loss and reorder, for the
+        packets that arrive from now on; returns once applied. Used by the RTT compensation
+        at bring-up; meant for schedules that change a link while it carries traffic."""
+        if changes:
+            raise UnsupportedError(
+                f"backend {self.name} emulates no delay, jitter, loss or reorder to change"
+            )
 
     # -- what it observed -----------------------------------------------------------------------
     def problems(self) -> list[str]:

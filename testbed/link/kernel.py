@@ -7,8 +7,9 @@ from typing import ClassVar
 
 from testbed.core.errors import UnsupportedError
 from testbed.link.base import LinkBackend
+from testbed.net.build import run_batches
 from testbed.plan.render import fabric_lines, netem_lines
-from testbed.plan.topology import FabricPort, NetworkPlan
+from testbed.plan.topology import FabricPort, Impairment, NetworkPlan
 
 
 class ShapingOnlyBackend(LinkBackend):
@@ -38,3 +39,11 @@ class KernelBackend(LinkBackend):
             if d.impairment.active:
                 out.setdefault(d.impairment.ns, []).extend(netem_lines(d.impairment))
         return out
+
+    def set_impairments(self, changes: dict[str, Impairment]) -> None:
+        """``tc qdisc replace`` of each wire's netem (one batch per wire namespace, in
+        parallel): in place where it runs, keeping what it holds."""
+        per_ns: dict[str, list[str]] = {}
+        for imp in changes.values():
+            per_ns.setdefault(imp.ns, []).extend(netem_lines(imp, verb="replace"))
+        run_batches([(["tc", "-n", ns], lines) for ns, lines in per_ns.items()])

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from testbed.core.errors import NetError, UnsupportedError
+from testbed.core.files import atomic_write_text
 from testbed.link.base import LinkBackend
 from testbed.link.delayline import (
     DEFAULT_CE_MARK,
@@ -44,10 +45,11 @@ from testbed.link.delayline import (
 )
 from testbed.net import procs, registry
 from testbed.net.registry import Record
-from testbed.plan.topology import NetworkPlan, WanDirection
+from testbed.plan.topology import Impairment, NetworkPlan, WanDirection
 
 STATS_INTERVAL = 0.5
 STOP_TIMEOUT = 5.0  # seconds a line gets to flush and exit after SIGTERM before SIGKILL
+RELOAD_TIMEOUT = 5.0  # s for a line to acknowledge a SIGHUP (its stats' ``reloads`` count)
 
 
 @dataclass
@@ -164,6 +166,10 @@ class UserspaceBackend(LinkBackend):
             self.supervisor = DelayLineSupervisor(plan, record, trace_interval)
         self.supervisor.start()
 
+    def set_impairments(self, changes: dict[str, Impairment]) -> None:
+        assert self.supervisor is not None, "the delay lines are not running"
+        self.supervisor.set_impairments(changes)
+
     def stop(self) -> None:
         # The lines' files go with the testbed's state directory: keep what they said.
         if self.supervisor is not None:
@@ -192,6 +198,8 @@ class DelayLineSupervisor:
         self.trace_interval = trace_interval
         self.record = record
         self.dir = registry.STATE_DIR / record.prefix
+        # What each direction's line emulates now: the plan's, until set_impairments.
+        self.impairments: dict[str, Impairment] = {d.name: d.impairment for d in plan.wan}
         self.lines: list[LineProcess] = []
         self.launcher: subprocess.Popen | None = None  # until it has reported every line
         by_wire: dict[str, list[WanDirection]] = {}
@@ -230,7 +238,7 @@ class DelayLineSupervisor:
     def _config(self, line: LineProcess) -> dict:
         queues = []
         for i, d in enumerate(line.directions):
-            imp = d.impairment
+            imp = self.impairments[d.name]
             queues.append(
                 {
                     "num": queue_number(i),
@@ -291,6 +299,39 @@ class DelayLineSupervisor:
                 # run spuriously).
                 start_new_session=True,
             )
+
+    def set_impairments(self, changes: dict[str, Impairment]) -> None:
+        """Rewrite the config of each line serving a changed direction, SIGHUP it, and wait
+        for its acknowledgement (the ``reloads`` count in its stats file, rewritten right after
+        the reload); a refused reload or a silent line is a NetError."""
+        served = {d.name: line for line in self.lines for d in line.directions}
+        missing = sorted(set(changes) - set(served))
+        if missing:
+            raise UnsupportedError(
+                f"{', '.join(missing)}: no delay line runs for these directions (they had "
+                "nothing to emulate at bring-up); a running testbed cannot add one"
+            )
+        self.impairments.update(changes)
+        waiting = []
+        for line in {id(served[n]): served[n] for n in changes}.values():
+            assert line.pid is not None
+            before = self._stats(line).get("reloads", 0)
+            atomic_write_text(line.config_path, json.dumps(self._config(line), indent=1))
+            os.kill(line.pid, signal.SIGHUP)
+            waiting.append((line, before + 1))
+        deadline = time.monotonic() + RELOAD_TIMEOUT
+        while waiting:
+            line, want = waiting[0]
+            stats = self._stats(line)
+            if stats.get("reloads", 0) >= want:
+                refused = [e for e in stats.get("errors", []) or [] if "reload refused" in e]
+                if refused:
+                    raise NetError(f"delay line in {line.ns}: {refused[0]}")
+                waiting.pop(0)
+            elif time.monotonic() > deadline or not line.alive():
+                raise NetError(f"delay line in {line.ns} did not apply its new config (SIGHUP)")
+            else:
+                time.sleep(0.001)
 
     def go(self) -> None:
         """Let the launcher fork the lines: their namespaces exist now. Idempotent."""
@@ -417,7 +458,7 @@ class DelayLineSupervisor:
                         row.update({f"{key}_{k}": v for k, v in value.items()})
                     elif not isinstance(value, list):
                         row[key] = value
-                for key in ("cpu_seconds", "cpu_percent_avg", "uptime_s", "final"):
+                for key in ("cpu_seconds", "cpu_percent_avg", "uptime_s", "reloads", "final"):
                     if key in data:
                         row[f"process_{key}"] = data[key]
                 row["errors"] = "; ".join(data.get("errors", []) or [])

@@ -22,14 +22,18 @@ T = TypeVar("T")
 
 
 def run_in(ns_work: list[tuple[str, Callable[[], T]]]) -> list[T]:
-    """Run each callable inside its namespace, in order, in one worker thread; return results."""
+    """Run each callable inside its namespace, in order, in one worker thread; return results.
+    Consecutive items of the same namespace enter it once."""
     results: list[T] = []
     error: list[BaseException] = []
 
     def worker() -> None:
         try:
+            current = None
             for ns, fn in ns_work:
-                enter(ns)
+                if ns != current:
+                    enter(ns)
+                    current = ns
                 results.append(fn())
         except BaseException as exc:  # re-raised in the caller's thread
             error.append(exc)

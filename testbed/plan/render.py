@@ -204,5 +204,7 @@ def netem_args(imp: Impairment) -> str:
     return " ".join(parts)
 
 
-def netem_lines(imp: Impairment) -> list[str]:
-    return [f"qdisc add dev {imp.egress_if} root handle 1: netem {netem_args(imp)}"]
+def netem_lines(imp: Impairment, verb: str = "add") -> list[str]:
+    """The wire's netem; ``verb`` "replace" changes a running one in place (same handle: netem
+    takes the new parameters and keeps the packets it holds) or adds it where there was none."""
+    return [f"qdisc {verb} dev {imp.egress_if} root handle 1: netem {netem_args(imp)}"]

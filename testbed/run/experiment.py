@@ -167,6 +167,7 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
             result.info["backend"] = tb.backend.name if tb.backend else None
             result.info["backend_reason"] = tb.backend.reason if tb.backend else None
             result.info["prefix"] = tb.record.prefix if tb.record else None
+            result.info["rtt_compensation"] = [c.row() for c in tb.compensation]
             result.info["tcp_sysctls"] = tcp_sysctls_in_effect(tb)
             checks = check_links(tb, duration=selfcheck_seconds, pings=20)
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]

@@ -2,7 +2,9 @@
 
 Three probes between the first host of each cluster, one after the other:
 
-- RTT, idle: median and p99 of ``pings`` UDP echoes (traffic.udpping).
+- RTT, idle: median and p99 of ``pings`` UDP echoes (traffic.udpping). The rows also carry the
+  direction's RTT compensation made at bring-up (its measured floor and the delay the emulator
+  was given instead of the configured one: testbed.plan.compensation).
 - Capacity: paced UDP a little above the link's rate (traffic.udprate); the receiver counts what
   arrives over a window whose edges are kernel receive timestamps. This is what the link
   carries, whatever TCP does; above 101% of the rate the emulation leaks and the check fails.
@@ -32,6 +34,7 @@ from testbed.core.errors import NetError
 from testbed.core.frames import GOODPUT_FACTOR, MSS
 from testbed.core.stats import quantile
 from testbed.net import procs
+from testbed.plan.compensation import configured_one_way
 from testbed.plan.topology import NetworkPlan, WanDirection, htb_burst
 from testbed.run.testbed import Testbed
 
@@ -133,6 +136,12 @@ class LinkCheck:
     initcwnd: int | None = None
     seconds: float | None = None
     leak: bool = False  # the link carried more than LEAK x its ceiling: fails the run
+    # RTT compensation of this direction (testbed.plan.compensation), one way, seconds; None
+    # when the testbed did not compensate (no delay anywhere, or turned off)
+    delay_configured_s: float | None = None
+    delay_emulated_s: float | None = None
+    floor_s: float | None = None
+    compensation_s: float | None = None
 
     def row(self) -> dict:
         return asdict(self)
@@ -142,12 +151,7 @@ def configured_rtt(plan: NetworkPlan, d: WanDirection) -> float:
     """Round trip between hosts of ``d.src`` and ``d.dst``: both WAN directions and the fabric
     delays of both clusters, each crossed twice."""
     back = next(w for w in plan.wan if w.src == d.dst and w.dst == d.src)
-    fabric = {p.ns: p.delay for p in plan.fabric}
-    host_delays = sum(
-        fabric.get(plan.host(f"{c}-h0").ns, 0.0) + fabric.get(f"{plan.prefix}-{c}-gw", 0.0)
-        for c in (d.src, d.dst)
-    )
-    return d.delay + back.delay + host_delays
+    return configured_one_way(plan, d) + configured_one_way(plan, back)
 
 
 def configured_rate(plan: NetworkPlan, d: WanDirection) -> float:
@@ -312,6 +316,7 @@ def check_direction(
         problems += judge(capacity_ratio, ratio)
     else:
         problems += judge(1.0, ratio)  # the probe failed (said above); judge TCP alone
+    comp = tb.compensation_of(d.name)
     return LinkCheck(
         direction=d.name,
         src_host=src,
@@ -334,6 +339,10 @@ def check_direction(
         initcwnd=sizes.initcwnd,
         seconds=time.monotonic() - began,
         leak=any((r or 0) > LEAK for r in (capacity_ratio, ratio)),
+        delay_configured_s=comp.configured_s if comp else None,
+        delay_emulated_s=comp.emulated_s if comp else None,
+        floor_s=comp.floor_s if comp else None,
+        compensation_s=comp.compensation_s if comp else None,
     )
 
 

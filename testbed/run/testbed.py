@@ -28,7 +28,10 @@ from testbed.link.choose import choose_backend
 from testbed.net import build as net
 from testbed.net import probe as kernel
 from testbed.net import registry
+from testbed.plan.compensation import Compensation, calibration_plan
 from testbed.plan.topology import NetworkPlan, WanDirection, build_plan
+
+COMPENSATION_KEY = "rtt_compensation"  # in the registry record's ``extra``
 
 
 class Terminated(TestbedError):
@@ -46,6 +49,7 @@ class Testbed:
         name: str | None = None,
         persistent: bool = False,
         source: str = "",
+        compensate_rtt: bool = True,
     ) -> None:
         self.scenario = scenario  # None: a handle on a testbed another process made (attach)
         if name is None:
@@ -58,6 +62,9 @@ class Testbed:
         self.plan: NetworkPlan | None = None
         self.backend: LinkBackend | None = None  # chosen at up(); keeps its stats after down()
         self.features: kernel.KernelFeatures | None = None
+        # Off only to measure what the emulation does without it (benchmarks/link_fidelity.py).
+        self.compensate_rtt = compensate_rtt
+        self.compensation: list[Compensation] = []  # per WAN direction, when compensated
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
@@ -71,6 +78,7 @@ class Testbed:
             raise RegistryError(f"testbed {name!r} is a leftover, not live; run `testbed clean`")
         tb = cls(None, name=rec.name, persistent=rec.persistent)
         tb.record = rec
+        tb.compensation = [Compensation(**row) for row in rec.extra.get(COMPENSATION_KEY, [])]
         return tb
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -89,11 +97,21 @@ class Testbed:
             self.backend.check(self.plan)
             self.record.backend = self.backend.name
             self.record.save()
-            backend, plan, record = self.backend, self.plan, self.record
+            # RTT compensation: the emulators start with the delays alone, the floor of each
+            # direction is measured, then they get configured - floor and the rest of their
+            # impairment (testbed.plan.compensation).
+            calibrating = self.compensate_rtt and any(d.delay for d in self.plan.wan)
+            first = calibration_plan(self.plan) if calibrating else self.plan
+            backend, record = self.backend, self.record
             trace = self.scenario.trace.queues
-            namespaces_made = backend.prepare(plan, record, trace)
-            net.build(plan, record, self.features, backend.tc_batches(plan), namespaces_made)
-            backend.start(plan, record, trace)
+            namespaces_made = backend.prepare(first, record, trace)
+            net.build(self.plan, record, self.features, backend.tc_batches(first), namespaces_made)
+            backend.start(first, record, trace)
+            if calibrating:
+                from testbed.run.calibrate import calibrate  # imports the probe: only when used
+
+                self.compensation = calibrate(self.plan, backend)
+                self.record.extra[COMPENSATION_KEY] = [c.row() for c in self.compensation]
             self.record.phase = "up"
             self.record.persistent = self.persistent
             self.record.save()
@@ -122,6 +140,10 @@ class Testbed:
     def backend_queue_trace(self) -> list[dict]:
         """The link backend's samples of the queues it owns (complete once the testbed is down)."""
         return self.backend.queue_trace() if self.backend is not None else []
+
+    def compensation_of(self, direction: str) -> Compensation | None:
+        """The RTT compensation of a WAN direction (None when the testbed did not compensate)."""
+        return next((c for c in self.compensation if c.direction == direction), None)
 
     def link_stats(self) -> list[dict]:
         """The link backend's counters per WAN direction (the delay line's, on userspace)."""

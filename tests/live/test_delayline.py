@@ -20,6 +20,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -730,3 +731,60 @@ def test_launcher_with_wait_forks_nothing_if_stdin_closes_before_the_go(tmp_path
     )
     assert r.returncode == 1 and r.stdout == "" and "no lines started" in r.stderr
     assert not (tmp_path / "c.log").exists()
+
+
+def reload(line: Line, queues: list[dict[str, Any]], timeout: float = 5.0) -> dict[str, Any]:
+    """Rewrite the line's config with ``queues``, SIGHUP it, and return the stats it wrote in
+    answer (its ``reloads`` count went up; its errors say whether the reload was refused)."""
+    before = dl.read_stats(line.stats_file)["reloads"]
+    data = json.loads(line.config.read_text())
+    data["queues"] = queues
+    tmp = line.config.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(line.config)
+    line.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = dl.read_stats(line.stats_file)
+        if st["reloads"] > before:
+            return st
+        time.sleep(0.005)
+    raise AssertionError("the line did not answer SIGHUP")
+
+
+@live
+@pytest.mark.live
+def test_sighup_changes_delay_without_dropping_held_packets(topo: Topo, tmp_path: Path) -> None:
+    """A stream a->b crosses a reload from 10 ms to 30 ms (and loss 0 -> 0): every datagram
+    arrives, in order; those sent before the reload took 10 ms, those well after 30 ms. A
+    reload that changes the queue set is refused (error, old settings kept), a good one clears
+    the error."""
+    ab, ba = qcfg(Q_AB, "a->b", 0.010), qcfg(Q_BA, "b->a", 0.010)
+    with delay_line(topo, tmp_path, ab, ba) as line:
+        result: list[list[tuple[int, float, float]]] = []
+        sender = threading.Thread(target=lambda: result.append(udp_run(topo, 400, 0.002)))
+        sender.start()
+        time.sleep(0.5)  # the receiver's start-up, then about 100 datagrams at 10 ms
+        t_reload = time.time()
+        st = reload(line, [{**ab, "delay": 0.030}, ba])
+        sender.join(timeout=60)
+        assert st["reloads"] == 1 and st["errors"] == []
+        assert st["queues"][str(Q_AB)]["delay"] == 0.030
+        assert st["queues"][str(Q_BA)]["delay"] == 0.010
+        got = result[0]
+        assert len(got) == 400  # nothing held was dropped
+        assert late_arrivals([seq for seq, _, _ in got]) == 0
+        before = [rx - sent for _, sent, rx in got if sent < t_reload - 0.05]
+        after = [rx - sent for _, sent, rx in got if sent > t_reload + 0.05]
+        assert len(before) > 20 and len(after) > 20
+        assert statistics.median(before) == pytest.approx(0.010, abs=0.001)
+        assert statistics.median(after) == pytest.approx(0.030, abs=0.001)
+
+        refused = reload(line, [{**ab, "delay": 0.001}])  # b->a missing: the set changed
+        assert refused["reloads"] == 2
+        assert any("reload refused" in e for e in refused["errors"])
+        assert refused["queues"][str(Q_AB)]["delay"] == 0.030  # kept
+        rtts, _ = ping_rtts(topo, 10, 0.02)
+        assert statistics.median(rtts) == pytest.approx(40.0, abs=1.0)
+        ok = reload(line, [ab, ba])
+        assert ok["reloads"] == 3 and ok["errors"] == []

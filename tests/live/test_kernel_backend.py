@@ -7,8 +7,10 @@ Rates are modest: under QEMU's software emulation (TCG) the guest is slow.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
 
 import pytest
 from helpers import scenario
@@ -44,6 +46,32 @@ def test_netem_delay_within_1ms_of_configured_rtt(make_testbed):
     r = probe_rtt(tb, "east-h0", "west-h0", count=50, interval=0.02)
     assert r["lost"] == 0
     assert statistics.median(r["rtts"]) == pytest.approx(0.040, abs=1e-3)
+
+
+def test_rtt_compensation_sets_netem_to_configured_minus_floor(make_testbed):
+    tb = make_testbed(wan(delay="20ms", jitter="1ms", reverse={"jitter": "0ms"}))
+    comps = {c.direction: c for c in tb.compensation}
+    for d in tb.plan.wan:
+        c = comps[d.name]
+        assert c.floor_s > 0 and c.emulated_s == pytest.approx(d.delay - c.floor_s)
+        imp = d.impairment
+        shown = subprocess.run(
+            ["tc", "-n", imp.ns, "-j", "qdisc", "show", "dev", imp.egress_if],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        (netem,) = [q["options"] for q in json.loads(shown) if q["kind"] == "netem"]
+        assert netem["delay"]["delay"] == pytest.approx(c.emulated_s, abs=2e-6), shown
+        # the rest of the impairment is back after the calibration (which ran the delay alone)
+        assert netem["delay"]["jitter"] == pytest.approx(d.jitter, abs=2e-6), shown
+    r = probe_rtt(tb, "east-h0", "west-h0", count=100, interval=0.01)
+    error = statistics.median(r["reverse"]) - 0.020  # the direction without jitter
+    floors = [round(c.floor_s * 1e3, 3) for c in comps.values()]
+    print(f"west->east median error {error * 1e3:+.3f} ms, floors {floors} ms")
+    if os.environ.get("TESTBED_VM_ACCEL") == "tcg":
+        return  # the timing under TCG is the emulator's (docs/vm.md): only the settings above
+    assert abs(error) <= 0.2e-3  # one way; same tolerance as the userspace test's RTT
 
 
 def test_netem_loss_and_jitter(make_testbed):

@@ -16,7 +16,9 @@ import time
 import pytest
 from helpers import scenario
 
-from testbed.net import netns
+from testbed.net import netns, registry
+from testbed.plan.compensation import FloorError
+from testbed.run import calibrate
 from testbed.run.selfcheck import check_direction, probe_rtt
 
 pytestmark = pytest.mark.live
@@ -33,6 +35,44 @@ def test_rtt_median_within_1ms_of_configured(make_testbed, delay_ms):
     assert r["lost"] == 0
     median = statistics.median(r["rtts"])
     assert median == pytest.approx(2 * delay_ms / 1e3, abs=1e-3), r["rtts"][:10]
+
+
+def test_rtt_compensation_is_applied_and_recorded(make_testbed):
+    """After `up` each direction's emulator runs configured - floor (checked exactly), the floor
+    is recorded, and the idle RTT median is the configured one within 0.25 ms. The goal
+    (+-0.10 ms) is a benchmark's, on a quiet machine (benchmarks/link_fidelity.py). On the
+    shared 2-core machine (load 6-10) compensated errors of -0.13..+0.11 ms were seen and one
+    above 0.2 ms with a TCG guest taking a core: the floor measured at bring-up and the one a
+    second later differ by up to ~0.1 ms per direction. Uncompensated, the error is +0.25..+0.37
+    ms there, so this bound catches a compensation that is missing or doubled only on a calm
+    machine; the exact emulator delays above are what pins it."""
+    tb = make_testbed(wan(delay="10ms", reverse={"delay": "30ms"}))
+    comps = {c.direction: c for c in tb.compensation}
+    assert set(comps) == {"east->west", "west->east"}
+    for name, conf in (("east->west", 0.010), ("west->east", 0.030)):
+        c = comps[name]
+        assert c.configured_s == conf and c.samples == calibrate.PROBES - 1
+        assert 0.00002 < c.floor_s < 0.002, c  # veths and bridges (and the line): not nothing
+        assert c.compensation_s == pytest.approx(c.floor_s)
+        assert c.emulated_s == pytest.approx(conf - c.floor_s)
+    # recorded where an attached process (and the self-check) finds it
+    rec = registry.find(tb.name)
+    assert [r["direction"] for r in rec.extra["rtt_compensation"]] == ["east->west", "west->east"]
+    # the emulator runs the compensated delay (the line reports its queues' delays)
+    for row in tb.link_stats():
+        assert row["delay"] == pytest.approx(comps[row["direction"]].emulated_s, abs=1e-9)
+    r = probe_rtt(tb, "east-h0", "west-h0", count=100, interval=0.01)
+    assert r["lost"] == 0
+    median = statistics.median(r["rtts"])
+    assert median == pytest.approx(0.040, abs=0.25e-3), (median, comps)
+
+
+def test_delay_below_the_floor_is_refused(make_testbed):
+    with pytest.raises(FloorError) as exc:
+        make_testbed(wan(delay="0.01ms"))
+    msg = str(exc.value)
+    assert exc.value.exit_code == 2
+    assert "east->west" in msg and "0.010 ms" in msg and "floor" in msg
 
 
 def test_asymmetric_delays_are_honoured_per_direction(make_testbed):

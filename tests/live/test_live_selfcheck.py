@@ -30,6 +30,9 @@ def test_a_correct_link_reads_97_to_101_percent_both_ways(make_testbed, rate, de
         assert c.ok, c.problem
         assert 0.97 <= c.capacity_ratio <= 1.01, c
         assert 0.97 <= c.goodput_ratio <= 1.01, c
+        # the row carries the direction's RTT compensation made at bring-up
+        assert c.delay_configured_s == d.delay and c.floor_s is not None and c.floor_s > 0
+        assert c.delay_emulated_s == pytest.approx(d.delay - c.compensation_s)
 
 
 def test_a_shaper_20_percent_above_the_plan_is_flagged(make_testbed):

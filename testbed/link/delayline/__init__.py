@@ -51,6 +51,13 @@ Protocol with the supervisor
     2. add the rules (:func:`iptables_rules`, run inside the namespace); only then is traffic
        queued. (With the launcher, ``--rules NS FILE`` has each line apply its own rules once
        bound, before it says READY.)
+    Changing a running line: rewrite the config file and send SIGHUP. Each queue (by ``num``)
+       takes the file's delay, jitter, loss, reorder and bottleneck settings for packets that
+       arrive from then on; held packets keep their release times and the queue stays FIFO.
+       The queue set, ``maxlen`` and ``copy_mode`` are fixed at bind time: a file that changes
+       them, or an invalid one, is refused whole (an ``errors`` entry until a reload succeeds,
+       old settings kept). The stats file is rewritten right after; its ``reloads`` count
+       (SIGHUPs handled) is the acknowledgement, its ``errors`` say whether it was refused.
     3. to stop: delete the rules first (:func:`iptables_delete_rules`), then SIGTERM (or SIGINT).
        The process keeps delaying what it still holds (and what was queued before the rules went)
        until the deadlines, or accepts at once if a deadline is more than ``flush_grace`` away,
@@ -105,7 +112,7 @@ Stats file (JSON, replaced atomically every ``stats_interval`` s and at exit)::
 
     {"version": 1, "pid", "time" (unix), "uptime_s", "cpu_seconds", "cpu_user_seconds",
      "cpu_system_seconds", "cpu_percent" (since the previous write), "cpu_percent_avg",
-     "sched_fifo", "rcvbuf", "enobufs", "wakeups", "verdict_sends", "final",
+     "sched_fifo", "rcvbuf", "enobufs", "wakeups", "verdict_sends", "reloads", "final",
      "errors": [str, ...],
      "queues": {"1001": {"num", "name", "delay", "jitter", "loss", "reorder", "copy_mode",
                          "packets", "bytes", "accepted", "dropped_loss", "reordered", "held",

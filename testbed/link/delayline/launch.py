@@ -74,7 +74,7 @@ def run_line(config: str, ready_fd: int | None = None, rules: str | None = None)
     except ConfigError as e:
         print(f"delayline: config error: {e}", file=sys.stderr)
         return 2
-    line = DelayLine(cfg)
+    line = DelayLine(cfg, config_path=config)
     try:
         line.setup()
     except OSError as e:

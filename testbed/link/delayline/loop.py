@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.core.files import atomic_write_text
-from testbed.link.delayline.config import Config
+from testbed.link.delayline.config import Config, ConfigError
 from testbed.link.delayline.lateness import LatenessHistogram
 from testbed.link.delayline.model import HOLD, Queue, decide
 from testbed.link.delayline.nfqueue import (
@@ -138,8 +138,11 @@ class _Timers:
 class DelayLine:
     """All queues of one process, served through one netlink socket."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, config_path: str | None = None) -> None:
         self.cfg = cfg
+        self.config_path = config_path  # re-read on SIGHUP (:meth:`reload`)
+        self.reload_pending = False
+        self.reloads = 0  # SIGHUPs handled (applied or refused): the stats file's acknowledgement
         self.queues: list[Queue] = []
         self.by_num: dict[int, Queue] = {}
         self.nfq: NfQueueSocket | None = None
@@ -254,6 +257,7 @@ class DelayLine:
             "enobufs": self.enobufs,
             "wakeups": self.wakeups,
             "verdict_sends": self.verdict_sends,
+            "reloads": self.reloads,
             "final": final,
             "errors": list(self.errors.values()),
             "queues": queues,
@@ -467,6 +471,8 @@ class DelayLine:
         )
         gap = self.cfg.release_gap
         while True:
+            if self.reload_pending:
+                self.reload()
             now = time.monotonic()
             if self._release_due(now + EARLY_SLACK):
                 t.last_release = now
@@ -496,8 +502,12 @@ class DelayLine:
         def _on_signal(signum: int, frame: Any) -> None:
             self.stopping = True
 
+        def _on_hup(signum: int, frame: Any) -> None:
+            self.reload_pending = True
+
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGHUP, _on_hup)
         signal.set_wakeup_fd(wfd.fileno(), warn_on_full_buffer=False)
 
         # everything allocated so far lives as long as the process: keep collections cheap
@@ -517,6 +527,37 @@ class DelayLine:
         # (immediate verdicts), needs the socket watched.
         self._watch_always = any(q.cfg.reorder > 0 for q in self.queues)
         return rfd, wfd
+
+    def reload(self) -> None:
+        """Apply the config file again (SIGHUP): each queue, found by its number, takes its new
+        delay, jitter, loss, reorder and bottleneck settings for the packets that arrive from
+        now on; held packets keep their release times (and a queue stays FIFO, so a shorter
+        delay takes effect as the held ones drain). The queue set, ``maxlen`` and ``copy_mode``
+        are bound to the kernel and cannot change: such a file, or an invalid one, is refused
+        as a whole (an error in the stats until a reload succeeds; the old settings stay). The
+        stats file is rewritten at once: its ``reloads`` count (applied or refused) is the
+        acknowledgement, its errors say which."""
+        self.reload_pending = False
+        try:
+            if self.config_path is None:
+                raise ConfigError("no config file to reload")
+            new = {q.num: q for q in Config.load(self.config_path).queues}
+            if set(new) != set(self.by_num):
+                bound = sorted(self.by_num)
+                raise ConfigError(f"queues {sorted(new)} differ from the bound ones {bound}")
+            for num, qc in new.items():
+                old = self.by_num[num].cfg
+                if (qc.maxlen, qc.copy_mode) != (old.maxlen, old.copy_mode):
+                    raise ConfigError(f"queue {num}: maxlen and copy_mode cannot change")
+        except ConfigError as e:
+            self._error("reload", f"config reload refused: {e}")
+        else:
+            for num, qc in new.items():
+                self.by_num[num].cfg = qc  # its random stream (Queue.rng) goes on
+            self._watch_always = any(q.cfg.reorder > 0 for q in self.queues)
+            self.errors.pop("reload", None)
+        self.reloads += 1
+        self.write_stats()
 
     def _next_wakeup(self, t: _Timers) -> float:
         """The earliest deadline of any queue, no sooner than ``release_gap`` after the last
