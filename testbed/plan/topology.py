@@ -238,9 +238,35 @@ def netem_limit(rate: int, reverse_rate: int, delay: float, jitter: float, buffe
 
 
 def tcp_buffer_max(bdp: int) -> int:
-    """tcp_rmem/tcp_wmem maximum for 'auto': room for 4 x the largest path BDP (Linux keeps
-    about half of the buffer for payload), never below the kernel defaults."""
+    """tcp_rmem maximum for 'auto': room for 4 x the largest path BDP (the receiver advertises
+    only part of it as window), never below the kernel default."""
     return max(6 * 1024 * 1024, 4 * bdp)
+
+
+# bbr's STARTUP cwnd gain is 2.89 (2/ln 2): the most a sender keeps in flight on an empty path
+STARTUP_INFLIGHT_BDP = 3
+
+
+def sender_inflight_max(bdp: int, buffer: int) -> int:
+    """The most one sender keeps in flight over a WAN direction: bbr's STARTUP cwnd (about
+    3 x BDP), or pipe + buffer for a loss-based one that fills the bottleneck."""
+    return max(STARTUP_INFLIGHT_BDP * bdp, bdp + buffer)
+
+
+def tcp_wmem_max(inflight: int) -> int:
+    """tcp_wmem maximum for 'auto': twice the largest ``sender_inflight_max``, never below the
+    kernel default.
+
+    Linux wakes a writer blocked on a full send buffer only once the queued bytes (in flight and
+    not yet sent) are down to 2/3 of it (sk_stream_write_space). If what is in flight alone is
+    above 2/3, the unsent part runs dry first and the next write finds an empty queue with room
+    in the cwnd: the socket is marked application-limited. bbr ignores application-limited
+    bandwidth samples when it checks whether its bandwidth stopped growing, so with 4 x BDP
+    (2/3 of it is 2.67 BDP, below STARTUP's 2.89 BDP) it could stay in STARTUP for the whole
+    transfer, its inflight overflowing a 1-BDP bottleneck buffer (docs/congestion.md, "bbr
+    through the delay line"). Twice the inflight leaves a third of the buffer unsent when the
+    writer is woken."""
+    return max(6 * 1024 * 1024, 2 * inflight)
 
 
 def _shortest_next_hops(scenario: Scenario) -> dict[tuple[str, str], str]:
@@ -336,6 +362,7 @@ class _Parts:
     warnings: list[str] = field(default_factory=list)
     gw_wan_addr: dict[tuple[str, str], str] = field(default_factory=dict)  # (gw, peer) -> wire
     max_bdp: int = 0
+    max_inflight: int = 0  # sender_inflight_max over the WAN directions
 
     def __post_init__(self) -> None:
         self.cluster_index = {c: k for k, c in enumerate(self.scenario.clusters)}
@@ -390,6 +417,7 @@ class _Parts:
         bdp = bdp_bytes(rate, rtt)
         self.max_bdp = max(self.max_bdp, bdp)
         buffer = self.buffer(where, d["buffer"], bdp)
+        self.max_inflight = max(self.max_inflight, sender_inflight_max(bdp, buffer))
         aqm = d["aqm"]
         if aqm is not None and aqm.threshold >= buffer:
             raise PlanError(
@@ -447,7 +475,7 @@ class _Parts:
         self.addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
         tcp = self.scenario.cluster_tcp(cluster)
         self.congestion.add(tcp.congestion)
-        sysctls = _tcp_sysctls(tcp, self.max_bdp)
+        sysctls = _tcp_sysctls(tcp, self.max_bdp, self.max_inflight)
         hosts = self.scenario.clusters[cluster].hosts
         for i in range(hosts):
             self.host(cluster, k, i, tcp, sysctls)
@@ -477,10 +505,9 @@ class _Parts:
                 self.fabric.append(FabricPort(ns, ifname, rate, delay, max(MIN_BUFFER, bdp), limit))
 
 
-def _tcp_sysctls(tcp: TcpSettings, max_bdp: int) -> dict[str, str]:
-    auto = tcp_buffer_max(max_bdp)
-    rmem = auto if tcp.rmem == "auto" else tcp.rmem
-    wmem = auto if tcp.wmem == "auto" else tcp.wmem
+def _tcp_sysctls(tcp: TcpSettings, max_bdp: int, max_inflight: int) -> dict[str, str]:
+    rmem = tcp_buffer_max(max_bdp) if tcp.rmem == "auto" else tcp.rmem
+    wmem = tcp_wmem_max(max_inflight) if tcp.wmem == "auto" else tcp.wmem
     return {
         "net.ipv4.tcp_congestion_control": tcp.congestion,
         "net.ipv4.tcp_ecn": "1" if tcp.ecn else "0",

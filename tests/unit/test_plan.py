@@ -603,27 +603,45 @@ def _host_sysctls(plan: NetworkPlan, cluster: str) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize(
-    ("settings", "tcp_max"),
+    ("settings", "rmem", "wmem"),
     [
-        ({"rate": "100mbit", "delay": "20ms"}, 6 * MIB),  # 4 x 500 kB < 6 MiB: the floor
-        ({"rate": "1gbit", "delay": "50ms"}, 50_000_000),  # 4 x 12.5 MB
-        ({"rate": "100mbit", "delay": "20ms", "reverse": {"rate": "10gbit"}}, 200_000_000),
+        # 4 x 500 kB < 6 MiB: the floor; 2 x 3 x 500 kB too
+        ({"rate": "100mbit", "delay": "20ms"}, 6 * MIB, 6 * MIB),
+        # rmem 4 x 12.5 MB; wmem 2 x bbr's STARTUP inflight (3 x BDP)
+        ({"rate": "1gbit", "delay": "50ms"}, 50_000_000, 75_000_000),
+        # a deep buffer: 2 x (pipe + buffer) = 2 x 5 BDP
+        ({"rate": "1gbit", "delay": "50ms", "buffer": "4bdp"}, 50_000_000, 125_000_000),
+        (
+            {"rate": "100mbit", "delay": "20ms", "reverse": {"rate": "10gbit"}},
+            200_000_000,
+            300_000_000,
+        ),
     ],
 )
-def test_auto_tcp_buffers_cover_four_times_the_largest_bdp(
-    settings: dict[str, Any], tcp_max: int
+def test_auto_tcp_buffers_cover_the_largest_bdp_and_inflight(
+    settings: dict[str, Any], rmem: int, wmem: int
 ) -> None:
     plan = two_dc(**settings)
-    assert tcp_max == max(6 * MIB, 4 * max(d.bdp for d in plan.wan))
+    assert rmem == max(6 * MIB, 4 * max(d.bdp for d in plan.wan))
     for cluster in ("east", "west"):
         for sysctls in _host_sysctls(plan, cluster):
             assert sysctls == {
                 "net.ipv4.tcp_congestion_control": "cubic",
                 "net.ipv4.tcp_ecn": "0",
-                "net.ipv4.tcp_rmem": f"4096 131072 {tcp_max}",
-                "net.ipv4.tcp_wmem": f"4096 16384 {tcp_max}",
+                "net.ipv4.tcp_rmem": f"4096 131072 {rmem}",
+                "net.ipv4.tcp_wmem": f"4096 16384 {wmem}",
                 "net.ipv4.tcp_slow_start_after_idle": "1",
             }
+
+
+def test_auto_wmem_keeps_bbr_startup_below_the_writer_wakeup_mark() -> None:
+    """Linux wakes a writer on a full send buffer when the queued bytes fall to 2/3 of it; bbr's
+    STARTUP keeps 2.89 x BDP in flight. Below that mark, the unsent queue never runs dry."""
+    for settings in ({"rate": "1gbit", "delay": "25ms"}, {"rate": "5gbit", "delay": "50ms"}):
+        plan = two_dc(**settings)
+        bdp = max(d.bdp for d in plan.wan)
+        wmem = int(_host_sysctls(plan, "east")[0]["net.ipv4.tcp_wmem"].split()[2])
+        assert 2.89 * bdp < 2 / 3 * wmem
 
 
 def test_largest_bdp_of_any_link_sizes_every_host() -> None:
