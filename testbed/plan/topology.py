@@ -237,12 +237,6 @@ def netem_limit(rate: int, reverse_rate: int, delay: float, jitter: float, buffe
     return max(1000, math.ceil(2 * in_flight / FRAME_BYTES))
 
 
-def tcp_buffer_max(bdp: int) -> int:
-    """tcp_rmem maximum for 'auto': room for 4 x the largest path BDP (the receiver advertises
-    only part of it as window), never below the kernel default."""
-    return max(6 * 1024 * 1024, 4 * bdp)
-
-
 # bbr's STARTUP cwnd gain is 2.89 (2/ln 2): the most a sender keeps in flight on an empty path
 STARTUP_INFLIGHT_BDP = 3
 
@@ -253,19 +247,22 @@ def sender_inflight_max(bdp: int, buffer: int) -> int:
     return max(STARTUP_INFLIGHT_BDP * bdp, bdp + buffer)
 
 
-def tcp_wmem_max(inflight: int) -> int:
-    """tcp_wmem maximum for 'auto': twice the largest ``sender_inflight_max``, never below the
-    kernel default.
+def tcp_buffer_max(inflight: int) -> int:
+    """tcp_rmem/tcp_wmem maximum for 'auto': twice the largest ``sender_inflight_max``, never
+    below the kernel default (6 MiB).
 
-    Linux wakes a writer blocked on a full send buffer only once the queued bytes (in flight and
-    not yet sent) are down to 2/3 of it (sk_stream_write_space). If what is in flight alone is
-    above 2/3, the unsent part runs dry first and the next write finds an empty queue with room
-    in the cwnd: the socket is marked application-limited. bbr ignores application-limited
-    bandwidth samples when it checks whether its bandwidth stopped growing, so with 4 x BDP
-    (2/3 of it is 2.67 BDP, below STARTUP's 2.89 BDP) it could stay in STARTUP for the whole
-    transfer, its inflight overflowing a 1-BDP bottleneck buffer (docs/congestion.md, "bbr
+    Send side: Linux wakes a writer blocked on a full send buffer only once the queued bytes (in
+    flight and not yet sent) are down to 2/3 of it (sk_stream_write_space). If what is in flight
+    alone is above 2/3, the unsent part runs dry first and the next write finds an empty queue
+    with room in the cwnd: the socket is marked application-limited. bbr ignores
+    application-limited bandwidth samples when it checks whether its bandwidth stopped growing,
+    so with 4 x BDP (2/3 of it is 2.67 BDP, below STARTUP's 2.89 BDP) it could stay in STARTUP
+    for the whole transfer, overflowing a 1-BDP bottleneck buffer (docs/congestion.md, "bbr
     through the delay line"). Twice the inflight leaves a third of the buffer unsent when the
-    writer is woken."""
+    writer is woken.
+    Receive side: the window advertised is about 3/4 of the buffer (the payload share of the
+    received skbs' memory), so twice the inflight is a window of 1.5 x it; with 4 x BDP a cubic
+    flow could not fill a bottleneck buffer deeper than ~2 BDP (receive-window-limited)."""
     return max(6 * 1024 * 1024, 2 * inflight)
 
 
@@ -361,8 +358,7 @@ class _Parts:
     congestion: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     gw_wan_addr: dict[tuple[str, str], str] = field(default_factory=dict)  # (gw, peer) -> wire
-    max_bdp: int = 0
-    max_inflight: int = 0  # sender_inflight_max over the WAN directions
+    max_inflight: int = 0  # sender_inflight_max over the WAN directions: sizes the TCP buffers
 
     def __post_init__(self) -> None:
         self.cluster_index = {c: k for k, c in enumerate(self.scenario.clusters)}
@@ -415,7 +411,6 @@ class _Parts:
             d[k] for k in ("rate", "delay", "jitter", "loss", "reorder")
         )
         bdp = bdp_bytes(rate, rtt)
-        self.max_bdp = max(self.max_bdp, bdp)
         buffer = self.buffer(where, d["buffer"], bdp)
         self.max_inflight = max(self.max_inflight, sender_inflight_max(bdp, buffer))
         aqm = d["aqm"]
@@ -475,7 +470,7 @@ class _Parts:
         self.addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
         tcp = self.scenario.cluster_tcp(cluster)
         self.congestion.add(tcp.congestion)
-        sysctls = _tcp_sysctls(tcp, self.max_bdp, self.max_inflight)
+        sysctls = _tcp_sysctls(tcp, self.max_inflight)
         hosts = self.scenario.clusters[cluster].hosts
         for i in range(hosts):
             self.host(cluster, k, i, tcp, sysctls)
@@ -505,9 +500,10 @@ class _Parts:
                 self.fabric.append(FabricPort(ns, ifname, rate, delay, max(MIN_BUFFER, bdp), limit))
 
 
-def _tcp_sysctls(tcp: TcpSettings, max_bdp: int, max_inflight: int) -> dict[str, str]:
-    rmem = tcp_buffer_max(max_bdp) if tcp.rmem == "auto" else tcp.rmem
-    wmem = tcp_wmem_max(max_inflight) if tcp.wmem == "auto" else tcp.wmem
+def _tcp_sysctls(tcp: TcpSettings, max_inflight: int) -> dict[str, str]:
+    auto = tcp_buffer_max(max_inflight)
+    rmem = auto if tcp.rmem == "auto" else tcp.rmem
+    wmem = auto if tcp.wmem == "auto" else tcp.wmem
     return {
         "net.ipv4.tcp_congestion_control": tcp.congestion,
         "net.ipv4.tcp_ecn": "1" if tcp.ecn else "0",
