@@ -310,7 +310,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
     if not 1 <= slot <= 254:
         raise PlanError(f"address slot {slot} outside 1..254")
     parts = _Parts(scenario, prefix, f"10.{slot}")
-    # WAN links first: host TCP buffers depend on the largest path BDP.
+    # WAN links first: host TCP buffers depend on the largest inflight over any WAN path.
     for i, link in enumerate(scenario.wan):
         parts.wan_link(i, link)
     for k, cluster in enumerate(scenario.clusters):
