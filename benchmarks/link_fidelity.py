@@ -54,8 +54,9 @@ def scenario(rate: str, delay: str, congestion: str, backend: str) -> dict:
     }
 
 
-def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> float:
-    """Receiver-side goodput of one iperf3 flow east-h0 -> west-h0, in bit/s."""
+def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> tuple[float, int]:
+    """Receiver-side goodput of one iperf3 flow east-h0 -> west-h0 (bit/s) and the segments the
+    sender retransmitted (a bbr flow stuck in STARTUP overflows a 1-BDP buffer: thousands)."""
     # --forceflush: iperf3 block-buffers its stdout into a pipe, and "Server listening" would
     # only arrive when it exits; the readiness handshake needs the line at once.
     argv = ["iperf3", "-s", "-1", "-p", str(PORT), "--forceflush"]
@@ -78,7 +79,8 @@ def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> float:
             timeout=seconds + omit + 30,
         )
         data = json.loads(r.stdout)
-        return float(data["end"]["sum_received"]["bits_per_second"])
+        end = data["end"]
+        return float(end["sum_received"]["bits_per_second"]), int(end["sum_sent"]["retransmits"])
 
 
 def cpu_percent(tb: Testbed) -> float | None:
@@ -129,8 +131,8 @@ def rtt_row(sc, backend: str, compensate: bool) -> str:
 def run_goodput(backends: list[str], rates: list[str], delays: list[str]) -> list[str]:
     lines = [
         "| rate | one-way delay | cc | backend | HTB-only ceiling (same cc) | goodput | ratio | "
-        "delay-line CPU |",
-        "|---|---|---|---|---|---|---|---|",
+        "retransmits | delay-line CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for rate in rates:
@@ -140,21 +142,22 @@ def run_goodput(backends: list[str], rates: list[str], delays: list[str]) -> lis
         for cc in CONGESTION:
             sc = parse_scenario(scenario(rate, "0ms", cc, "auto"))
             with Testbed(sc, name="bench-ceil") as tb:
-                ceilings[cc] = iperf(tb)
+                ceilings[cc] = iperf(tb)[0]
         for delay in delays:
             for cc in CONGESTION:
                 ceiling = ceilings[cc]
                 for backend in backends:
                     sc = parse_scenario(scenario(rate, delay, cc, backend))
                     with Testbed(sc, name=f"bench-gp-{backend}") as tb:
-                        goodput = iperf(tb)
+                        goodput, retransmits = iperf(tb)
                         cpu = cpu_percent(tb)
                         problems = tb.problems()
                     note = f" ({'; '.join(problems)})" if problems else ""
                     cpu_text = f"{cpu:.0f}%" if cpu is not None else "-"
                     lines.append(
                         f"| {rate} | {delay} | {cc} | {backend}{note} | {ceiling / 1e6:.0f} Mbit/s"
-                        f" | {goodput / 1e6:.0f} Mbit/s | {goodput / ceiling:.1%} | {cpu_text} |"
+                        f" | {goodput / 1e6:.0f} Mbit/s | {goodput / ceiling:.1%} | {retransmits} |"
+                        f" {cpu_text} |"
                     )
                     print(lines[-1], flush=True)
     return lines

@@ -237,10 +237,33 @@ def netem_limit(rate: int, reverse_rate: int, delay: float, jitter: float, buffe
     return max(1000, math.ceil(2 * in_flight / FRAME_BYTES))
 
 
-def tcp_buffer_max(bdp: int) -> int:
-    """tcp_rmem/tcp_wmem maximum for 'auto': room for 4 x the largest path BDP (Linux keeps
-    about half of the buffer for payload), never below the kernel defaults."""
-    return max(6 * 1024 * 1024, 4 * bdp)
+# bbr's STARTUP cwnd gain is 2.89 (2/ln 2): the most a sender keeps in flight on an empty path
+STARTUP_INFLIGHT_BDP = 3
+
+
+def sender_inflight_max(bdp: int, buffer: int) -> int:
+    """The most one sender keeps in flight over a WAN direction: bbr's STARTUP cwnd (about
+    3 x BDP), or pipe + buffer for a loss-based one that fills the bottleneck."""
+    return max(STARTUP_INFLIGHT_BDP * bdp, bdp + buffer)
+
+
+def tcp_buffer_max(inflight: int) -> int:
+    """tcp_rmem/tcp_wmem maximum for 'auto': twice the largest ``sender_inflight_max``, never
+    below the kernel default (6 MiB).
+
+    Send side: Linux wakes a writer blocked on a full send buffer only once the queued bytes (in
+    flight and not yet sent) are down to 2/3 of it (sk_stream_write_space). If what is in flight
+    alone is above 2/3, the unsent part runs dry first and the next write finds an empty queue
+    with room in the cwnd: the socket is marked application-limited. bbr ignores
+    application-limited bandwidth samples when it checks whether its bandwidth stopped growing,
+    so with 4 x BDP (2/3 of it is 2.67 BDP, below STARTUP's 2.89 BDP) it could stay in STARTUP
+    for the whole transfer, overflowing a 1-BDP bottleneck buffer (docs/congestion.md, "bbr
+    through the delay line"). Twice the inflight leaves a third of the buffer unsent when the
+    writer is woken.
+    Receive side: the window advertised is about 3/4 of the buffer (the payload share of the
+    received skbs' memory), so twice the inflight is a window of 1.5 x it; with 4 x BDP a cubic
+    flow could not fill a bottleneck buffer deeper than ~2 BDP (receive-window-limited)."""
+    return max(6 * 1024 * 1024, 2 * inflight)
 
 
 def _shortest_next_hops(scenario: Scenario) -> dict[tuple[str, str], str]:
@@ -287,7 +310,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
     if not 1 <= slot <= 254:
         raise PlanError(f"address slot {slot} outside 1..254")
     parts = _Parts(scenario, prefix, f"10.{slot}")
-    # WAN links first: host TCP buffers depend on the largest path BDP.
+    # WAN links first: host TCP buffers depend on the largest inflight over any WAN path.
     for i, link in enumerate(scenario.wan):
         parts.wan_link(i, link)
     for k, cluster in enumerate(scenario.clusters):
@@ -335,7 +358,7 @@ class _Parts:
     congestion: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     gw_wan_addr: dict[tuple[str, str], str] = field(default_factory=dict)  # (gw, peer) -> wire
-    max_bdp: int = 0
+    max_inflight: int = 0  # sender_inflight_max over the WAN directions: sizes the TCP buffers
 
     def __post_init__(self) -> None:
         self.cluster_index = {c: k for k, c in enumerate(self.scenario.clusters)}
@@ -388,8 +411,8 @@ class _Parts:
             d[k] for k in ("rate", "delay", "jitter", "loss", "reorder")
         )
         bdp = bdp_bytes(rate, rtt)
-        self.max_bdp = max(self.max_bdp, bdp)
         buffer = self.buffer(where, d["buffer"], bdp)
+        self.max_inflight = max(self.max_inflight, sender_inflight_max(bdp, buffer))
         aqm = d["aqm"]
         if aqm is not None and aqm.threshold >= buffer:
             raise PlanError(
@@ -447,7 +470,7 @@ class _Parts:
         self.addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
         tcp = self.scenario.cluster_tcp(cluster)
         self.congestion.add(tcp.congestion)
-        sysctls = _tcp_sysctls(tcp, self.max_bdp)
+        sysctls = _tcp_sysctls(tcp, self.max_inflight)
         hosts = self.scenario.clusters[cluster].hosts
         for i in range(hosts):
             self.host(cluster, k, i, tcp, sysctls)
@@ -477,8 +500,8 @@ class _Parts:
                 self.fabric.append(FabricPort(ns, ifname, rate, delay, max(MIN_BUFFER, bdp), limit))
 
 
-def _tcp_sysctls(tcp: TcpSettings, max_bdp: int) -> dict[str, str]:
-    auto = tcp_buffer_max(max_bdp)
+def _tcp_sysctls(tcp: TcpSettings, max_inflight: int) -> dict[str, str]:
+    auto = tcp_buffer_max(max_inflight)
     rmem = auto if tcp.rmem == "auto" else tcp.rmem
     wmem = auto if tcp.wmem == "auto" else tcp.wmem
     return {

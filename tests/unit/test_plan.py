@@ -616,16 +616,18 @@ def _host_sysctls(plan: NetworkPlan, cluster: str) -> list[dict[str, str]]:
 @pytest.mark.parametrize(
     ("settings", "tcp_max"),
     [
-        ({"rate": "100mbit", "delay": "20ms"}, 6 * MIB),  # 4 x 500 kB < 6 MiB: the floor
-        ({"rate": "1gbit", "delay": "50ms"}, 50_000_000),  # 4 x 12.5 MB
-        ({"rate": "100mbit", "delay": "20ms", "reverse": {"rate": "10gbit"}}, 200_000_000),
+        ({"rate": "100mbit", "delay": "20ms"}, 6 * MIB),  # 2 x 3 x 500 kB < 6 MiB: the floor
+        ({"rate": "1gbit", "delay": "50ms"}, 75_000_000),  # 2 x bbr's STARTUP inflight, 3 BDP
+        # a deep buffer: 2 x (pipe + buffer) = 2 x 5 BDP
+        ({"rate": "1gbit", "delay": "50ms", "buffer": "4bdp"}, 125_000_000),
+        ({"rate": "100mbit", "delay": "20ms", "reverse": {"rate": "10gbit"}}, 300_000_000),
     ],
 )
-def test_auto_tcp_buffers_cover_four_times_the_largest_bdp(
+def test_auto_tcp_buffers_cover_twice_the_largest_inflight(
     settings: dict[str, Any], tcp_max: int
 ) -> None:
     plan = two_dc(**settings)
-    assert tcp_max == max(6 * MIB, 4 * max(d.bdp for d in plan.wan))
+    assert tcp_max == max(6 * MIB, 2 * max(max(3 * d.bdp, d.bdp + d.buffer) for d in plan.wan))
     for cluster in ("east", "west"):
         for sysctls in _host_sysctls(plan, cluster):
             assert sysctls == {
@@ -637,6 +639,25 @@ def test_auto_tcp_buffers_cover_four_times_the_largest_bdp(
             }
 
 
+def test_auto_wmem_keeps_bbr_startup_below_the_writer_wakeup_mark() -> None:
+    """Linux wakes a writer on a full send buffer when the queued bytes fall to 2/3 of it; bbr's
+    STARTUP keeps 2.89 x BDP in flight. Below that mark, the unsent queue never runs dry."""
+    for settings in ({"rate": "1gbit", "delay": "25ms"}, {"rate": "5gbit", "delay": "50ms"}):
+        plan = two_dc(**settings)
+        bdp = max(d.bdp for d in plan.wan)
+        wmem = int(_host_sysctls(plan, "east")[0]["net.ipv4.tcp_wmem"].split()[2])
+        assert 2.89 * bdp < 2 / 3 * wmem
+
+
+def test_auto_rmem_lets_a_loss_based_sender_fill_a_deep_buffer() -> None:
+    """The advertised window is ~3/4 of tcp_rmem (measured 19.3 MB of 25 MB): it must cover
+    pipe + buffer, or cubic never fills the bottleneck buffer it is given."""
+    plan = two_dc(rate="1gbit", delay="25ms", buffer="3bdp")
+    (d,) = (d for d in plan.wan if d.name == "east->west")
+    rmem = int(_host_sysctls(plan, "west")[0]["net.ipv4.tcp_rmem"].split()[2])
+    assert 0.75 * rmem > d.bdp + d.buffer
+
+
 def test_largest_bdp_of_any_link_sizes_every_host() -> None:
     data = scenario(
         ["a", "b", "c"],
@@ -645,7 +666,7 @@ def test_largest_bdp_of_any_link_sizes_every_host() -> None:
     plan = plan_of(data)
     for cluster in "abc":
         for sysctls in _host_sysctls(plan, cluster):
-            assert sysctls["net.ipv4.tcp_rmem"] == "4096 131072 500000000"  # 4 x 125 MB
+            assert sysctls["net.ipv4.tcp_rmem"] == "4096 131072 750000000"  # 2 x 3 x 125 MB
 
 
 def test_explicit_tcp_settings_and_cluster_override() -> None:
