@@ -69,7 +69,7 @@ def model_topology(
         if cluster:
             fabric_rate[cluster] = port.rate * GOODPUT_FACTOR if port.rate else None
             fabric_delay[cluster] = port.delay
-    links = tuple(Link(d.src, d.dst, d.goodput_ceiling, d.delay) for d in plan.wan)
+    links = tuple(Link(d.src, d.dst, d.goodput_ceiling, d.delay, d.buffer) for d in plan.wan)
     return Topology(
         clusters=tuple(counts.items()),
         links=links,
