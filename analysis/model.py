@@ -57,6 +57,7 @@ reduction arithmetic, the gateways' forwarding CPU, and a CPU shared by all name
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -79,6 +80,12 @@ class Link:
     # the bottleneck queue's size (bytes); what another connection's message can wait behind
     # (a gloo notify behind a data burst). None = as much as is queued ahead of it.
     buffer_bytes: float | None = None
+    # congestion window (bytes) of connections sending this way when a collective starts; None =
+    # Topology.cwnd_start_bytes
+    cwnd_start_bytes: float | None = None
+    # the round trip their ACKs take while data flows both ways (tcp_info srtt: the propagation
+    # plus both directions' queues); None = twice the path's one-way latency
+    srtt_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -99,9 +106,11 @@ class Topology:
     ring: str = "gloo"
     segment_bytes: int = 1 << 20  # gloo's AllreduceOptions::kMaxSegmentSize
     element_bytes: int = 4  # float32: gloo rounds segments to whole elements
-    # Congestion window (bytes) a WAN connection has when a collective starts; None = never the
-    # limit. cwnd_after_idle() gives it from the idle time (Linux resets it after idle > RTO).
+    # Congestion window (bytes) of every WAN connection when a collective starts (measured:
+    # analysis.steps.wan_step_starts; after idle > RTO, cwnd_after_idle()); None = never the
+    # limit. ssthresh_bytes: slow start below it (None = the start window: congestion avoidance).
     cwnd_start_bytes: float | None = None
+    ssthresh_bytes: float | None = None
 
     def __post_init__(self) -> None:
         names = [c for c, _ in self.clusters]
@@ -125,6 +134,10 @@ class Topology:
         for link in self.links:
             if link.src not in names or link.dst not in names or link.src == link.dst:
                 raise ValueError(f"link {link.src}->{link.dst} must join two clusters of {names}")
+            for name, low in (("cwnd_start_bytes", 0), ("srtt_s", 0), ("buffer_bytes", -1)):
+                value = getattr(link, name)
+                if value is not None and value <= low:
+                    raise ValueError(f"link {link.src}->{link.dst}: {name} is out of range")
             if link.goodput_bps <= 0 or link.delay_s < 0:
                 raise ValueError(f"link {link.src}->{link.dst}: goodput must be > 0, delay >= 0")
         for c, bw in self.fabric_goodput_bps.items():
@@ -308,20 +321,46 @@ def cwnd_after_idle(
     return max(cwnd, restart)
 
 
-def slow_start_transfer(
-    nbytes: float, cwnd_bytes: float, rate_bps: float, rtt_s: float
-) -> tuple[float, float]:
-    """(seconds to push ``nbytes`` through a bottleneck of ``rate_bps``, cwnd after) starting from
-    ``cwnd_bytes``: while the window is below the path's BDP each round trip carries one window and
-    the window doubles (slow start); once it covers the BDP the rate is the limit. Seconds count
-    from the first byte leaving to the last byte leaving the bottleneck (latency excluded)."""
-    bdp = rate_bps * rtt_s / 8
-    t, left, w = 0.0, float(nbytes), float(cwnd_bytes)
-    while w < bdp and left > w:
-        t += rtt_s
-        left -= w
-        w *= 2
-    return t + 8 * left / rate_bps, w
+class TcpWindow:
+    """One connection's congestion window, as a fluid: bytes leave at the bottleneck's rate while
+    fewer than ``cwnd`` are unacknowledged, and a chunk is acknowledged one round trip after it
+    left. Each acknowledged byte grows the window by one byte below ``ssthresh`` (slow start) and
+    by mss/cwnd above it (congestion avoidance), as Linux's Reno/CUBIC growth does to first order.
+    Losses are not modelled."""
+
+    def __init__(self, cwnd_bytes: float, ssthresh_bytes: float | None = None) -> None:
+        if cwnd_bytes <= 0:
+            raise ValueError(f"cwnd must be > 0, got {cwnd_bytes}")
+        self.cwnd = float(cwnd_bytes)
+        self.ssthresh = float(cwnd_bytes if ssthresh_bytes is None else ssthresh_bytes)
+        self._unacked: list[tuple[float, float]] = []  # (acknowledged at, bytes)
+
+    def _ack_until(self, t: float) -> float:
+        """Apply the acknowledgements due by ``t``; returns the bytes still unacknowledged."""
+        due = sorted(x for x in self._unacked if x[0] <= t)
+        self._unacked = [x for x in self._unacked if x[0] > t]
+        for _, nbytes in due:
+            if self.cwnd < self.ssthresh:
+                self.cwnd += nbytes
+            else:
+                self.cwnd += MSS_BYTES * nbytes / self.cwnd
+        return sum(b for _, b in self._unacked)
+
+    def send(self, t: float, nbytes: float, rate_bps: float, rtt_s: float) -> float:
+        """Time the last of ``nbytes`` written at ``t`` leaves the bottleneck."""
+        left = float(nbytes)
+        while left > 0:
+            room = self.cwnd - self._ack_until(t)
+            if room <= 0:
+                t = min(a for a, _ in self._unacked)  # wait for the next acknowledgement
+                continue
+            # ACKs come back as a stream, not one per burst: sending in 1/16-window chunks
+            # keeps a window that covers the BDP from ever stalling (error < RTT/16)
+            chunk = min(room, left, max(self.cwnd / 16, MSS_BYTES))
+            t += 8 * chunk / rate_bps
+            self._unacked.append((t + rtt_s, chunk))
+            left -= chunk
+        return t
 
 
 def _queue_cap(topo: Topology, key: tuple, cap: float) -> float:
@@ -332,6 +371,21 @@ def _queue_cap(topo: Topology, key: tuple, cap: float) -> float:
         return 0.0
     link = next(lk for lk in topo.links if (lk.src, lk.dst) == key[1:])
     return float("inf") if link.buffer_bytes is None else 8 * link.buffer_bytes / cap
+
+
+def _window_inputs(
+    topo: Topology, resources: list[tuple[tuple, float]]
+) -> tuple[float | None, float | None]:
+    """(start window, ACK round trip) of a connection crossing ``resources``: the smallest
+    per-direction window and the largest srtt of its WAN hops, else the topology's window;
+    (None, None) off the WAN."""
+    hops = [k[1:] for k, _ in resources if k[0] == "wan"]
+    if not hops:
+        return None, None
+    links = [lk for lk in topo.links if (lk.src, lk.dst) in hops]
+    windows = [lk.cwnd_start_bytes for lk in links if lk.cwnd_start_bytes is not None]
+    rtts = [lk.srtt_s for lk in links if lk.srtt_s is not None]
+    return (min(windows) if windows else topo.cwnd_start_bytes), (max(rtts) if rtts else None)
 
 
 @dataclass(frozen=True)
@@ -346,9 +400,8 @@ def _gloo_rings(topo: Topology, where: Where, rings: list[_Ring]) -> float:
     """Seconds until every rank of the concurrent ``rings`` has finished gloo's ring all_reduce:
     an event replay of gloo's loop (above) on FIFO links. A message waits for the transfers queued
     ahead of it on its tightest resource (so a notify queues behind a data burst going the same
-    way), then takes α + latency; data segments take 8·bytes/capacity on that resource, less while
-    a connection's congestion window (``cwnd_start_bytes``) is below the path's BDP."""
-    import heapq
+    way), then takes α + latency; data segments take 8·bytes/capacity on that resource, or longer
+    when a WAN connection's window (``cwnd_start_bytes``, a :class:`TcpWindow`) runs out."""
 
     events: list[tuple[float, int, str, tuple]] = []
     seq = 0
@@ -374,7 +427,7 @@ def _gloo_rings(topo: Topology, where: Where, rings: list[_Ring]) -> float:
     notified: dict[tuple, float] = {}
     posted: dict[tuple, tuple[float, int]] = {}
     free: dict[tuple, float] = {}
-    cwnd: dict[tuple[int, int], float] = {}
+    windows: dict[tuple[int, int], TcpWindow] = {}
     finish: dict[int, float] = {}
 
     def advance(r: int) -> None:
@@ -421,13 +474,15 @@ def _gloo_rings(topo: Topology, where: Where, rings: list[_Ring]) -> float:
                 start = t + min(start - t, _queue_cap(topo, key, cap))
                 push(start + latency + topo.alpha_s, "arrive", (what, a, b, p, i, 0))
                 continue
-            busy = 8 * nbytes / cap
-            if topo.cwnd_start_bytes is not None and any(k[0] == "wan" for k, _ in res):
-                w = cwnd.get((a, b), topo.cwnd_start_bytes)
-                busy, cwnd[(a, b)] = slow_start_transfer(nbytes, w, cap, 2 * latency)
-            free[key] = start + busy
-            push(start + busy, "sent", (what, a, b, p, i, nbytes))
-            push(start + busy + latency + topo.alpha_s, "arrive", (what, a, b, p, i, nbytes))
+            done = start + 8 * nbytes / cap
+            cwnd, srtt = _window_inputs(topo, res)
+            if cwnd is not None:
+                if (a, b) not in windows:
+                    windows[(a, b)] = TcpWindow(cwnd, topo.ssthresh_bytes)
+                done = windows[(a, b)].send(start, nbytes, cap, srtt or 2 * latency)
+            free[key] = done
+            push(done, "sent", (what, a, b, p, i, nbytes))
+            push(done + latency + topo.alpha_s, "arrive", (what, a, b, p, i, nbytes))
         elif kind == "sent":
             send_done[(a, p, i)] = t
             advance(a)
@@ -668,12 +723,15 @@ def predict_terms(
     (``cwnd_start_bytes``) adds."""
     from dataclasses import replace
 
-    base = predict(
-        collective, algorithm, size_bytes, replace(topo, ring="synchronous", cwnd_start_bytes=None)
+    unlimited = replace(
+        topo,
+        cwnd_start_bytes=None,
+        links=tuple(replace(lk, cwnd_start_bytes=None) for lk in topo.links),
     )
+    base = predict(collective, algorithm, size_bytes, replace(unlimited, ring="synchronous"))
     if topo.ring == "synchronous":
         return {"alpha_beta": base, "segments_and_notify": 0.0, "cwnd": 0.0}
-    ring = predict(collective, algorithm, size_bytes, replace(topo, cwnd_start_bytes=None))
+    ring = predict(collective, algorithm, size_bytes, unlimited)
     full = predict(collective, algorithm, size_bytes, topo)
     return {"alpha_beta": base, "segments_and_notify": ring - base, "cwnd": full - ring}
 

@@ -12,6 +12,7 @@ from analysis.model import (
     INITIAL_CWND_SEGMENTS,
     MSS_BYTES,
     Link,
+    TcpWindow,
     Topology,
     cwnd_after_idle,
     gloo_ring_lengths,
@@ -23,7 +24,6 @@ from analysis.model import (
     predict_phases,
     predict_terms,
     rank_clusters,
-    slow_start_transfer,
     wan_path,
 )
 
@@ -290,14 +290,31 @@ def test_linux_rto_and_cwnd_after_idle() -> None:
     assert cwnd_after_idle(5 * MSS_BYTES, 60.0, 0.22) == 5 * MSS_BYTES  # nor raised to it
 
 
-def test_slow_start_transfer() -> None:
-    bdp = 1e9 * 0.02 / 8
-    assert slow_start_transfer(MiB, 2 * bdp, 1e9, 0.02) == (MiB * 8 / 1e9, 2 * bdp)
+def test_tcp_window_line_rate_when_the_window_covers_the_burst() -> None:
+    w = TcpWindow(4 * MiB)
+    assert w.send(1.0, MiB, 1e9, 0.02) == pytest.approx(1.0 + MiB * 8 / 1e9)
+
+
+def test_tcp_window_below_two_segments_waits_a_round_trip() -> None:
+    # Measured at 1 Gbit/s, 20 ms: the west->east leaders' window was 1.1 MB at a 4 MiB step,
+    # below gloo's two 1 MiB segments: the second one waits for the first one's ACKs.
+    w = TcpWindow(1.1e6)
+    first = w.send(0.0, MiB, 1e9, 0.02)
+    second = w.send(first, MiB, 1e9, 0.02)
+    assert first == pytest.approx(MiB * 8 / 1e9)
+    # the window fills after 1.1 MB; the rest leaves as the first bytes' ACKs stream back
+    assert second == pytest.approx(0.02 + (2 * MiB - 1.1e6) * 8 / 1e9, rel=0.03)
+    assert TcpWindow(4 * MiB).send(first, MiB, 1e9, 0.02) == pytest.approx(2 * first)
+
+
+def test_tcp_window_slow_start_from_the_initial_window_doubles_per_round_trip() -> None:
     iw = INITIAL_CWND_SEGMENTS * MSS_BYTES
+    w = TcpWindow(iw, ssthresh_bytes=1e9)  # after an idle restart, ssthresh stays high
     # 6 round trips carry iw * (1 + 2 + ... + 32) = 63 iw, the rest leaves at the link rate
-    seconds, cwnd = slow_start_transfer(MiB, iw, 1e9, 0.02)
-    assert seconds == pytest.approx(6 * 0.02 + (MiB - 63 * iw) * 8 / 1e9)
-    assert cwnd == 64 * iw
+    end = w.send(0.0, MiB, 1e9, 0.02)
+    assert 6 * 0.02 < end < 7 * 0.02
+    with pytest.raises(ValueError, match="cwnd"):
+        TcpWindow(0)
 
 
 def test_cwnd_term_counts_slow_start_from_the_initial_window() -> None:
