@@ -50,9 +50,20 @@ step each WAN direction carries m chunks of S/(mk)) → all_gather in cluster. P
 another; groups of one phase run concurrently (and share resources when they meet). With unequal
 clusters the leaders' block exchange is modelled with the largest block for every transfer.
 
-Not modelled: TCP slow start and window limits, loss, gloo's segment pipelining inside a step,
-reduction arithmetic, the gateways' forwarding CPU, and a CPU shared by all namespaces (measure a
-"CPU floor" run for that).
+Ring all_reduces (flat, the leaders' phase, hierarchical-2d's columns) are not costed as the
+synchronous steps above but replayed as gloo runs them (``ring="gloo"``, the default; section
+"gloo's segmented ring" below): segments of at most 1 MiB, two in flight, every send waiting for
+the receiver's recv-ready notify, notifies queued behind data in the WAN buffer, and, when the
+measured inputs are given, each WAN connection's congestion window (:class:`TcpWindow`, from the
+window at step start and the srtt the tcp_info tracer saw). :func:`predict_terms` splits a
+prediction into those terms, :func:`predict_phases` into the phases the ranks time, and
+:func:`host_bw_from_phases` turns intra-cluster phases measured with an unshaped WAN into the copy
+rate. docs/model.md lists every term, its measured input and its source.
+
+Not modelled: loss and its recovery (drop-tail overflow when a two-segment burst exceeds the WAN
+buffer: see docs/model.md on wan-asymmetry), gloo's segmenting inside reduce/broadcast/all_gather,
+the gateways' forwarding CPU, and a CPU shared by all namespaces (``host_bw`` is one number,
+measured on an unshaped WAN).
 """
 
 from __future__ import annotations
@@ -319,6 +330,24 @@ def cwnd_after_idle(
         cwnd /= 2
         delta -= rto_s
     return max(cwnd, restart)
+
+
+def burst_overflow_bytes(
+    burst_bytes: float,
+    cwnd_bytes: float,
+    buffer_bytes: float,
+    rate_bps: float,
+    arrival_bps: float,
+) -> float:
+    """Bytes a burst cannot queue at a drop-tail bottleneck (0 = no loss). A sender with window
+    ``cwnd_bytes`` writes min(burst, cwnd) at ``arrival_bps`` (its host's copy rate) into a queue
+    of ``buffer_bytes`` drained at ``rate_bps``, so the queue peaks at
+    min(burst, cwnd) × (1 − rate/arrival). gloo's burst is its two segments in flight
+    (2 × :func:`gloo_ring_segments`' segment) at the start of a phase."""
+    if arrival_bps <= rate_bps:
+        return 0.0
+    peak = min(burst_bytes, cwnd_bytes) * (1 - rate_bps / arrival_bps)
+    return max(0.0, peak - buffer_bytes)
 
 
 class TcpWindow:

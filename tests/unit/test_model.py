@@ -14,6 +14,7 @@ from analysis.model import (
     Link,
     TcpWindow,
     Topology,
+    burst_overflow_bytes,
     cwnd_after_idle,
     gloo_ring_lengths,
     gloo_ring_segments,
@@ -357,3 +358,18 @@ def test_host_bw_from_an_unshaped_wan_run_inverts_the_intra_cluster_phases() -> 
 def test_ring_model_names_are_checked() -> None:
     with pytest.raises(ValueError, match="ring model"):
         pair(1e9, 0.01, ring="pipelined")
+
+
+def test_wan_asymmetry_point_leaders_bursts_overflow_the_buffer_flat_ones_do_not() -> None:
+    # scenarios/wan-asymmetry.yaml at 300 Mbit/s, 5 ms, buffer 1 BDP (375 kB), 1 MiB; measured
+    # (tcp_info): the leaders' window after warm-up 688 segments (996 kB), later 267 (387 kB);
+    # host_bw measured 3.6 Gbit/s on an unshaped WAN.
+    buffer, rate, host = 300e6 * 0.010 / 8, 300e6, 3.6e9
+    _, leaders_seg = gloo_ring_segments(MiB, 2)  # 256 KiB segments, two in flight
+    _, flat_seg = gloo_ring_segments(MiB, 4)  # 128 KiB
+    assert burst_overflow_bytes(2 * leaders_seg, 688 * MSS_BYTES, buffer, rate, host) > 0
+    assert burst_overflow_bytes(2 * leaders_seg, 267 * MSS_BYTES, buffer, rate, host) == 0
+    assert burst_overflow_bytes(2 * flat_seg, 375 * MSS_BYTES, buffer, rate, host) == 0
+    # at 1 Gbit/s, 10 ms the 2 MiB bursts fit the 2.5 MB buffer (0 retransmits measured)
+    assert burst_overflow_bytes(2 * MiB, 2940 * MSS_BYTES, 2.5e6, 1e9, host) == 0
+    assert burst_overflow_bytes(MiB, MiB, 0, 1e9, 1e9) == 0  # no faster than it drains
