@@ -94,6 +94,8 @@ class Link:
     # congestion window (bytes) of connections sending this way when a collective starts; None =
     # Topology.cwnd_start_bytes
     cwnd_start_bytes: float | None = None
+    # their slow-start threshold then (None = Topology.ssthresh_bytes)
+    ssthresh_bytes: float | None = None
     # the round trip their ACKs take while data flows both ways (tcp_info srtt: the propagation
     # plus both directions' queues); None = twice the path's one-way latency
     srtt_s: float | None = None
@@ -145,7 +147,8 @@ class Topology:
         for link in self.links:
             if link.src not in names or link.dst not in names or link.src == link.dst:
                 raise ValueError(f"link {link.src}->{link.dst} must join two clusters of {names}")
-            for name, low in (("cwnd_start_bytes", 0), ("srtt_s", 0), ("buffer_bytes", -1)):
+            limits = (("cwnd_start_bytes", 0), ("ssthresh_bytes", 0), ("srtt_s", 0))
+            for name, low in (*limits, ("buffer_bytes", -1)):
                 value = getattr(link, name)
                 if value is not None and value <= low:
                     raise ValueError(f"link {link.src}->{link.dst}: {name} is out of range")
@@ -313,6 +316,27 @@ def linux_rto(srtt_s: float, rttvar_s: float, rto_min_s: float = RTO_MIN_S) -> f
     return min(120.0, srtt_s + max(4 * rttvar_s, rto_min_s))
 
 
+def window_at_step_start(
+    cwnd_bytes: float, ssthresh_bytes: float | None, idle_s: float, srtt_s: float
+) -> tuple[float, float | None]:
+    """(cwnd, ssthresh) a connection sends a step with, from what the tcp_info tracer saw just
+    before the step's first bytes (the kernel applies the idle restart only when it sends, so the
+    sample still shows the window before it) and the idle time before the step: the restart of
+    tcp_slow_start_after_idle when the idle time exceeds the RTO (:func:`linux_rto` with no
+    variance term: srtt + 200 ms), else unchanged."""
+    rto = linux_rto(srtt_s, 0.0)
+    if idle_s <= rto:
+        return cwnd_bytes, ssthresh_bytes
+    return cwnd_after_idle(cwnd_bytes, idle_s, rto), ssthresh_after_idle(cwnd_bytes, ssthresh_bytes)
+
+
+def ssthresh_after_idle(cwnd_bytes: float, ssthresh_bytes: float | None) -> float | None:
+    """Linux's tcp_cwnd_restart keeps ssthresh at max(ssthresh, 3/4 cwnd) when it restarts the
+    window, so the connection slow-starts back to three quarters of where it was (None: still
+    the initial "infinite" ssthresh)."""
+    return None if ssthresh_bytes is None else max(ssthresh_bytes, 0.75 * cwnd_bytes)
+
+
 def cwnd_after_idle(
     cwnd_bytes: float,
     idle_s: float,
@@ -404,17 +428,21 @@ def _queue_cap(topo: Topology, key: tuple, cap: float) -> float:
 
 def _window_inputs(
     topo: Topology, resources: list[tuple[tuple, float]]
-) -> tuple[float | None, float | None]:
-    """(start window, ACK round trip) of a connection crossing ``resources``: the smallest
-    per-direction window and the largest srtt of its WAN hops, else the topology's window;
-    (None, None) off the WAN."""
+) -> tuple[float | None, float | None, float | None]:
+    """(start window, ssthresh, ACK round trip) of a connection crossing ``resources``: those of
+    its WAN hop with the smallest window (else the topology's) and the largest srtt of its hops;
+    all None off the WAN."""
     hops = [k[1:] for k, _ in resources if k[0] == "wan"]
     if not hops:
-        return None, None
+        return None, None, None
     links = [lk for lk in topo.links if (lk.src, lk.dst) in hops]
-    windows = [lk.cwnd_start_bytes for lk in links if lk.cwnd_start_bytes is not None]
+    given = [lk for lk in links if lk.cwnd_start_bytes is not None]
     rtts = [lk.srtt_s for lk in links if lk.srtt_s is not None]
-    return (min(windows) if windows else topo.cwnd_start_bytes), (max(rtts) if rtts else None)
+    rtt = max(rtts) if rtts else None
+    if not given:
+        return topo.cwnd_start_bytes, topo.ssthresh_bytes, rtt
+    tight = min(given, key=lambda lk: lk.cwnd_start_bytes or 0.0)
+    return tight.cwnd_start_bytes, tight.ssthresh_bytes or topo.ssthresh_bytes, rtt
 
 
 @dataclass(frozen=True)
@@ -504,10 +532,10 @@ def _gloo_rings(topo: Topology, where: Where, rings: list[_Ring]) -> float:
                 push(start + latency + topo.alpha_s, "arrive", (what, a, b, p, i, 0))
                 continue
             done = start + 8 * nbytes / cap
-            cwnd, srtt = _window_inputs(topo, res)
+            cwnd, ssthresh, srtt = _window_inputs(topo, res)
             if cwnd is not None:
                 if (a, b) not in windows:
-                    windows[(a, b)] = TcpWindow(cwnd, topo.ssthresh_bytes)
+                    windows[(a, b)] = TcpWindow(cwnd, ssthresh)
                 done = windows[(a, b)].send(start, nbytes, cap, srtt or 2 * latency)
             free[key] = done
             push(done, "sent", (what, a, b, p, i, nbytes))

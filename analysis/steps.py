@@ -15,6 +15,7 @@ run_id, algorithm, size, iteration    the iteration (sweep columns of ``collecti
 host, peer_host         the sending side of the connection and its peer
 cwnd_start       bytes  cwnd x mss of the last sample before the connection's first new bytes in
                         the iteration: the window the step started with
+ssthresh_start   bytes  ssthresh x mss of that sample; None while still "infinite" (slow start)
 cwnd_max         bytes  the largest cwnd x mss sampled during the iteration
 idle_before      s      iteration start - last sample before it at which the connection had sent
                         (the idle time that decides tcp_slow_start_after_idle; sample resolution)
@@ -51,7 +52,8 @@ def wan_step_starts(
 ) -> pd.DataFrame:
     """See the module docstring. Empty (with the columns) when nothing matches."""
     sweep = _sweep_columns(collectives)
-    columns = [*sweep, *_KEYS, "host", "peer_host", "cwnd_start", "cwnd_max", "idle_before",
+    columns = [*sweep, *_KEYS, "host", "peer_host", "cwnd_start", "ssthresh_start", "cwnd_max",
+               "idle_before",
                "srtt_ms", "min_rtt_ms", "sent_bytes", "retransmits"]  # fmt: skip
     if tcp.empty or collectives.empty:
         return pd.DataFrame(columns=columns)
@@ -84,6 +86,9 @@ def wan_step_starts(
                     "host": host,
                     "peer_host": s["peer_host"].iloc[0],
                     "cwnd_start": float(before["cwnd"] * before["mss"]),
+                    "ssthresh_start": None
+                    if pd.isna(before.get("ssthresh"))
+                    else float(before["ssthresh"] * before["mss"]),
                     "cwnd_max": float((inside["cwnd"] * inside["mss"]).max()),
                     "idle_before": float(start - earlier["time"].max()) if len(earlier) else None,
                     "srtt_ms": float(inside["srtt_ms"].median()),

@@ -34,11 +34,10 @@ import pandas as pd
 
 from analysis.model import (
     Topology,
-    cwnd_after_idle,
     host_bw_from_phases,
-    linux_rto,
     predict_phases,
     predict_terms,
+    window_at_step_start,
 )
 from analysis.steps import phase_medians, wan_step_starts
 from benchmarks._results import write_section
@@ -124,9 +123,9 @@ def measured_host_bw(exp: Experiment) -> tuple[float, list[str]]:
 
 
 def with_measured(topo: Topology, host_bw: float, steps: pd.DataFrame) -> Topology:
-    """``topo`` with the measured copy rate and, per WAN direction, the median window at step
-    start (reduced by cwnd_after_idle when the idle time before a step exceeded the RTO) and
-    the median srtt of the connections sending that way."""
+    """``topo`` with the measured copy rate and, per WAN direction, the median (over the steps
+    of the point) of the window and ssthresh each step started with (window_at_step_start: the
+    idle restart applied when the idle time exceeded the RTO) and of the connections' srtt."""
     links = []
     for lk in topo.links:
         mine = steps[
@@ -137,10 +136,17 @@ def with_measured(topo: Topology, host_bw: float, steps: pd.DataFrame) -> Topolo
             links.append(lk)
             continue
         srtt = float(mine["srtt_ms"].median()) / 1e3
-        rto = linux_rto(srtt, 0.0)
-        idle = mine["idle_before"].fillna(0.0)
-        cwnd = [cwnd_after_idle(c, i, rto) for c, i in zip(mine["cwnd_start"], idle, strict=True)]
-        links.append(replace(lk, cwnd_start_bytes=statistics.median(cwnd), srtt_s=srtt))
+        starts = [
+            window_at_step_start(c, None if pd.isna(th) else th, 0.0 if pd.isna(i) else i, srtt)
+            for c, th, i in zip(
+                mine["cwnd_start"], mine["ssthresh_start"], mine["idle_before"], strict=True
+            )
+        ]
+        cwnd = statistics.median(c for c, _ in starts)
+        known = [th for _, th in starts if th is not None]
+        # tcp_info reports the initial "infinite" ssthresh as None: slow start all the way
+        ssthresh = statistics.median(known) if len(known) * 2 > len(starts) else 1e12
+        links.append(replace(lk, cwnd_start_bytes=cwnd, ssthresh_bytes=ssthresh, srtt_s=srtt))
     return replace(topo, host_bw_bps=host_bw, links=tuple(links))
 
 
@@ -151,6 +157,7 @@ def main() -> None:
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB")
     p.add_argument("--rates", default="100mbit,1gbit")
     p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--keep", metavar="DIR", help="keep the results directories under DIR")
     args = p.parse_args()
     sizes, rates = args.sizes.split(","), args.rates.split(",")
     for s in sizes:
@@ -164,7 +171,8 @@ def main() -> None:
         text.append(line)
 
     emit(f"## Collectives vs the α-β model ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
         floor = run(scenario("bench-floor", args.hosts, sizes, args.iterations, None), tmp)
         host_bw, lines = measured_host_bw(floor)
         busy = [r.get("cpu_busy_mean") or 0 for r in floor.manifest["runs"].values()]

@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.model import Link, Topology, predict
+from analysis.model import TERMS, Link, Topology, predict, predict_terms, unsupported
 from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
 from testbed.config.sweep import RunSpec
@@ -257,9 +257,17 @@ def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) ->
     def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
         return predict(coll, algo, size, topo) if topo is not None else None
 
+    def terms(row: dict) -> dict[str, float | None]:
+        """The prediction's terms (analysis.model.predict_terms) as ``model_<term>`` columns."""
+        coll, algo = row["collective"], row["algorithm"]
+        if topo is None or unsupported(coll, algo, topo):
+            return {f"model_{t}": None for t in TERMS}
+        got = predict_terms(coll, algo, row["size"], topo)
+        return {f"model_{t}": got[t] for t in TERMS}
+
     saturated = bool(info.get("cpu_saturated", False))
     return [
-        {**params, **row, "cpu_saturated": saturated}
+        {**params, **row, **terms(row), "cpu_saturated": saturated}
         for row in summary_rows(rows, ranks=n, predict=model)
     ]
 

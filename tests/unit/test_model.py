@@ -25,7 +25,9 @@ from analysis.model import (
     predict_phases,
     predict_terms,
     rank_clusters,
+    ssthresh_after_idle,
     wan_path,
+    window_at_step_start,
 )
 
 MiB = 1 << 20
@@ -289,6 +291,15 @@ def test_linux_rto_and_cwnd_after_idle() -> None:
     assert cwnd_after_idle(big, 0.5, 0.22) == big / 4
     assert cwnd_after_idle(big, 60.0, 0.22) == iw  # never below the initial window
     assert cwnd_after_idle(5 * MSS_BYTES, 60.0, 0.22) == 5 * MSS_BYTES  # nor raised to it
+
+
+def test_window_at_step_start_restarts_only_after_an_rto_of_idle() -> None:
+    big, th = 2000 * MSS_BYTES, 1500 * MSS_BYTES
+    assert window_at_step_start(big, th, 0.2, 0.02) == (big, th)  # RTO = 0.22 s
+    cwnd, ssthresh = window_at_step_start(big, th, 0.5, 0.02)  # one RTO beyond: halved once
+    assert cwnd == big / 4 and ssthresh == 0.75 * big
+    assert ssthresh_after_idle(big, None) is None  # still the initial "infinite" one
+    assert ssthresh_after_idle(big, 3000 * MSS_BYTES) == 3000 * MSS_BYTES
 
 
 def test_tcp_window_line_rate_when_the_window_covers_the_burst() -> None:

@@ -13,7 +13,7 @@ def samples(host: str, peer: str, rows: list[tuple[float, int, int]]) -> list[di
     return [
         {"run_id": "r", "time": t, "host": host, "peer_host": peer, "local": f"{host}:1",
          "peer": f"{peer}:2", "cwnd": cwnd, "mss": 1000, "srtt_ms": 21.0, "min_rtt_ms": 20.0,
-         "bytes_sent": sent, "retransmits": 0}
+         "bytes_sent": sent, "retransmits": 0, "ssthresh": 7 if cwnd == 10 else None}
         for t, cwnd, sent in rows
     ]  # fmt: skip
 
@@ -36,6 +36,7 @@ def test_cwnd_at_the_first_new_bytes_and_idle_before_each_iteration() -> None:
     row = got.iloc[0]
     assert (row["host"], row["peer_host"], row["wan[0].rate"]) == ("east-h0", "west-h0", "1gbit")
     assert row["cwnd_start"] == 10 * 1000  # the sample before the first growth, times the mss
+    assert row["ssthresh_start"] == 7 * 1000
     assert row["cwnd_max"] == 40 * 1000
     assert row["idle_before"] == pytest.approx(10.05 - 9.5)
     assert row["sent_bytes"] == 1_500_000
