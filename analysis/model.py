@@ -789,7 +789,8 @@ def predict_terms(
     if topo.ring == "synchronous":
         return {"alpha_beta": base, "segments_and_notify": 0.0, "cwnd": 0.0}
     ring = predict(collective, algorithm, size_bytes, unlimited)
-    full = predict(collective, algorithm, size_bytes, topo)
+    windows = topo.cwnd_start_bytes is not None or any(lk.cwnd_start_bytes for lk in topo.links)
+    full = predict(collective, algorithm, size_bytes, topo) if windows else ring
     return {"alpha_beta": base, "segments_and_notify": ring - base, "cwnd": full - ring}
 
 
