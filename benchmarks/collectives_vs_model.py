@@ -217,7 +217,10 @@ def main() -> None:
         emit("|---|---|---|---|---|")
         phases = phase_medians(coll, leaders(topology(wan.runs[0])))
         for r in phases[phases["algorithm"] == "hierarchical"].to_dict("records"):
-            _, _, topo = points[(r["wan[0].rate"], "hierarchical", r["size"])]
+            point = points.get((r["wan[0].rate"], "hierarchical", r["size"]))
+            if point is None:  # its run failed: reported above
+                continue
+            topo = point[2]
             pred = predict_phases("all_reduce", "hierarchical", r["size"], topo)
             cells = " | ".join(
                 f"{r['phases_' + k] * 1e3:.1f} / {v * 1e3:.1f} ms" for k, v in pred.items()
