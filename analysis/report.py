@@ -119,6 +119,21 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         )
         sec.plots = [p for p in (P.plot_time_vs_size(res), P.plot_busbw_vs_rate(res)) if p]
         out.append(sec)
+    terms = T.model_terms_table(res)
+    if not terms.empty:
+        csv["model_terms"] = terms
+        out.append(
+            Section(
+                "model-terms",
+                "Model terms",
+                "The prediction split into what each modelled effect adds (docs/model.md, "
+                '"Terms and their measured inputs"): the synchronous α-β steps, what gloo\'s '
+                "segmented ring adds (two 1 MiB segments in flight, a recv-ready notify before "
+                "every send), what a congestion window below the BDP adds (only with measured "
+                "windows; the runner records none).",
+                tables=[("", T.formatted(terms))],
+            )
+        )
     speedup = T.speedup_table(res)
     if not speedup.empty:
         csv["speedup"] = speedup

@@ -90,6 +90,24 @@ def collective_table(res: Results) -> pd.DataFrame:
     return sort_by_params(df[cols], res, SUMMARY_KEYS)
 
 
+MODEL_TERMS = ["model_alpha_beta", "model_segments_and_notify", "model_cwnd"]
+
+
+def model_terms_table(res: Results) -> pd.DataFrame:
+    """The α-β prediction split into its terms (analysis.model.predict_terms, docs/model.md,
+    "Terms and their measured inputs"): the synchronous α-β steps, what gloo's segmented ring
+    adds, what a congestion window below the BDP adds; with the measured p50 beside them. Empty
+    when the runner recorded no terms (older results)."""
+    df = res.summary
+    if df.empty or not set(MODEL_TERMS) <= set(df.columns) or df["model_alpha_beta"].isna().all():
+        return pd.DataFrame()
+    point = ["results", *[p for p in res.params if p in df], "collective", "algorithm", "size"]
+    cols = [*point, "time_p50", *MODEL_TERMS, "predicted", "measured_over_predicted"]
+    cols.append("cpu_saturated")
+    out = df[df["model_alpha_beta"].notna()][[c for c in cols if c in df]]
+    return sort_by_params(out, res, SUMMARY_KEYS)
+
+
 def speedup_table(res: Results) -> pd.DataFrame:
     """Per results x sweep point x collective x size x non-flat algorithm: ``flat_time_p50``,
     ``time_p50`` and ``speedup`` = flat / this algorithm (> 1: the hierarchical one is faster)."""
@@ -435,6 +453,9 @@ FORMATS = {
     "time_p50": _fmt_time,
     "time_p95": _fmt_time,
     "predicted": _fmt_time,
+    "model_alpha_beta": _fmt_time,
+    "model_segments_and_notify": _fmt_time,
+    "model_cwnd": _fmt_time,
     "flat_time_p50": _fmt_time,
     "rtt_configured_s": _fmt_time,
     "rtt_median_s": _fmt_time,
@@ -474,6 +495,9 @@ HEADERS = {
     "measured_over_predicted": "meas/pred",
     "cpu_saturated": "CPU",
     "flat_time_p50": "flat p50",
+    "model_alpha_beta": "α-β",
+    "model_segments_and_notify": "+ segments & notify",
+    "model_cwnd": "+ cwnd",
     "goodput_bps": "goodput",
     "wan_goodput_bps": "WAN ceiling",
     "wan_rate_bps": "WAN rate",

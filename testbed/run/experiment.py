@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.model import Link, Topology, predict
+from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
 from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
 from testbed.config.sweep import RunSpec
@@ -69,7 +69,7 @@ def model_topology(
         if cluster:
             fabric_rate[cluster] = port.rate * GOODPUT_FACTOR if port.rate else None
             fabric_delay[cluster] = port.delay
-    links = tuple(Link(d.src, d.dst, d.goodput_ceiling, d.delay) for d in plan.wan)
+    links = tuple(Link(d.src, d.dst, d.goodput_ceiling, d.delay, d.buffer) for d in plan.wan)
     return Topology(
         clusters=tuple(counts.items()),
         links=links,
@@ -248,19 +248,35 @@ class _Interrupted(Exception):
 # -- the whole experiment ----------------------------------------------------------------------
 def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) -> list[dict]:
     """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
-    p50/p95, algbw/busbw at p50, the α-β prediction), with the sweep ``params`` in front and the
-    run's CPU verdict behind."""
+    p50/p95, algbw/busbw at p50, the model's prediction), its terms as ``model_<term>`` columns
+    (analysis.model.predict_terms), the sweep ``params`` in front and the run's CPU verdict
+    behind."""
     if not rows:
         return []
     n = info.get("world_size") or len({r["rank"] for r in rows})
     topo = info.get("topology")
 
+    cache: dict[tuple[str, str, int], dict[str, float] | None] = {}
+
+    def split(coll: str, algo: str, size: int) -> dict[str, float] | None:
+        """The prediction's terms (analysis.model.predict_terms; they sum to predict), once per
+        point: replaying gloo's ring is the costly part."""
+        if (coll, algo, size) not in cache:
+            ok = topo is not None and unsupported(coll, algo, topo) is None
+            cache[(coll, algo, size)] = predict_terms(coll, algo, size, topo) if ok else None
+        return cache[(coll, algo, size)]
+
     def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
-        return predict(coll, algo, size, topo) if topo is not None else None
+        got = split(coll, algo, size)
+        return sum(got.values()) if got else None
+
+    def terms(row: dict) -> dict[str, float | None]:
+        got = split(row["collective"], row["algorithm"], int(row["size"]))
+        return {f"model_{t}": got[t] if got else None for t in TERMS}
 
     saturated = bool(info.get("cpu_saturated", False))
     return [
-        {**params, **row, "cpu_saturated": saturated}
+        {**params, **row, **terms(row), "cpu_saturated": saturated}
         for row in summary_rows(rows, ranks=n, predict=model)
     ]
 

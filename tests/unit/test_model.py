@@ -9,12 +9,25 @@ import pytest
 from analysis.metrics import COLLECTIVES, algbw, bus_factor, busbw
 from analysis.model import (
     ALGORITHMS,
+    INITIAL_CWND_SEGMENTS,
+    MSS_BYTES,
     Link,
+    TcpWindow,
     Topology,
+    burst_overflow_bytes,
+    cwnd_after_idle,
+    gloo_ring_lengths,
+    gloo_ring_segments,
+    host_bw_from_phases,
+    linux_rto,
     predict,
     predict_all,
+    predict_phases,
+    predict_terms,
     rank_clusters,
+    ssthresh_after_idle,
     wan_path,
+    window_at_step_start,
 )
 
 MiB = 1 << 20
@@ -33,7 +46,10 @@ def topo(
     rate: float = 100e6,
     delay: float = 0.02,
     placement: str = "by-cluster",
+    ring: str = "synchronous",
 ) -> Topology:
+    """The closed forms below are the synchronous α-β ring; gloo's segmented ring has tests of
+    its own (ring="gloo", the runner's default)."""
     names = [f"c{i}" for i in range(clusters)]
     links = [lk for a, b in pairwise(names) for lk in two_way(a, b, rate, delay)]
     return Topology(
@@ -42,6 +58,7 @@ def topo(
         fabric_goodput_bps={c: None for c in names},
         fabric_delay_s={c: 0.0 for c in names},
         placement=placement,
+        ring=ring,
     )
 
 
@@ -171,7 +188,7 @@ def test_predict_all_lists_only_existing_combinations() -> None:
 
 def test_multi_hop_path_uses_min_goodput_and_summed_delay() -> None:
     links = two_way("a", "b", 100e6, 0.010) + two_way("b", "c", 50e6, 0.005)
-    t = Topology((("a", 1), ("b", 0), ("c", 1)), links, {}, {})
+    t = Topology((("a", 1), ("b", 0), ("c", 1)), links, {}, {}, ring="synchronous")
     path = wan_path(t, "a", "c")
     assert [(lk.src, lk.dst) for lk in path] == [("a", "b"), ("b", "c")]
     assert min(lk.goodput_bps for lk in path) == pytest.approx(50e6 * GOODPUT)
@@ -181,9 +198,189 @@ def test_multi_hop_path_uses_min_goodput_and_summed_delay() -> None:
 
 
 def test_fabric_shaping_and_same_host_ranks() -> None:
-    shaped = Topology((("a", 2),), (), {"a": 1e9}, {"a": 0.001})
+    shaped = Topology((("a", 2),), (), {"a": 1e9}, {"a": 0.001}, ring="synchronous")
     expected = 2 * (ALPHA + 2 * 0.001 + (S / 2) * 8 / 1e9)  # host -> gateway -> host
     assert predict("all_reduce", "flat", S, shaped) == pytest.approx(expected, rel=1e-9)
-    one_host = Topology((("a", 2),), (), {"a": 1e9}, {"a": 0.001}, ranks_per_host=2)
+    one_host = Topology(
+        (("a", 2),), (), {"a": 1e9}, {"a": 0.001}, ranks_per_host=2, ring="synchronous"
+    )
     expected = 2 * (ALPHA + (S / 2) * 8 / one_host.host_bw_bps)  # loopback copy
     assert predict("all_reduce", "flat", S, one_host) == pytest.approx(expected, rel=1e-9)
+
+
+# --- gloo's segmented ring (the runner's default) and the TCP terms --------------------------
+
+
+def pair(rate: float, delay: float, buffer: float | None = None, **kw: object) -> Topology:
+    """One rank in each of two clusters: the ring is the WAN, both ways."""
+    links = tuple(
+        Link(lk.src, lk.dst, lk.goodput_bps, lk.delay_s, buffer)
+        for lk in two_way("a", "b", rate, delay)
+    )
+    return Topology((("a", 1), ("b", 1)), links, {}, {}, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("size", "g", "expected"),
+    [
+        (16 * MiB, 4, (16, MiB)),  # capped at 1 MiB segments
+        (MiB, 4, (8, MiB // 8)),  # at least 2 segments per rank
+        (64 * MiB, 2, (64, MiB)),
+        (4000, 3, (6, 668)),  # 667 rounded up to whole float32 elements
+    ],
+)
+def test_gloo_ring_segments_follow_allreduce_cc(size: int, g: int, expected: tuple) -> None:
+    assert gloo_ring_segments(size, g) == expected
+
+
+@pytest.mark.parametrize(("size", "g"), [(16 * MiB, 4), (MiB, 4), (4000, 3), (12 * MiB + 4, 5)])
+def test_gloo_ring_moves_g_minus_1_shares_per_phase_and_sends_pair_with_receives(
+    size: int, g: int
+) -> None:
+    for phase in (0, 1):
+        io = [gloo_ring_lengths(size, g, k, phase) for k in range(g)]
+        # every byte crosses g-1 edges in each phase, whatever the rounding of the segments
+        assert sum(snd for rank in io for snd, _ in rank) == (g - 1) * size
+        for k in range(g):  # rank k sends to k-1 what k-1 receives at the same iteration
+            assert [snd for snd, _ in io[k]] == [rcv for _, rcv in io[(k - 1) % g]]
+
+
+def test_gloo_ring_is_the_bandwidth_term_when_segments_outlast_the_round_trip() -> None:
+    t = pair(100e6, 0.0001)  # t_seg = 88 ms >> RTT = 0.2 ms: the link never waits for a notify
+    bandwidth = 2 * (S / 2) * 8 / (100e6 * GOODPUT)  # two phases of S/2 on each direction
+    assert predict("all_reduce", "flat", S, t) == pytest.approx(bandwidth, rel=0.01)
+
+
+def test_gloo_ring_is_window_limited_at_two_segments_per_round_trip() -> None:
+    # 64 MiB over 2 ranks: 32 segments of 1 MiB per phase; at 1 Gbit/s t_seg = 8.8 ms < RTT 20 ms,
+    # so each pair of segments costs t_seg + RTT (the receiver posts segment i+2's receive when
+    # segment i has arrived, and its notify takes another one-way delay), not 2 t_seg.
+    size, goodput, delay = 64 * MiB, 1e9 * GOODPUT, 0.01
+    t_seg = MiB * 8 / goodput
+    got = predict("all_reduce", "flat", size, pair(1e9, delay))
+    window = 2 * 16 * (t_seg + 2 * delay)
+    assert got == pytest.approx(window, rel=0.03)
+    synchronous = predict("all_reduce", "flat", size, pair(1e9, delay, ring="synchronous"))
+    assert synchronous == pytest.approx(2 * (ALPHA + delay + (size / 2) * 8 / goodput))
+    assert got > 1.5 * synchronous  # what the α-β ring missed at 1 Gbit/s
+
+
+def test_notify_waits_behind_data_at_most_the_wan_buffer() -> None:
+    # 4 ranks by cluster: the notify for the west->east data crosses east->west behind rank 0's
+    # data to rank 3; it can wait at most what the bottleneck's buffer holds.
+    def flat(buffer: float | None) -> float:
+        links = tuple(
+            Link(lk.src, lk.dst, lk.goodput_bps, lk.delay_s, buffer)
+            for lk in two_way("a", "b", 100e6, 0.01)
+        )
+        return predict("all_reduce", "flat", S, Topology((("a", 2), ("b", 2)), links, {}, {}))
+
+    no_queue, bdp, unbounded = flat(0.0), flat(100e6 * 0.02 / 8), flat(None)
+    assert no_queue <= bdp <= unbounded
+    assert no_queue < unbounded
+
+
+def test_linux_rto_and_cwnd_after_idle() -> None:
+    assert linux_rto(0.020, 0.001) == pytest.approx(0.220)  # variance floored at TCP_RTO_MIN
+    assert linux_rto(1.0, 0.5) == pytest.approx(3.0)
+    assert linux_rto(100.0, 10.0) == 120.0
+    iw = INITIAL_CWND_SEGMENTS * MSS_BYTES
+    big = 2000 * MSS_BYTES
+    assert cwnd_after_idle(big, 0.1, 0.22) == big  # idle shorter than the RTO: untouched
+    assert cwnd_after_idle(big, 0.3, 0.22) == big / 2  # one RTO elapsed beyond: halved once
+    assert cwnd_after_idle(big, 0.5, 0.22) == big / 4
+    assert cwnd_after_idle(big, 60.0, 0.22) == iw  # never below the initial window
+    assert cwnd_after_idle(5 * MSS_BYTES, 60.0, 0.22) == 5 * MSS_BYTES  # nor raised to it
+
+
+def test_window_at_step_start_restarts_only_after_an_rto_of_idle() -> None:
+    big, th = 2000 * MSS_BYTES, 1500 * MSS_BYTES
+    assert window_at_step_start(big, th, 0.2, 0.02) == (big, th)  # RTO = 0.22 s
+    cwnd, ssthresh = window_at_step_start(big, th, 0.5, 0.02)  # one RTO beyond: halved once
+    assert cwnd == big / 4 and ssthresh == 0.75 * big
+    assert ssthresh_after_idle(big, None) is None  # still the initial "infinite" one
+    assert ssthresh_after_idle(big, 3000 * MSS_BYTES) == 3000 * MSS_BYTES
+
+
+def test_tcp_window_line_rate_when_the_window_covers_the_burst() -> None:
+    w = TcpWindow(4 * MiB)
+    assert w.send(1.0, MiB, 1e9, 0.02) == pytest.approx(1.0 + MiB * 8 / 1e9)
+
+
+def test_tcp_window_below_two_segments_waits_a_round_trip() -> None:
+    # Measured at 1 Gbit/s, 20 ms: the west->east leaders' window was 1.1 MB at a 4 MiB step,
+    # below gloo's two 1 MiB segments: the second one waits for the first one's ACKs.
+    w = TcpWindow(1.1e6)
+    first = w.send(0.0, MiB, 1e9, 0.02)
+    second = w.send(first, MiB, 1e9, 0.02)
+    assert first == pytest.approx(MiB * 8 / 1e9)
+    # the window fills after 1.1 MB; the rest leaves as the first bytes' ACKs stream back
+    assert second == pytest.approx(0.02 + (2 * MiB - 1.1e6) * 8 / 1e9, rel=0.03)
+    assert TcpWindow(4 * MiB).send(first, MiB, 1e9, 0.02) == pytest.approx(2 * first)
+
+
+def test_tcp_window_slow_start_from_the_initial_window_doubles_per_round_trip() -> None:
+    iw = INITIAL_CWND_SEGMENTS * MSS_BYTES
+    w = TcpWindow(iw, ssthresh_bytes=1e9)  # after an idle restart, ssthresh stays high
+    # 6 round trips carry iw * (1 + 2 + ... + 32) = 63 iw, the rest leaves at the link rate
+    end = w.send(0.0, MiB, 1e9, 0.02)
+    assert 6 * 0.02 < end < 7 * 0.02
+    with pytest.raises(ValueError, match="cwnd"):
+        TcpWindow(0)
+
+
+def test_cwnd_term_counts_slow_start_from_the_initial_window() -> None:
+    t = pair(1e9, 0.01, cwnd_start_bytes=INITIAL_CWND_SEGMENTS * MSS_BYTES)
+    terms = predict_terms("all_reduce", "flat", S, t)
+    assert set(terms) == {"alpha_beta", "segments_and_notify", "cwnd"}
+    assert terms["cwnd"] > 0 and terms["segments_and_notify"] > 0
+    assert sum(terms.values()) == pytest.approx(predict("all_reduce", "flat", S, t))
+    assert predict_terms("all_reduce", "flat", S, pair(1e9, 0.01))["cwnd"] == 0.0
+
+
+@pytest.mark.parametrize("algorithm", ["hierarchical", "hierarchical-2d"])
+def test_phases_are_named_like_the_rank_timers_and_sum_to_the_prediction(algorithm: str) -> None:
+    t = topo(ranks=2, rate=1e9, delay=0.01, ring="gloo")
+    phases = predict_phases("all_reduce", algorithm, S, t)
+    names = {
+        "hierarchical": ["cluster_reduce", "leaders_all_reduce", "cluster_broadcast"],
+        "hierarchical-2d": ["cluster_reduce_scatter", "column_all_reduce", "cluster_all_gather"],
+    }
+    assert list(phases) == names[algorithm]  # traffic.collectives' ctx.timer names
+    assert sum(phases.values()) == pytest.approx(predict("all_reduce", algorithm, S, t))
+    assert predict_phases("all_reduce", "flat", S, t) == {
+        "all_reduce": predict("all_reduce", "flat", S, t)
+    }
+
+
+def test_host_bw_from_an_unshaped_wan_run_inverts_the_intra_cluster_phases() -> None:
+    t = topo(ranks=2, rate=10e9, delay=0.0, ring="gloo")
+    names = ("cluster_reduce", "cluster_broadcast")
+    truth = Topology(t.clusters, t.links, {}, {}, host_bw_bps=3e9)
+    measured = sum(predict_phases("all_reduce", "hierarchical", S, truth)[n] for n in names)
+    got = host_bw_from_phases(measured, names, "all_reduce", "hierarchical", S, t)
+    assert got == pytest.approx(3e9, rel=1e-6)
+    with pytest.raises(ValueError, match="not above"):
+        host_bw_from_phases(1e-9, names, "all_reduce", "hierarchical", S, t)
+    with pytest.raises(ValueError, match="no phase"):
+        host_bw_from_phases(1.0, ["nope"], "all_reduce", "hierarchical", S, t)
+
+
+def test_ring_model_names_are_checked() -> None:
+    with pytest.raises(ValueError, match="ring model"):
+        pair(1e9, 0.01, ring="pipelined")
+
+
+def test_wan_asymmetry_point_leaders_bursts_overflow_the_buffer_flat_ones_do_not() -> None:
+    # scenarios/wan-asymmetry.yaml at 300 Mbit/s, 5 ms, buffer 1 BDP (375 kB), 1 MiB; measured
+    # (tcp_info): the leaders' window after warm-up 688 segments (996 kB), later 267 (387 kB);
+    # host_bw measured 3.6 Gbit/s on an unshaped WAN.
+    buffer, rate, host = 300e6 * 0.010 / 8, 300e6, 3.6e9
+    _, leaders_seg = gloo_ring_segments(MiB, 2)  # 256 KiB segments, two in flight
+    _, flat_seg = gloo_ring_segments(MiB, 4)  # 128 KiB
+    assert burst_overflow_bytes(2 * leaders_seg, 688 * MSS_BYTES, buffer, rate, host) > 0
+    assert burst_overflow_bytes(2 * leaders_seg, 267 * MSS_BYTES, buffer, rate, host) == 0
+    assert burst_overflow_bytes(2 * flat_seg, 375 * MSS_BYTES, buffer, rate, host) == 0
+    # at 1 Gbit/s, 10 ms the 2 MiB bursts fit the 2.5 MB buffer (0 retransmits measured)
+    assert burst_overflow_bytes(2 * MiB, 2940 * MSS_BYTES, 2.5e6, 1e9, host) == 0
+    assert burst_overflow_bytes(MiB, MiB, 0, 1e9, 1e9) == 0  # no faster than it drains

@@ -26,6 +26,7 @@ from analysis.tables import (
     COLLECTIVE_COLUMNS,
     CONGESTION_COLUMNS,
     congestion_table,
+    model_terms_table,
     speedup_table,
     warnings_table,
 )
@@ -148,6 +149,19 @@ def test_speedup_is_flat_time_over_hierarchical_time():
         flat = s[(*point, "flat", r["size"])]
         hier = s[(*point, "hierarchical", r["size"])]
         assert r["speedup"] == pytest.approx(flat / hier)
+
+
+def test_model_terms_table_needs_recorded_terms_and_keeps_them(tmp_path):
+    assert model_terms_table(load(COLLECTIVES)).empty  # recorded before the terms existed
+    dst = shutil.copytree(COLLECTIVES, tmp_path / "terms")
+    manifest = json.loads((dst / "manifest.json").read_text())
+    for s in manifest["summary"]:
+        s.update(model_alpha_beta=0.5, model_segments_and_notify=0.25, model_cwnd=0.0)
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    table = model_terms_table(load(dst))
+    assert len(table) == len(manifest["summary"])
+    assert (table["model_alpha_beta"] == 0.5).all() and (table["model_cwnd"] == 0.0).all()
+    assert {"time_p50", "predicted", "measured_over_predicted"} <= set(table.columns)
 
 
 def test_congestion_table_joins_traces_per_run():

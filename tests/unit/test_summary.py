@@ -3,6 +3,7 @@ the same numbers, and the quantile is testbed.core.stats.quantile (= pandas' def
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis.loader import load
+from analysis.model import TERMS, Link, Topology
 from analysis.summary import SUMMARY_COLUMNS, iteration_times, summarize, summary_rows
 from testbed.core.stats import quantile
 from testbed.run.experiment import summarize as run_summarize
@@ -46,6 +48,28 @@ def test_runner_summary_reproduces_the_manifest_it_wrote():
             assert row["cpu_saturated"] == ref["cpu_saturated"]
             assert row["wan[0].rate"] == run["params"]["wan[0].rate"]
             assert row["predicted"] is None  # no topology given: no prediction
+
+
+def test_runner_summary_records_the_prediction_and_its_terms():
+    run_id, run = next(iter(_manifest()["runs"].items()))
+    rows = _rows(run_id)
+    clusters = pd.DataFrame(rows).groupby("cluster")["rank"].nunique()
+    g = 1e8 * 1448 / 1514
+    topo = Topology(
+        clusters=tuple((c, int(m)) for c, m in clusters.items()),
+        links=tuple(Link(a, b, g, 0.01) for a, b in itertools.permutations(clusters.index, 2)),
+        fabric_goodput_bps={},
+        fabric_delay_s={},
+    )
+    got = run_summarize(rows, {"world_size": run["world_size"], "topology": topo}, run["params"])
+    assert got
+    for row in got:
+        terms = [row[f"model_{t}"] for t in TERMS]
+        if row["predicted"] is None:  # a combination the model says does not exist
+            assert terms == [None] * len(TERMS)
+            continue
+        assert row["predicted"] == pytest.approx(sum(terms))
+        assert row["model_alpha_beta"] > 0
 
 
 def test_loader_fallback_equals_runner_summary(tmp_path):

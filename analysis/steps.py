@@ -1,0 +1,111 @@
+"""What each timed collective iteration met on the WAN, and how long its phases took. PURE.
+
+This module owns lining up a run's tables to give the α-β model (analysis.model) its measured
+inputs and to check its terms one by one (docs/model.md, "Terms and their measured inputs"):
+
+``wan_step_starts(tcp, collectives, min_bytes=65536)`` -> one row per timed iteration x WAN
+connection that carried at least ``min_bytes`` in it (gloo's barrier and store connections carry
+a few dozen bytes) (from the tcp_info samples, ``trace.tcp_info``; a connection is WAN when its
+two hosts are in different clusters, the cluster being the host label before ``-h``):
+
+===============  =====  ============================================================================
+column           unit   meaning
+===============  =====  ============================================================================
+run_id, algorithm, size, iteration    the iteration (sweep columns of ``collectives`` come too)
+host, peer_host         the sending side of the connection and its peer
+cwnd_start       bytes  cwnd x mss of the last sample before the connection's first new bytes in
+                        the iteration: the window the step started with
+ssthresh_start   bytes  ssthresh x mss of that sample; None while still "infinite" (slow start)
+cwnd_max         bytes  the largest cwnd x mss sampled during the iteration
+idle_before      s      iteration start - last sample before it at which the connection had sent
+                        (the idle time that decides tcp_slow_start_after_idle; sample resolution)
+srtt_ms, min_rtt_ms     median smoothed RTT and minimum RTT sampled during the iteration
+sent_bytes       bytes  bytes_sent growth during the iteration
+retransmits      segs   retransmitted segments during the iteration
+===============  =====  ============================================================================
+
+``phase_medians(collectives, leaders)`` -> per (sweep columns, algorithm, size): ``seconds``
+(median over iterations of the slowest rank) and, for every ``phases_<name>`` column, the median
+over iterations of the slowest *leader* (the ranks in ``leaders``): a non-leader's phase timers
+include waiting for the leaders, so they are not that phase's cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+
+_KEYS = ("run_id", "algorithm", "size", "iteration")
+
+
+def _cluster(host: pd.Series) -> pd.Series:
+    return host.astype(str).str.rsplit("-h", n=1).str[0]
+
+
+def _sweep_columns(collectives: pd.DataFrame) -> list[str]:
+    return [c for c in collectives.columns if "[" in c or "." in c]
+
+
+def wan_step_starts(
+    tcp: pd.DataFrame, collectives: pd.DataFrame, min_bytes: float = 65536
+) -> pd.DataFrame:
+    """See the module docstring. Empty (with the columns) when nothing matches."""
+    sweep = _sweep_columns(collectives)
+    columns = [*sweep, *_KEYS, "host", "peer_host", "cwnd_start", "ssthresh_start", "cwnd_max",
+               "idle_before",
+               "srtt_ms", "min_rtt_ms", "sent_bytes", "retransmits"]  # fmt: skip
+    if tcp.empty or collectives.empty:
+        return pd.DataFrame(columns=columns)
+    steps = (
+        collectives.groupby([*sweep, *_KEYS], dropna=False)
+        .agg(start=("start", "min"), seconds=("seconds", "max"))
+        .reset_index()
+    )
+    wan = tcp[_cluster(tcp["host"]) != _cluster(tcp["peer_host"])]
+    out = []
+    for (run_id, host, _local, _peer), s in wan.sort_values("time").groupby(
+        ["run_id", "host", "local", "peer"]
+    ):
+        s = s.reset_index(drop=True)
+        grew = s["bytes_sent"].diff().fillna(0) > 0
+        for step in steps[steps["run_id"] == run_id].itertuples(index=False):
+            start, end = step.start, step.start + step.seconds
+            inside = s[(s["time"] >= start) & (s["time"] <= end)]
+            moving = inside[grew[inside.index]]
+            if moving.empty:
+                continue
+            first = moving.index[0]
+            before = s.loc[first - 1] if first > 0 else s.loc[first]
+            if inside["bytes_sent"].iloc[-1] - before["bytes_sent"] < min_bytes:
+                continue
+            earlier = s[(s["time"] < start) & grew]
+            out.append(
+                {
+                    **dict(zip([*sweep, *_KEYS], step[: len(sweep) + len(_KEYS)], strict=True)),
+                    "host": host,
+                    "peer_host": s["peer_host"].iloc[0],
+                    "cwnd_start": float(before["cwnd"] * before["mss"]),
+                    "ssthresh_start": None
+                    if pd.isna(before.get("ssthresh"))
+                    else float(before["ssthresh"] * before["mss"]),
+                    "cwnd_max": float((inside["cwnd"] * inside["mss"]).max()),
+                    "idle_before": float(start - earlier["time"].max()) if len(earlier) else None,
+                    "srtt_ms": float(inside["srtt_ms"].median()),
+                    "min_rtt_ms": float(inside["min_rtt_ms"].min()),
+                    "sent_bytes": float(inside["bytes_sent"].iloc[-1] - before["bytes_sent"]),
+                    "retransmits": float(inside["retransmits"].max() - before["retransmits"]),
+                }
+            )
+    return pd.DataFrame(out, columns=columns)
+
+
+def phase_medians(collectives: pd.DataFrame, leaders: Iterable[int]) -> pd.DataFrame:
+    """See the module docstring."""
+    sweep = _sweep_columns(collectives)
+    keys = [*sweep, "algorithm", "size", "iteration"]
+    phases = [c for c in collectives.columns if c.startswith("phases_")]
+    slowest = collectives.groupby(keys, dropna=False)["seconds"].max()
+    lead = collectives[collectives["rank"].isin(list(leaders))]
+    per_iteration = pd.concat([slowest, lead.groupby(keys, dropna=False)[phases].max()], axis=1)
+    return per_iteration.groupby(keys[:-1], dropna=False).median().reset_index()
