@@ -82,3 +82,11 @@ def test_teacher_student_floor_is_the_noise() -> None:
     x, y = ts.validation_set(20000)
     clean = torch.tanh(x @ ts.w1) @ ts.w2
     assert torch.mean((y - clean) ** 2).item() == pytest.approx(0.01, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["char-mlp", "char-mlp-large", "teacher-mlp"])
+def test_declared_shapes_are_the_models(name: str) -> None:
+    from traffic.training.shapes import PYDOC_VOCAB, model_shapes
+
+    model = models.build(name, PYDOC_VOCAB)
+    assert model_shapes(name) == tuple(tuple(p.shape) for p in model.parameters())
