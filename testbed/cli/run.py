@@ -203,7 +203,7 @@ def _training_table(exp) -> Table:
             target += " (ddp)"
         wan = s.get("wan_bytes_per_step")
         t.add_row(
-            *(escape(s.get(p, "")) for p in params),
+            *("-" if s.get(p) is None else escape(s.get(p)) for p in params),
             escape(s.get("algorithm")),
             str(s.get("steps")),
             num(s.get("final_loss"), ".3f"),
