@@ -32,7 +32,10 @@ def test_ddp_hooks_shrink_the_payload() -> None:
     assert bytes_per_step(sched("ddp", hook="bf16")) == NUMEL * 2
     psgd = syncs(sched("ddp", hook="powersgd", powersgd_rank=1, powersgd_start=2))
     assert [x.payload for x in psgd[:2]] == [NUMEL * 4] * 2  # plain all-reduce before the start
-    assert psgd[2].payload == powersgd_payload(SHAPES, 1) < NUMEL * 4
+    # then three sequential all-reduces per step: the uncompressed tensors, P, Q
+    third = [x.payload for x in psgd if x.step == 2]
+    assert third == [(64 + 32 + 10) * 4, (64 + 32 + 10) * 4, (16 + 64 + 32) * 4]
+    assert sum(third) == powersgd_payload(SHAPES, 1) < NUMEL * 4
 
 
 def test_powersgd_payload_follows_torch_compression_rule() -> None:

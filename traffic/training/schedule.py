@@ -131,7 +131,9 @@ def syncs_at(s: TrainingSchedule, step: int) -> list[Sync]:
     full = s.numel * 4
     outer = (step + 1) % s.inner_steps == 0
     if s.algorithm == "ddp":
-        return [Sync(step, step, "gradients", "world", "all_reduce", ddp_payload(s, step))]
+        return [
+            Sync(step, step, "gradients", "world", "all_reduce", b) for b in ddp_rounds(s, step)
+        ]
     if s.algorithm == "parameter-server":
         return [Sync(step, step, "gradients", "world", "push-pull", full)]
     if s.algorithm == "localsgd":
@@ -143,11 +145,13 @@ def syncs_at(s: TrainingSchedule, step: int) -> list[Sync]:
         payload = pseudo_gradient_payload(s.numel, s.dtype, len(s.tensor_numels))
         return [Sync(step, step, "pseudo-gradients", "world", collective, payload)]
     if s.algorithm == "hierarchical":
-        inner = Sync(step, step, "gradients", "cluster", "all_reduce", ddp_payload(s, step))
+        inner = [
+            Sync(step, step, "gradients", "cluster", "all_reduce", b) for b in ddp_rounds(s, step)
+        ]
         if not outer:
-            return [inner]
+            return inner
         payload = pseudo_gradient_payload(s.numel, s.dtype, len(s.tensor_numels))
-        return [inner, Sync(step, step, "pseudo-gradients", "leaders", collective, payload)]
+        return [*inner, Sync(step, step, "pseudo-gradients", "leaders", collective, payload)]
     # streaming-diloco: fragment k % F applies at step (k + 1) * H/F - 1, issued tau steps before.
     period = s.inner_steps // s.fragments
     applied = step + s.overlap_steps
@@ -160,30 +164,37 @@ def syncs_at(s: TrainingSchedule, step: int) -> list[Sync]:
     return [Sync(step, applied, "pseudo-gradients", "world", collective, payload, fragment=f)]
 
 
-def ddp_payload(s: TrainingSchedule, step: int) -> int:
-    """Bytes per rank DDP hands to its all-reduces in ``step`` (after the hook's compression)."""
+def ddp_rounds(s: TrainingSchedule, step: int) -> list[int]:
+    """The payloads of DDP's sequential all-reduces in ``step``: one, except for PowerSGD."""
     if s.hook == "powersgd" and step >= s.powersgd_start:
-        return powersgd_payload(s.tensor_shapes, s.powersgd_rank)
-    return s.numel * DTYPE_BYTES[HOOK_DTYPE.get(s.hook, "fp32")]
+        return [r for r in powersgd_rounds(s.tensor_shapes, s.powersgd_rank) if r]
+    return [s.numel * DTYPE_BYTES[HOOK_DTYPE.get(s.hook, "fp32")]]
 
 
-def powersgd_payload(
+def powersgd_rounds(
     shapes: tuple[tuple[int, ...], ...], rank: int, min_compression_rate: float = 2.0
-) -> int:
-    """Bytes per rank of one PowerSGD step, as torch's ``powerSGD_hook`` sends them (fp32): a
-    tensor of ``n`` rows and ``m`` further elements per row is sent as P (n x r) and Q (m x r) when
-    that compresses it at least ``min_compression_rate`` times, and whole otherwise (1-D tensors
-    always whole)."""
-    total = 0
+) -> tuple[int, int, int]:
+    """Bytes per rank of PowerSGD's three sequential all-reduces, as torch's ``powerSGD_hook``
+    sends them (fp32): the tensors it leaves uncompressed, then every P (rows x r), then every Q
+    (columns x r). A tensor is flattened to (first dimension, the rest) and compressed when that
+    is at least ``min_compression_rate`` times smaller; 1-D tensors always go whole."""
+    whole = p = q = 0
     for shape in shapes:
         numel = math.prod(shape)
         if len(shape) < 2:
-            total += numel
+            whole += numel
             continue
         n, m = shape[0], numel // shape[0]
-        compressed = (n + m) * min(rank, n, m)
-        total += compressed if numel > min_compression_rate * compressed else numel
-    return total * 4
+        r = min(rank, n, m)
+        if numel > min_compression_rate * (n + m) * r:
+            p, q = p + n * r, q + m * r
+        else:
+            whole += numel
+    return whole * 4, p * 4, q * 4
+
+
+def powersgd_payload(shapes: tuple[tuple[int, ...], ...], rank: int) -> int:
+    return sum(powersgd_rounds(shapes, rank))
 
 
 def bytes_per_step(s: TrainingSchedule) -> float:
