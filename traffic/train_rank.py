@@ -31,6 +31,17 @@ from typing import IO
 from traffic.entry import log_lines, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
+INJECT_ENV = "TESTBED_INJECT_FAULT"
+
+
+def injected_failure(rank: int) -> int | None:
+    """Tests only: ``TESTBED_INJECT_FAULT=train:rank:R:step:S`` makes rank R raise at step S
+    (the collectives' ``rank:R...`` form is traffic.collectives')."""
+    parts = os.environ.get(INJECT_ENV, "").split(":")
+    if len(parts) == 5 and parts[0] == "train" and parts[1] == "rank" and int(parts[2]) == rank:
+        return int(parts[4])
+    return None
+
 
 def _log(label: str, msg: str) -> None:
     print(f"{label}: {msg}", file=sys.stderr, flush=True)
@@ -60,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             "algorithm": cfg["algorithm"],
         }
         progress = max(1, steps // 10)
+        fail_at = injected_failure(ctx.rank)
         for step in range(steps):
+            if step == fail_at:
+                raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
             rec = trainer.step(step)
             if step == steps - 1:
                 trainer.finish()

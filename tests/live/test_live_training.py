@@ -69,3 +69,16 @@ def test_identical_seeds_give_identical_losses(root, tmp_path):
     a, b = (g.sort_values(["rank", "step"]) for _, g in df.groupby("run_id"))
     assert a["loss"].tolist() == b["loss"].tolist()
     assert a["val_loss"].dropna().tolist() == b["val_loss"].dropna().tolist()
+
+
+def test_a_rank_that_dies_fails_the_run_and_keeps_the_steps_so_far(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("TESTBED_INJECT_FAULT", "train:rank:1:step:5")
+    data = training_scenario("dies", algorithm="ddp", steps=20, ranks_per_host=1, timeout="60s")
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    assert not exp.run(selfcheck_seconds=0.3)
+    run = exp.manifest["runs"]["p000-r0"]
+    assert run["status"] == "failed"
+    assert "rank 1" in run["reason"] and "injected failure at step 5" in run["reason"]
+    df = pd.read_parquet(exp.results.path / "training.parquet")
+    assert sorted(df[df["rank"] == 1]["step"]) == [0, 1, 2, 3, 4]
+    assert df[df["rank"] == 0]["step"].max() >= 4  # rank 0 measured its steps until it was stopped
