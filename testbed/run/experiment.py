@@ -174,6 +174,9 @@ def collectives_keys(w: Workload) -> dict[str, Any]:
 def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
+    if isinstance(sc.workload, TrainingWorkload):
+        # WAN byte counters for every step, also from a delay line that holds a queue
+        sc = sc.model_copy(update={"trace": training.trace_settings(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
     tb = Testbed(sc, name=f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}")
@@ -195,14 +198,13 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
                 if isinstance(workload, TrainingWorkload):
                     keys, module = training.rank_keys(workload), training.RANK_MODULE
-                    trace = training.trace_settings(sc.trace)
                 else:
-                    keys, module, trace = collectives_keys(workload), RANK_MODULE, sc.trace
+                    keys, module = collectives_keys(workload), RANK_MODULE
                 rank_spec = RankSpec.build(
                     tb, master.address, ranks, run_dir, workload.timeout, **keys
                 )
                 launch = RankLaunch(tb, ranks, rank_spec, run_dir, module)
-                traces = RunTraces(tb, trace, run_dir, [r.host for r in ranks])
+                traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
                 with CpuMonitor() as cpu, traces:
                     # after a rank failed, the others get 10 s to report their own error
                     problems = launch.run(workload.timeout, failure_grace=10.0)
