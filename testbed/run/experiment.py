@@ -48,7 +48,7 @@ from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
 from testbed.trace.cpu import CpuMonitor
-from testbed.trace.run_traces import RunTraces
+from testbed.trace.run_traces import RunTraces, with_wan_counters
 from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
@@ -176,7 +176,7 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
     sc = spec.scenario
     if isinstance(sc.workload, TrainingWorkload):
         # WAN byte counters for every step, also from a delay line that holds a queue
-        sc = sc.model_copy(update={"trace": training.trace_settings(sc.trace)})
+        sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
     tb = Testbed(sc, name=f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}")

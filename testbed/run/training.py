@@ -3,8 +3,8 @@ it samples while they train, and the run's summary with the α-β prediction of 
 communication (traffic.training.schedule + analysis.model).
 
 The ranks are ``traffic.train_rank`` processes launched by the one launcher (testbed.run.ranks);
-the WAN byte counters are the queue trace (testbed.trace.queues), sampled at least every
-``COUNTER_PERIOD`` seconds during training whatever ``trace.queues`` says.
+the WAN byte counters are the queue trace (testbed.trace.queues), on during training whatever
+``trace.queues`` says (:func:`testbed.trace.run_traces.with_wan_counters`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import pandas as pd
 
 from analysis.model import Topology, predict
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
-from testbed.config.scenario import Trace, TrainingWorkload
+from testbed.config.scenario import TrainingWorkload
 from traffic.training.schedule import TrainingSchedule, syncs
 from traffic.training.shapes import model_shapes
 
 RANK_MODULE = "traffic.train_rank"
-COUNTER_PERIOD = 0.02  # s: WAN byte counters while training (one rtnetlink dump per direction)
 SPEC_KEYS = (
     "model",
     "data",
@@ -42,12 +41,6 @@ SPEC_KEYS = (
 def rank_keys(w: TrainingWorkload) -> dict[str, Any]:
     """``spec["training"]`` for the ranks."""
     return {"training": w.model_dump(mode="json", include=set(SPEC_KEYS))}
-
-
-def trace_settings(trace: Trace) -> Trace:
-    """The scenario's traces, with the queue counters on (at least every COUNTER_PERIOD)."""
-    period = min(trace.queues or COUNTER_PERIOD, COUNTER_PERIOD)
-    return trace.model_copy(update={"queues": period})
 
 
 def schedule_of(w: TrainingWorkload) -> TrainingSchedule:
