@@ -366,12 +366,6 @@ class TrainingWorkload(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingWorkload:
-        if self.algorithm == "parameter-server":
-            raise _FieldError(
-                "workload.algorithm",
-                "parameter-server is not implemented yet; allowed: ddp, localsgd, diloco, "
-                "streaming-diloco, hierarchical",
-            )
         wanted = TRAINING_MODELS[self.model]
         if self.data != wanted:
             raise _FieldError(

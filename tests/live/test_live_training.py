@@ -37,7 +37,14 @@ def training_scenario(name: str, **workload) -> dict:
 def test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp(root, tmp_path):
     data = training_scenario("train")
     data["sweep"] = {
-        "workload.algorithm": ["ddp", "diloco", "localsgd", "streaming-diloco", "hierarchical"]
+        "workload.algorithm": [
+            "ddp",
+            "diloco",
+            "localsgd",
+            "streaming-diloco",
+            "hierarchical",
+            "parameter-server",
+        ]
     }
     exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
     ok = exp.run(selfcheck_seconds=0.3)
@@ -55,6 +62,16 @@ def test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp(root, tmp_path):
     assert (df.groupby("run_id")["step"].count() == 4 * 30).all()
     ratio = summary["diloco"]["wan_bytes_per_step"] / summary["ddp"]["wan_bytes_per_step"]
     assert ratio == pytest.approx(1 / 10, rel=0.15)
+    # a synchronous parameter server averages the same gradients for the same AdamW: DDP's loss
+    assert summary["parameter-server"]["final_loss"] == pytest.approx(
+        summary["ddp"]["final_loss"], abs=0.01
+    )
+    # servers in the east: both west workers push and pull the whole model across the WAN
+    # (2 S each way) where DDP's 4-rank ring sends 1.5 S each way
+    ps_ratio = (
+        summary["parameter-server"]["wan_bytes_per_step"] / summary["ddp"]["wan_bytes_per_step"]
+    )
+    assert ps_ratio == pytest.approx(4 / 3, rel=0.1)
     # the streaming variant sends the same bytes in fragments
     streaming = summary["streaming-diloco"]["wan_bytes_per_step"]
     assert streaming == pytest.approx(summary["diloco"]["wan_bytes_per_step"], rel=0.15)

@@ -26,6 +26,7 @@ from traffic.context import RankContext
 from traffic.training import data as D
 from traffic.training import models as M
 from traffic.training.outer import OuterOptimizer, encode, quantize_int8
+from traffic.training.param_server import ParameterServer
 from traffic.training.schedule import Sync, TrainingSchedule, fragment_of, syncs_at
 
 
@@ -96,6 +97,15 @@ class Trainer:
             group = None if self.algorithm == "ddp" else self.ctx.cluster_group
             self.net = self._ddp(group)
         self.inner = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"])
+        self.ps: ParameterServer | None = None
+        if self.algorithm == "parameter-server":
+            ps = cfg["parameter_server"]
+            ctx = self.ctx
+            first = next(iter(ctx.clusters.values()))
+            servers = list(first if ps["servers"] == "first-cluster" else ctx.leader_ranks)
+            self.ps = ParameterServer(
+                self.model, ctx.rank, ctx.world_size, servers, cfg["lr"], ps["staleness"]
+            )
         self.outer: list[OuterOptimizer] = []
         if self.algorithm in DILOCO_FAMILY:
             params = list(self.model.parameters())
@@ -157,8 +167,13 @@ class Trainer:
             t.compute += t_bwd - t_data
         del t_fwd
         t_opt = time.perf_counter()
-        self.inner.step()
-        t.compute += time.perf_counter() - t_opt
+        if self.ps is not None:  # the servers' optimizers step inside the push/pull
+            blocked = self.ps.step(step)
+            t.comm += blocked
+            t.compute += time.perf_counter() - t_opt - blocked
+        else:
+            self.inner.step()
+            t.compute += time.perf_counter() - t_opt
         sent = 0
         for sync in syncs_at(self.schedule, step):
             if sync.group == "cluster":
@@ -271,8 +286,10 @@ class Trainer:
         t.comm += time.perf_counter() - t0
 
     def finish(self, t: StepTimes | None = None) -> None:
-        """Wait for what is still in flight at the end of the run (streaming)."""
+        """Wait for what is still in flight at the end of the run (streaming, stale pulls)."""
         t = t or StepTimes()
+        if self.ps is not None:
+            t.wait += self.ps.finish()
         for p in list(self.pending):
             self.pending.remove(p)
             self._finish(p, t, blocked="wait")
