@@ -2,7 +2,10 @@
 
 This module owns the matching and the verdicts; the CLI (``testbed.cli.report``) only prints.
 
-Rows of the two sets' summaries are matched on (sweep parameters, collective, algorithm, size);
+Rows of the two sets' summaries are matched on (sweep parameters, collective, algorithm, size),
+or for training results on (sweep parameters, algorithm) with ``step_time_p50`` as the time and
+``time_to_loss`` beside it (a training row also regresses when its time to loss grew beyond the
+tolerance, or the base reached the target loss and the new run did not);
 the results directory's name and the run id do not matter, so a re-run of the same scenario
 matches its base. Repeats of one point are folded into their median ``time_p50`` / ``busbw``.
 ``ratio = new time_p50 / base time_p50`` and per matched row the verdict is
@@ -23,7 +26,7 @@ the communication code). :attr:`Comparison.regressed` is what a CI job checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -35,6 +38,22 @@ COLUMNS = [
     "collective", "algorithm", "size", "base_time_p50", "new_time_p50", "ratio",
     "base_busbw", "new_busbw", "busbw_ratio", "verdict",
 ]  # fmt: skip
+TRAINING_KEYS = ["algorithm"]
+TRAINING_COLUMNS = [
+    "algorithm", "base_time_p50", "new_time_p50", "ratio",
+    "base_time_to_loss", "new_time_to_loss", "time_to_loss_ratio", "verdict",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What a comparison matches on and measures: summary frame, keys, time and second metric."""
+
+    name: str
+    keys: list[str]
+    columns: list[str]
+    time: str
+    second: str  # busbw (collectives) or time_to_loss (training)
 
 
 @dataclass
@@ -48,6 +67,8 @@ class Comparison:
     only_new: pd.DataFrame
     params: list[str]
     tolerance: float
+    kind: str = "collectives"  # or "training"
+    keys: list[str] = field(default_factory=lambda: list(KEYS))
 
     @property
     def regressed(self) -> bool:
@@ -57,15 +78,31 @@ class Comparison:
         return {k: int(v) for k, v in self.table["verdict"].value_counts().items()}
 
 
-def _folded(res: Results, params: list[str]) -> pd.DataFrame:
-    """Summary rows per (params, collective, algorithm, size): median over repeats, ok flag."""
-    s = res.summary
+def _kind(base: Results, new: Results) -> _Kind:
+    if (
+        base.summary.empty
+        and new.summary.empty
+        and not (base.training_summary.empty or new.training_summary.empty)
+    ):
+        return _Kind("training", TRAINING_KEYS, TRAINING_COLUMNS, "step_time_p50", "time_to_loss")
+    return _Kind("collectives", KEYS, COLUMNS, "time_p50", "busbw")
+
+
+def _summary(res: Results, kind: _Kind) -> pd.DataFrame:
+    return res.training_summary if kind.name == "training" else res.summary
+
+
+def _folded(res: Results, params: list[str], kind: _Kind) -> pd.DataFrame:
+    """Summary rows per (params, keys): median over repeats, ok flag."""
+    s = _summary(res, kind)
     if s.empty:
-        return pd.DataFrame(columns=[*params, *KEYS, "time_p50", "busbw", "ok"])
+        return pd.DataFrame(columns=[*params, *kind.keys, "time", "second", "ok"])
     s = s.copy()
     for p in params:
         if p not in s:
             s[p] = None
+    if kind.second not in s:
+        s[kind.second] = None
     ok = s["status"].eq("ok") if "status" in s else pd.Series(True, index=s.index)
     if "correct" in s:
         ok &= s["correct"].fillna(True).astype(bool)
@@ -73,8 +110,9 @@ def _folded(res: Results, params: list[str]) -> pd.DataFrame:
     # Sweep values are compared as text: '50mbit' in one set is '50mbit' in the other.
     for p in params:
         s[p] = s[p].map(lambda v: "" if v is None or pd.isna(v) else str(v))
-    return s.groupby([*params, *KEYS], as_index=False, dropna=False).agg(
-        time_p50=("time_p50", "median"), busbw=("busbw", "median"), ok=("ok", "all")
+    s[kind.second] = pd.to_numeric(s[kind.second], errors="coerce")
+    return s.groupby([*params, *kind.keys], as_index=False, dropna=False).agg(
+        time=(kind.time, "median"), second=(kind.second, "median"), ok=("ok", "all")
     )
 
 
@@ -94,12 +132,13 @@ def compare(base: Results, new: Results, tolerance: float = 0.10) -> Comparison:
     """Match ``new`` against ``base``; raise :class:`ResultsError` when nothing matches."""
     if tolerance < 0:
         raise ResultsError(f"tolerance must not be negative, got {tolerance:g}")
+    kind = _kind(base, new)
     params = list(dict.fromkeys([*base.params, *new.params]))
-    b, n = _folded(base, params), _folded(new, params)
+    b, n = _folded(base, params, kind), _folded(new, params, kind)
     if b.empty or n.empty:
         which = "BASE" if b.empty else "NEW"
-        raise ResultsError(f"{which} has no measured collectives to compare")
-    keys = [*params, *KEYS]
+        raise ResultsError(f"{which} has no measured collectives or training to compare")
+    keys = [*params, *kind.keys]
     merged = b.merge(n, on=keys, how="outer", suffixes=("_base", "_new"), indicator=True)
     both = merged[merged["_merge"] == "both"].copy()
     only_base = merged[merged["_merge"] == "left_only"][keys]
@@ -110,30 +149,31 @@ def compare(base: Results, new: Results, tolerance: float = 0.10) -> Comparison:
     only_base = only_base.drop(lost.index)
     if both.empty and lost.empty:
         raise ResultsError(
-            "no matching runs: BASE and NEW share no (sweep parameters, collective, algorithm, "
-            f"size); parameters: {', '.join(params) or '(no sweep)'}"
+            f"no matching runs: BASE and NEW share no (sweep parameters, {', '.join(kind.keys)}); "
+            f"parameters: {', '.join(params) or '(no sweep)'}"
         )
+    second = "busbw" if kind.name == "collectives" else "time_to_loss"
     table = pd.DataFrame(
         {
             **{k: both[k] for k in keys},
-            "base_time_p50": both["time_p50_base"],
-            "new_time_p50": both["time_p50_new"],
-            "ratio": both["time_p50_new"] / both["time_p50_base"],
-            "base_busbw": both["busbw_base"],
-            "new_busbw": both["busbw_new"],
-            "busbw_ratio": both["busbw_new"] / both["busbw_base"],
+            "base_time_p50": both["time_base"],
+            "new_time_p50": both["time_new"],
+            "ratio": both["time_new"] / both["time_base"],
+            f"base_{second}": both["second_base"],
+            f"new_{second}": both["second_new"],
+            f"{second}_ratio": both["second_new"] / both["second_base"],
             "base_ok": both["ok_base"].astype(bool),
             "new_ok": both["ok_new"].astype(bool),
         }
     )
-    table["verdict"] = [_verdict(r, tolerance) for _, r in table.iterrows()]
+    table["verdict"] = [_verdict(r, tolerance, kind) for _, r in table.iterrows()]
     if not lost.empty:
         base_rows = b.merge(lost, on=keys)
         gone = pd.DataFrame(
             {
                 **{k: base_rows[k] for k in keys},
-                "base_time_p50": base_rows["time_p50"],
-                "base_busbw": base_rows["busbw"],
+                "base_time_p50": base_rows["time"],
+                f"base_{second}": base_rows["second"],
                 "base_ok": base_rows["ok"],
                 "new_ok": False,
             }
@@ -143,11 +183,13 @@ def compare(base: Results, new: Results, tolerance: float = 0.10) -> Comparison:
     table = table.drop(columns=["base_ok", "new_ok"])
     order = _order(base, new)
     return Comparison(
-        table=sort_by_params(table[[*params, *COLUMNS]], order, KEYS),
-        only_base=sort_by_params(only_base, order, KEYS),
-        only_new=sort_by_params(only_new, order, KEYS),
+        table=sort_by_params(table[[*params, *kind.columns]], order, kind.keys),
+        only_base=sort_by_params(only_base, order, kind.keys),
+        only_new=sort_by_params(only_new, order, kind.keys),
         params=params,
         tolerance=tolerance,
+        kind=kind.name,
+        keys=kind.keys,
     )
 
 
@@ -162,12 +204,18 @@ def _order(base: Results, new: Results) -> Results:
     )
 
 
-def _verdict(row: pd.Series, tolerance: float) -> str:
+def _verdict(row: pd.Series, tolerance: float, kind: _Kind) -> str:
     if not row["new_ok"]:
         return "regressed" if row["base_ok"] else "still failing"
     if not row["base_ok"]:
         return "fixed"
     ratio = row["ratio"]
+    if kind.name == "training":
+        base_ttl, new_ttl = row["base_time_to_loss"], row["new_time_to_loss"]
+        if pd.notna(base_ttl) and pd.isna(new_ttl):
+            return "regressed"  # the base reached the target loss, the new run did not
+        if pd.notna(base_ttl) and pd.notna(new_ttl) and new_ttl > (1 + tolerance) * base_ttl:
+            return "regressed"
     if ratio > 1 + tolerance:
         return "regressed"
     if ratio < 1 - tolerance:

@@ -28,7 +28,7 @@ from analysis.summary import iteration_times, summarize
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
-TABLES = ("collectives", "links", "delayline", "tcp", "queues", "flows")
+TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows")
 RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
@@ -50,9 +50,12 @@ class Results:
     ``testbed run`` printed) + ``results`` and the run's ``status``.
     ``iterations``: one row per run x collective x algorithm x size x timed iteration; ``seconds``
     is the slowest rank's time (nccl-tests' convention).
-    ``collectives``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``: the Parquet tables
-    as written, + ``results`` (empty when absent). ``skipped``: collective/algorithm combinations
-    that do not exist (per run). ``manifests``: results name -> manifest.json content.
+    ``training_summary``: one row per training run (the manifest's summary of a ``kind:
+    training`` workload, docs/results.md) + ``results`` and ``status``.
+    ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``: the
+    Parquet tables as written, + ``results`` (empty when absent). ``skipped``:
+    collective/algorithm combinations that do not exist (per run). ``manifests``: results name
+    -> manifest.json content.
     ``params``: the sweep parameter columns, in the order the sweeps wrote them.
     ``param_order``: per parameter, its values sorted by the resolved number where it is one
     (50mbit before 1gbit).
@@ -62,6 +65,8 @@ class Results:
     summary: pd.DataFrame
     iterations: pd.DataFrame
     collectives: pd.DataFrame
+    training: pd.DataFrame
+    training_summary: pd.DataFrame
     links: pd.DataFrame
     delayline: pd.DataFrame
     tcp: pd.DataFrame
@@ -147,17 +152,30 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
     tables = {name: _with_params(_concat(parts[name]), runs_df, params) for name in TABLES}
     iterations = _iterations(tables["collectives"], runs_df, params)
     summary = _concat(parts["summary"])
+    training_summary = pd.DataFrame()
+    if "final_loss" in summary.columns:  # a training run's summary row has no collective
+        if "collective" in summary.columns:
+            is_training = summary["collective"].isna()
+        else:
+            is_training = pd.Series(True, index=summary.index)
+        training_summary = summary[is_training].dropna(axis=1, how="all").reset_index(drop=True)
+        summary = summary[~is_training].dropna(axis=1, how="all").reset_index(drop=True)
     if summary.empty and not iterations.empty:
         summary = _summary_from_iterations(iterations, params)
+    status = runs_df.set_index(["results", "run_id"])["status"] if not runs_df.empty else {}
     if not summary.empty:
         summary = _with_params(summary, runs_df, params)
-        status = runs_df.set_index(["results", "run_id"])["status"]
         keys = zip(summary["results"], summary["run_id"], strict=True)
         summary["status"] = [status.get(key, "ok") for key in keys]
+    if not training_summary.empty:
+        training_summary = _with_params(training_summary, runs_df, params)
+        keys = zip(training_summary["results"], training_summary["run_id"], strict=True)
+        training_summary["status"] = [status.get(key, "ok") for key in keys]
     order = {p: _ordered(runs_df[p], si.get(p, {})) for p in params if p in runs_df}
     return Results(
         runs=runs_df,
         summary=summary,
+        training_summary=training_summary,
         iterations=iterations,
         skipped=pd.DataFrame(skipped),
         manifests=manifests,

@@ -27,9 +27,11 @@ import pandas as pd
 
 from analysis import plots as P
 from analysis import tables as T
+from analysis import training_plots as TP
 from analysis.loader import Results, load
 
-CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "speedup", "congestion")
+CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
+CSV_NAMES += ("congestion", "model_terms")
 
 
 @dataclass
@@ -134,6 +136,8 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
                 tables=[("", T.formatted(terms))],
             )
         )
+    if not res.training_summary.empty:
+        out.append(_training_section(res, csv))
     speedup = T.speedup_table(res)
     if not speedup.empty:
         csv["speedup"] = speedup
@@ -174,6 +178,34 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
             ]
             out.append(sec)
     return out, csv
+
+
+TRAINING_COLUMNS = [
+    "algorithm", "steps", "final_loss", "target_loss", "time_to_loss", "step_time_p50",
+    "step_time_p95", "wan_bytes_per_step", "comm_per_step", "predicted_comm_per_step",
+    "comm_measured_over_predicted", "compute_utilisation", "cpu_saturated", "status",
+]  # fmt: skip
+
+
+def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    s = res.training_summary
+    shown = s[[c for c in ("results", *res.params, *TRAINING_COLUMNS) if c in s.columns]]
+    if res.runs["results"].nunique() < 2:
+        shown = shown.drop(columns=["results"], errors="ignore")
+    csv["training"] = shown
+    sec = Section(
+        "training",
+        "Training",
+        "Per run (docs/training.md): the step time is the slowest rank's; WAN bytes are the "
+        "links' own counters; comm = time blocked in communication per step against the α-β "
+        "model of the algorithm's schedule; time to loss = wall clock until the mean validation "
+        "loss reached the target (the scenario's, else the DDP run's final loss).",
+        tables=[("", T.formatted(shown))],
+    )
+    sec.plots = [
+        p for p in (TP.plot_loss(res), TP.plot_time_to_loss(res), TP.plot_wan_bytes(res)) if p
+    ]
+    return sec
 
 
 def write_report(source: Results | str | Path | Iterable[str | Path], out: Path | None = None):

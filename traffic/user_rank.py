@@ -26,7 +26,8 @@ Files it writes into ``out_dir``:
   final barrier, so a rank whose peers died still reports what it returned)::
 
       {"rank", "host", "cluster", "status": "ok" | "error", "seconds": [timed iterations],
-       "warmup_seconds": [...], "phases": [{name: seconds} per timed iteration],
+       "starts": [unix time each timed iteration began], "warmup_seconds": [...],
+       "phases": [{name: seconds} per timed iteration],
        "returned": pickle bytes of the last return value | None,
        "where": "import" | "setup" | "barrier" | "fn" | "return" | "final-barrier" | None,
        "iteration": int | None, "error": traceback text, "error_type", "error_message",
@@ -158,6 +159,7 @@ def _run(spec: dict[str, Any], rank: int, files: _Files, result: dict[str, Any])
             raise _Failure("barrier", i, exc) from exc
         files.state("fn", i)
         ctx.take_phases()  # phases belong to one iteration
+        started = time.time()
         t0 = time.perf_counter()
         try:
             returned = fn(ctx, *args, **kwargs)
@@ -169,6 +171,7 @@ def _run(spec: dict[str, Any], rank: int, files: _Files, result: dict[str, Any])
             result["warmup_seconds"].append(seconds)
         else:
             result["seconds"].append(seconds)
+            result["starts"].append(started)
             result["phases"].append(phases)
     try:
         result["returned"] = pickle.dumps(returned)
@@ -213,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             host=me["host"],
             cluster=me["cluster"],
             seconds=[],
+            starts=[],
             warmup_seconds=[],
             phases=[],
             returned=None,

@@ -42,7 +42,8 @@ def register(sub: Any) -> None:
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser(
         "compare",
-        help="compare collective times of two results sets; exit 1 when something regressed",
+        help="compare collective or training step times of two results sets; exit 1 when "
+        "something regressed",
     )
     s.add_argument("base", metavar="BASE", help="results directory (or directory of them)")
     s.add_argument("new", metavar="NEW", help="results directory (or directory of them)")
@@ -104,32 +105,49 @@ def cmd_compare(args: argparse.Namespace) -> int:
         cmp = compare(base, new, tolerance)
     except ResultsError as exc:
         raise ReportError(f"{args.base} vs {args.new}: {exc}") from None
-    t = Table(title=f"collective time p50: NEW {args.new} vs BASE {args.base}")
-    columns = [*cmp.params, "collective", "algorithm", "size", "base p50", "new p50", "change"]
-    columns += ["base busbw", "new busbw", "verdict"]
+    training = cmp.kind == "training"
+    what = "training step time p50" if training else "collective time p50"
+    t = Table(title=f"{what}: NEW {args.new} vs BASE {args.base}")
+    if training:
+        columns = [*cmp.params, "algorithm", "base p50", "new p50", "change"]
+        columns += ["base time to loss", "new time to loss", "verdict"]
+    else:
+        columns = [*cmp.params, "collective", "algorithm", "size", "base p50", "new p50"]
+        columns += ["change", "base busbw", "new busbw", "verdict"]
     for col in columns:
         t.add_column(col, justify="left" if col in cmp.params else "right")
     for r in cmp.table.to_dict("records"):
         style = VERDICT_STYLE.get(r["verdict"], "")
+        what_cells = (
+            [r["algorithm"]]
+            if training
+            else [r["collective"], r["algorithm"], format_size(r["size"])]
+        )
+        second = (
+            [_time(r["base_time_to_loss"]), _time(r["new_time_to_loss"])]
+            if training
+            else [_bw(r["base_busbw"]), _bw(r["new_busbw"])]
+        )
         t.add_row(
             *(str(r[p]) for p in cmp.params),
-            r["collective"],
-            r["algorithm"],
-            format_size(r["size"]),
+            *what_cells,
             _time(r["base_time_p50"]),
             _time(r["new_time_p50"]),
             _change(r["ratio"]),
-            _bw(r["base_busbw"]),
-            _bw(r["new_busbw"]),
+            *second,
             f"[{style}]{r['verdict']}[/]" if style else r["verdict"],
         )
     out.print(t)
     for label, rows in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
         for r in rows.to_dict("records"):
             where = ", ".join(f"{p}={r[p]}" for p in cmp.params if r.get(p) not in (None, ""))
+            point = (
+                r["algorithm"]
+                if training
+                else (f"{r['collective']} {r['algorithm']} {format_size(r['size'])}")
+            )
             out.print(
-                f"[yellow]unmatched[/] ({label}): {where + ' ' if where else ''}"
-                f"{r['collective']} {r['algorithm']} {format_size(r['size'])}",
+                f"[yellow]unmatched[/] ({label}): {where + ' ' if where else ''}{point}",
                 highlight=False,
             )
     counts = cmp.counts()
@@ -142,10 +160,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not worst.empty:
         w = worst.iloc[0]
         where = ", ".join(f"{p}={w[p]}" for p in cmp.params if w[p] not in (None, ""))
-        slowest = (
-            f"; worst {_change(w['ratio'])} ({w['collective']} "
-            f"{w['algorithm']} {format_size(w['size'])}{', ' + where if where else ''})"
+        point = (
+            w["algorithm"]
+            if training
+            else (f"{w['collective']} {w['algorithm']} {format_size(w['size'])}")
         )
+        slowest = f"; worst {_change(w['ratio'])} ({point}{', ' + where if where else ''})"
     out.print(
         f"{verdict}: {len(cmp.table)} matched ({text}); {unmatched} unmatched; tolerance "
         f"{format_percent(tolerance)} on time p50{slowest}",

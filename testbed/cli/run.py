@@ -109,7 +109,8 @@ def print_summary(exp) -> None:
     if links:
         print_checks([_Row(r) for r in links])
     if exp.summaries:
-        out.print(_collectives_table(exp))
+        training = any("final_loss" in s for s in exp.summaries)
+        out.print(_training_table(exp) if training else _collectives_table(exp))
     for run_id, info in exp.manifest["runs"].items():
         if info["status"] != "ok":
             colour = "yellow" if info["status"] == "skipped" else "red"
@@ -164,6 +165,58 @@ def _collectives_table(exp) -> Table:
             format_duration(pred) if pred else "-",
             f"{ratio:.2f}" if ratio else "-",
             " ".join(flags),
+        )
+    return t
+
+
+def _training_table(exp) -> Table:
+    t = Table(title="training (step time = slowest rank; WAN bytes = both directions' counters)")
+    params = [p for p in exp.runs[0].params if p != "workload.algorithm"]
+    columns = (
+        *params,
+        "algorithm",
+        "steps",
+        "final loss",
+        "target",
+        "time to loss",
+        "step p50",
+        "step p95",
+        "WAN/step",
+        "comm/step",
+        "predicted",
+        "meas/pred",
+        "compute",
+        "flags",
+    )
+    for col in columns:
+        t.add_column(col, justify="right")
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None or v != v else format(v, fmt)
+
+    def dur(v: float | None) -> str:
+        return "-" if v is None or v != v else format_duration(v)
+
+    for s in exp.summaries:
+        target = num(s.get("target_loss"), ".3f")
+        if s.get("target_from") == "ddp":
+            target += " (ddp)"
+        wan = s.get("wan_bytes_per_step")
+        t.add_row(
+            *("-" if s.get(p) is None else escape(s.get(p)) for p in params),
+            escape(s.get("algorithm")),
+            str(s.get("steps")),
+            num(s.get("final_loss"), ".3f"),
+            target,
+            dur(s.get("time_to_loss")) if s.get("target_loss") is not None else "-",
+            dur(s.get("step_time_p50")),
+            dur(s.get("step_time_p95")),
+            "-" if wan is None else format_size(round(wan)),
+            dur(s.get("comm_per_step")),
+            dur(s.get("predicted_comm_per_step")),
+            num(s.get("comm_measured_over_predicted"), ".2f"),
+            num(s.get("compute_utilisation"), ".0%"),
+            "CPU-saturated" if s.get("cpu_saturated") else "",
         )
     return t
 

@@ -14,7 +14,8 @@ expect:
     value: 1.25
 ```
 
-Rows are the run summary (one per run x collective x algorithm x size; docs/results.md). Keys of
+Rows are the run summary (one per run x collective x algorithm x size, or one per training run;
+docs/results.md). Keys of
 ``where``, ``compare_to`` and ``when`` are summary columns (``collective``, ``algorithm``,
 ``size``, ``ranks``) or scenario field paths (``wan[0].rate``, ``tcp.congestion``), looked up in
 each run's resolved scenario, so units work: ``wan[0].rate: 100mbit`` equals 1e8. ``when`` values
@@ -35,7 +36,28 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from testbed.core.paths import MISSING, get_path
 from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
 
-METRICS = ("time_p50", "time_p95", "algbw", "busbw", "predicted", "measured_over_predicted")
+COLLECTIVE_METRICS = (
+    "time_p50",
+    "time_p95",
+    "algbw",
+    "busbw",
+    "predicted",
+    "measured_over_predicted",
+)
+TRAINING_METRICS = (
+    "final_loss",
+    "time_to_loss",
+    "wan_bytes_per_step",
+    "step_time_p50",
+    "step_time_p95",
+    "compute_utilisation",
+    "comm_per_step",
+    "comm_measured_over_predicted",
+)
+METRICS = COLLECTIVE_METRICS + TRAINING_METRICS
+# A training sweep's algorithm is the scenario field workload.algorithm and the summary column
+# algorithm: comparing on one must let the other differ too.
+ALGORITHM_KEYS = {"algorithm", "workload.algorithm"}
 SUMMARY_KEYS = ("collective", "algorithm", "size", "ranks")
 RELATIONS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt,
@@ -55,7 +77,20 @@ class Expectation(BaseModel):
     compare_to: dict[str, Any] | None = None
     when: dict[str, Any] = {}
     metric: Literal[
-        "time_p50", "time_p95", "algbw", "busbw", "predicted", "measured_over_predicted"
+        "time_p50",
+        "time_p95",
+        "algbw",
+        "busbw",
+        "predicted",
+        "measured_over_predicted",
+        "final_loss",
+        "time_to_loss",
+        "wan_bytes_per_step",
+        "step_time_p50",
+        "step_time_p95",
+        "compute_utilisation",
+        "comm_per_step",
+        "comm_measured_over_predicted",
     ]
     relation: Literal["<", "<=", ">", ">=", "==", "!="]
     value: float | None = None
@@ -171,11 +206,15 @@ def holds(row: dict, resolved: dict | None, when: dict[str, Any]) -> bool:
 
 
 def _identity(row: dict, resolved: dict | None, ignore: set[str], params: list[str]) -> tuple:
+    if ignore & ALGORITHM_KEYS:
+        ignore = ignore | ALGORITHM_KEYS
     keys = [k for k in (*SUMMARY_KEYS, *params, "repeat") if k not in ignore]
     return tuple((k, repr(lookup(row, resolved, k))) for k in keys)
 
 
 def _label(row: dict) -> str:
+    if "collective" not in row:  # a training run
+        return f"{row.get('run_id')} {row.get('algorithm')}"
     return f"{row.get('run_id')} {row.get('collective')}/{row.get('algorithm')}/{row.get('size')} B"
 
 

@@ -17,7 +17,9 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -260,6 +262,152 @@ class Workload(_Strict):
         return v
 
 
+TRAINING_ALGORITHMS = (
+    "ddp",
+    "localsgd",
+    "diloco",
+    "streaming-diloco",
+    "hierarchical",
+    "parameter-server",
+)
+# model -> the data it trains on (traffic.training.models, traffic.training.data)
+TRAINING_MODELS = {
+    "char-mlp": "pydoc-topics",
+    "char-mlp-large": "pydoc-topics",
+    "teacher-mlp": "teacher-student",
+}
+# On gloo in torch 2.13 these DDP hooks fail at run time (../shared/notes/training.md).
+BROKEN_HOOKS = {
+    "batched-powersgd": "batched_powerSGD_hook fails in torch 2.13 (_orthogonalize asserts a 3-D "
+    "batch); use powersgd",
+    "quantization": "quantization_pertensor_hook fails on gloo in torch 2.13 (IndexError in its "
+    "callback); use fp16, bf16 or powersgd",
+}
+
+
+class DdpOptions(_Strict):
+    """DistributedDataParallel: comm hook and bucket size (ddp, and hierarchical's inner DDP)."""
+
+    hook: Literal["none", "fp16", "bf16", "powersgd", "batched-powersgd", "quantization"] = "none"
+    bucket: PositiveSize = 25 << 20
+    rank: int = Field(1, ge=1, le=64)  # powersgd's matrix approximation rank
+    start: int = Field(2, ge=2)  # powersgd: plain all-reduce before this step (error feedback)
+
+    @field_validator("hook")
+    @classmethod
+    def _working_hook(cls, v: str) -> str:
+        if v in BROKEN_HOOKS:
+            raise ValueError(f"{v!r} is refused: {BROKEN_HOOKS[v]}")
+        return v
+
+
+class DilocoOptions(_Strict):
+    """DiLoCo's outer loop (diloco, streaming-diloco, hierarchical's across-cluster sync)."""
+
+    inner_steps: int = Field(30, ge=1, le=100000)
+    outer_lr: float = Field(0.7, gt=0, le=10)
+    outer_momentum: float = Field(0.9, ge=0, lt=1)
+    nesterov: bool = True
+    dtype: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
+
+
+class StreamingOptions(_Strict):
+    """Streaming DiLoCo: fragments synced in turn, each overlapped with ``overlap_steps`` inner
+    steps and merged with weight ``alpha`` on the local copy."""
+
+    fragments: int = Field(4, ge=1, le=64)
+    overlap_steps: int = Field(1, ge=0)
+    alpha: float = Field(0.5, ge=0, le=1)
+
+
+class LocalSgdOptions(_Strict):
+    period: int = Field(10, ge=1, le=100000)  # steps between parameter averages
+
+
+class ParameterServerOptions(_Strict):
+    servers: Literal["first-cluster", "per-cluster"] = "first-cluster"
+    staleness: int = Field(0, ge=0, le=1000)  # 0: synchronous; k: a worker runs <= k steps ahead
+
+
+class TrainingWorkload(_Strict):
+    """Real torch training on every rank (docs/training.md)."""
+
+    kind: Literal["training"]
+    ranks_per_host: int = Field(1, ge=1, le=16)
+    placement: Literal["by-cluster", "interleaved"] = "by-cluster"
+    model: Literal["char-mlp", "char-mlp-large", "teacher-mlp"] = "char-mlp"
+    data: Literal["pydoc-topics", "teacher-student"] | None = None  # None: the model's own
+    steps: int = Field(300, ge=1, le=1_000_000)
+    batch: int = Field(32, ge=1, le=65536)  # per rank and step
+    lr: float = Field(1e-3, gt=0, le=10)  # the inner optimizer's (AdamW)
+    seed: int = Field(0, ge=0)
+    algorithm: Literal[
+        "ddp", "localsgd", "diloco", "streaming-diloco", "hierarchical", "parameter-server"
+    ] = "ddp"
+    ddp: DdpOptions = DdpOptions()
+    diloco: DilocoOptions = DilocoOptions()
+    streaming: StreamingOptions = StreamingOptions()
+    localsgd: LocalSgdOptions = LocalSgdOptions()
+    parameter_server: ParameterServerOptions = ParameterServerOptions()
+    eval_every: int = Field(25, ge=1)
+    target_loss: float | None = Field(None, gt=0)  # None: the DDP baseline's final loss
+    timeout: Duration = 600.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_of_model(cls, v: Any) -> Any:
+        if (
+            isinstance(v, dict)
+            and v.get("data") is None
+            and v.get("model", "char-mlp") in (TRAINING_MODELS)
+        ):
+            return {**v, "data": TRAINING_MODELS[v.get("model", "char-mlp")]}
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingWorkload:
+        wanted = TRAINING_MODELS[self.model]
+        if self.data != wanted:
+            raise _FieldError(
+                "workload.data",
+                f"model {self.model} trains on {wanted}, not {self.data}",
+            )
+        if self.algorithm == "streaming-diloco":
+            h, f, tau = (
+                self.diloco.inner_steps,
+                self.streaming.fragments,
+                self.streaming.overlap_steps,
+            )
+            if h % f:
+                raise _FieldError(
+                    "workload.streaming.fragments",
+                    f"diloco.inner_steps ({h}) must be a multiple of streaming.fragments ({f}): "
+                    "one fragment syncs every inner_steps/fragments steps",
+                )
+            if tau >= h // f:
+                raise _FieldError(
+                    "workload.streaming.overlap_steps",
+                    f"{tau} must be below inner_steps/fragments ({h // f}): a fragment's "
+                    "all-reduce must land before that fragment syncs again",
+                )
+        if self.timeout <= 0:
+            raise _FieldError("workload.timeout", "a timeout must be positive; examples: 600s")
+        return self
+
+
+def _workload_kind(v: Any) -> str | None:
+    if isinstance(v, dict):
+        return v.get("kind", "collectives")
+    return getattr(v, "kind", None)
+
+
+AnyWorkload = Annotated[
+    Annotated[Workload, Tag("collectives")] | Annotated[TrainingWorkload, Tag("training")],
+    Discriminator(_workload_kind),
+]
+WORKLOAD_KINDS = {"collectives": Workload, "training": TrainingWorkload}
+
+
 def _off_or_period(v: Any) -> Any:
     if v is None or v is False or v == "off":
         return None
@@ -302,7 +450,7 @@ class Scenario(_Strict):
     wan: list[WanLink] = []
     tcp: TcpSettings = TcpSettings()
     backend: Literal["auto", "kernel", "userspace"] = "auto"
-    workload: Workload | None = None
+    workload: AnyWorkload | None = None
     trace: Trace = Trace()
     # Checked and expanded by testbed.sweep before validation; kept here so that the schema
     # lists them and a resolved run can show what it came from.
@@ -403,6 +551,13 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
     return format_path([p for p in loc if not str(p).startswith(tags)]) or "(top level)"
 
 
+def _without_workload_tag(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """pydantic puts the union's tag after ``workload`` (``workload.training.steps``)."""
+    if len(loc) > 1 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
+        return (loc[0], *loc[2:])
+    return loc
+
+
 def _describe(error: dict[str, Any]) -> tuple[str, str]:
     """(field path, message) of one pydantic error, worded for a user."""
     ctx = error.get("ctx") or {}
@@ -410,9 +565,15 @@ def _describe(error: dict[str, Any]) -> tuple[str, str]:
     if isinstance(inner, _FieldError):
         return inner.path, inner.message
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
+    loc = _without_workload_tag(loc)
     path = _loc_to_path(loc)
     kind = error["type"]
     value = error.get("input")
+    if kind == "union_tag_invalid":
+        return (
+            f"{path}.kind",
+            f"{ctx.get('tag')!r} is not allowed; allowed: {ctx.get('expected_tags')}",
+        )
     if kind == "extra_forbidden":
         return path, f"unknown key {str(loc[-1])!r}"
     if kind == "missing":
@@ -445,6 +606,8 @@ def _with_allowed_keys(path: str, message: str, model: type[BaseModel] | None) -
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model whose keys apply at the parent of ``loc`` (for 'allowed keys' hints)."""
     model: Any = Scenario
+    if len(loc) > 2 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
+        model, loc = WORKLOAD_KINDS[loc[1]], loc[2:]
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)

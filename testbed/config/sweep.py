@@ -2,7 +2,9 @@
 
 PURE. A sweep maps field paths (``wan[0].rate``, ``workload.algorithms``, ``tcp.congestion``,
 ``clusters.east.hosts``) to lists of values; the runs are the cartesian product, in the order the
-paths are written, times ``repeat``. Values are substituted into the raw YAML data *before*
+paths are written, times ``repeat``. The key ``cases`` is one axis of hand-picked points, each a
+mapping of several paths (``- {workload.algorithm: ddp, workload.ddp.hook: fp16}``): a path a
+case does not set keeps the scenario's value. Values are substituted into the raw YAML data *before*
 validation, so every point is validated like a hand-written scenario and an error names the
 point (``sweep point wan[0].rate=fast: ...``).
 """
@@ -19,6 +21,8 @@ import yaml
 from testbed.config.scenario import Scenario, load_yaml, parse_scenario
 from testbed.core.errors import ScenarioError
 from testbed.core.paths import parse_path, set_path
+
+CASES = "cases"
 
 
 @dataclass(frozen=True)
@@ -73,16 +77,19 @@ def expand(
             raise ScenarioError(
                 f"{source}: sweep.{path}: expected a non-empty list of values, got {values!r}"
             )
-        try:
-            parse_path(path)
-        except ValueError as exc:
-            raise ScenarioError(f"{source}: sweep: {exc}") from None
+        for p in _case_paths(source, values) if path == CASES else [path]:
+            try:
+                parse_path(p)
+            except ValueError as exc:
+                raise ScenarioError(f"{source}: sweep: {exc}") from None
     specs: list[RunSpec] = []
-    paths = list(sweep)
-    for point, combo in enumerate(itertools.product(*(sweep[p] for p in paths))):
-        params = dict(zip(paths, combo, strict=True))
+    axes = [_case_axis(sweep[p]) if p == CASES else [{p: v} for v in sweep[p]] for p in sweep]
+    for point, combo in enumerate(itertools.product(*axes)):
+        params = {k: v for part in combo for k, v in part.items()}
         concrete = copy.deepcopy(base)
         for path, value in params.items():
+            if value is None:  # a case that leaves this path at the scenario's value
+                continue
             try:
                 set_path(concrete, path, value)
             except ValueError as exc:
@@ -94,8 +101,25 @@ def expand(
     return specs
 
 
+def _case_paths(source: str, cases: list[Any]) -> list[str]:
+    """Every path the ``cases`` of a sweep set (each case a mapping of paths to values)."""
+    if not all(isinstance(c, dict) and c for c in cases):
+        raise ScenarioError(
+            f"{source}: sweep.cases: expected a list of mappings of field path -> value, e.g. "
+            "- {workload.algorithm: diloco, workload.diloco.inner_steps: 30}"
+        )
+    return list(dict.fromkeys(p for c in cases for p in c))
+
+
+def _case_axis(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per case; a path another case sets is None (the scenario's value) here, so
+    every run has the same parameter columns."""
+    paths = _case_paths("", cases)
+    return [{p: c.get(p) for p in paths} for c in cases]
+
+
 def _label(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={_show(v)}" for k, v in params.items())
+    return ", ".join(f"{k}={_show(v)}" for k, v in params.items() if v is not None)
 
 
 def load_runs(path: str, overrides: list[tuple[str, Any]] = ()) -> list[RunSpec]:

@@ -6,6 +6,7 @@ Results layout (one directory per invocation)::
     <out>/<scenario>-<time>/
         manifest.json           scenario file, environment, one entry per run (params, status, ...)
         collectives.parquet     one row per rank x timed iteration, sweep params as columns
+        training.parquet        one row per rank x training step (workload kind: training)
         links.parquet           the link self-check of every run
         delayline.parquet       delay-line counters per run and WAN direction (userspace backend)
         tcp.parquet             tcp_info samples of the ranks' sockets (trace.tcp_info)
@@ -34,18 +35,20 @@ import pandas as pd
 from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
 from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
+from testbed.config.scenario import TrainingWorkload, Workload
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.topology import NetworkPlan
+from testbed.run import training
 from testbed.run.ranks import RankLaunch, RankSpec, require_torch
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
 from testbed.trace.cpu import CpuMonitor
-from testbed.trace.run_traces import RunTraces
+from testbed.trace.run_traces import RunTraces, with_wan_counters
 from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
@@ -156,9 +159,24 @@ def _flat(item: dict) -> dict:
     return out
 
 
+def collectives_keys(w: Workload) -> dict[str, Any]:
+    """The collectives rank's spec keys (traffic.rank)."""
+    return {
+        "collectives": list(w.collectives),
+        "algorithms": list(w.algorithms),
+        "sizes": list(w.sizes),
+        "dtype": w.dtype,
+        "warmup": w.warmup,
+        "iterations": w.iterations,
+    }
+
+
 def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
+    if isinstance(sc.workload, TrainingWorkload):
+        # WAN byte counters for every step, also from a delay line that holds a queue
+        sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
     tb = Testbed(sc, name=f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}")
@@ -179,20 +197,14 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
+                if isinstance(workload, TrainingWorkload):
+                    keys, module = training.rank_keys(workload), training.RANK_MODULE
+                else:
+                    keys, module = collectives_keys(workload), RANK_MODULE
                 rank_spec = RankSpec.build(
-                    tb,
-                    master.address,
-                    ranks,
-                    run_dir,
-                    workload.timeout,
-                    collectives=list(workload.collectives),
-                    algorithms=list(workload.algorithms),
-                    sizes=list(workload.sizes),
-                    dtype=workload.dtype,
-                    warmup=workload.warmup,
-                    iterations=workload.iterations,
+                    tb, master.address, ranks, run_dir, workload.timeout, **keys
                 )
-                launch = RankLaunch(tb, ranks, rank_spec, run_dir, RANK_MODULE)
+                launch = RankLaunch(tb, ranks, rank_spec, run_dir, module)
                 traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
                 with CpuMonitor() as cpu, traces:
                     # after a rank failed, the others get 10 s to report their own error
@@ -307,7 +319,7 @@ class Experiment:
         )
         self.tables: dict[str, list[dict]] = {
             name: self._load_table(name)
-            for name in ("collectives", "links", "delayline", *TRACE_TABLES)
+            for name in ("collectives", "training", "links", "delayline", *TRACE_TABLES)
         }
         self.summaries: list[dict] = list(self.manifest.get("summary", []))
 
@@ -324,17 +336,29 @@ class Experiment:
         params = {k: _scalar(v) for k, v in spec.params.items()}
         for table in self.tables.values():
             table[:] = [r for r in table if r.get("run_id") != spec.run_id]
-        self.tables["collectives"] += [
+        workload = spec.scenario.workload
+        rows_table = "training" if isinstance(workload, TrainingWorkload) else "collectives"
+        self.tables[rows_table] += [
             {"run_id": spec.run_id, "repeat": spec.repeat, **params, **row} for row in result.rows
         ]
         self.tables["links"] += [{**params, **row} for row in result.links]
         self.tables["delayline"] += [{**params, **row} for row in result.delayline]
         for name in TRACE_TABLES:
             self.tables[name] += [{**params, **row} for row in result.traces.get(name, [])]
-        summary = summarize(result.rows, result.info, params)
+        if isinstance(workload, TrainingWorkload):
+            queues = result.traces.get("queues", [])
+            row = training.summary(result.rows, queues, workload, result.info.get("topology"))
+            summary = [{**params, **row}] if result.rows else []
+            summary = [
+                {**r, "cpu_saturated": bool(result.info.get("cpu_saturated"))} for r in summary
+            ]
+        else:
+            summary = summarize(result.rows, result.info, params)
         for s in summary:
             s.update(run_id=spec.run_id, repeat=spec.repeat)
         self.summaries = [s for s in self.summaries if s.get("run_id") != spec.run_id] + summary
+        if isinstance(workload, TrainingWorkload):
+            training.fill_targets(self.summaries, self.tables["training"], list(spec.params))
         info = {k: v for k, v in result.info.items() if k != "topology"}
         self.manifest["runs"][spec.run_id] = {
             "params": params,

@@ -43,6 +43,8 @@ from testbed.core.units import format_duration, format_rate, parse_duration
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec
 from testbed.run.testbed import Testbed
+from testbed.trace.queues import QdiscSampler, QdiscTarget
+from testbed.trace.run_traces import COUNTER_PERIOD, with_wan_counters
 
 RANK_MODULE = "traffic.user_rank"
 FAILURE_GRACE = 5.0  # after one rank failed, seconds the others get to report their own error
@@ -117,6 +119,7 @@ class RankOutcome:
     status: str
     returned: Any = None
     seconds: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)  # unix time each timed iteration began
     warmup_seconds: list[float] = field(default_factory=list)
     phases: list[dict[str, float]] = field(default_factory=list)
     where: str | None = None
@@ -213,8 +216,10 @@ class RankResults:
         call_kwargs: dict[str, Any],
         run_dir: Path,
         topology: Callable[[], Any],
+        wan_counters: list[dict[str, Any]] | None = None,
     ) -> None:
         self.function = function
+        self.wan_counters = wan_counters or []
         self.outcomes = outcomes
         self.problems = problems
         self.network = network
@@ -248,6 +253,32 @@ class RankResults:
     @property
     def time(self) -> TimeStats:
         return TimeStats.of(self.times)
+
+    @property
+    def wan_bytes(self) -> list[float]:
+        """Per timed iteration, the bytes through every WAN direction's bottleneck (the links'
+        own counters, sampled every 20 ms and interpolated at the iterations' starts; the
+        barrier before the next iteration counts with this one)."""
+        n = len(self.times)
+        starts = self.outcomes[0].starts[:n] if self.outcomes else []
+        if not n or len(starts) < n or not self.wan_counters:
+            return []
+        import pandas as pd
+
+        from analysis.training import wan_bytes
+
+        steps = pd.DataFrame(
+            {
+                "step": range(n),
+                "start": starts,
+                "end": [s + t for s, t in zip(starts, self.times, strict=True)],
+            }
+        )
+        per_dir = wan_bytes(steps, pd.DataFrame(self.wan_counters))
+        return [
+            float(b)
+            for b in per_dir.groupby("step")["bytes"].sum().reindex(range(n), fill_value=0.0)
+        ]
 
     @property
     def phases(self) -> dict[str, TimeStats]:
@@ -461,7 +492,10 @@ class RankTestbed:
                 f"{path}: its sweep/repeat makes {len(runs)} runs, a test needs one network: "
                 "pin the swept fields with set={...} (and parametrize the test over them)"
             )
-        return cls(Testbed(runs[0].scenario, name=name, source=str(path)), **kwargs)
+        scenario = runs[0].scenario
+        # WAN byte counters for RankResults.wan_bytes, also from a delay line holding a queue
+        scenario = scenario.model_copy(update={"trace": with_wan_counters(scenario.trace)})
+        return cls(Testbed(scenario, name=name, source=str(path)), **kwargs)
 
     @property
     def plan(self) -> Any:
@@ -589,7 +623,12 @@ class RankTestbed:
             warmup=int(warmup),
         )
         launch = _Launch(self.testbed, self.ranks, spec, run_dir, function)
-        link_problems = launch.run(timeout_s, setup_s)
+        counters = self._wan_counters()
+        started = time.time()
+        with counters or contextlib.nullcontext():
+            link_problems = launch.run(timeout_s, setup_s)
+        wan_rows = list(counters.rows) if counters else []
+        wan_rows += [r for r in self.testbed.backend_queue_trace() if r["time"] >= started]
         outcomes = launch.outcomes()
         network_problems = self.testbed.problems()
         # a failed link explains everything after it; then the ranks, root causes first
@@ -605,9 +644,22 @@ class RankTestbed:
             call_kwargs=kwargs,
             run_dir=run_dir,
             topology=self._topology,
+            wan_counters=wan_rows,
         )
         self.results.append(result)
         return result
+
+    def _wan_counters(self) -> QdiscSampler | None:
+        """The WAN bottlenecks' byte counters, sampled every COUNTER_PERIOD during a call (a
+        delay line that holds a queue traces its own, as the testbed was brought up with
+        ``trace.queues``)."""
+        plan = self.testbed.plan
+        targets = [
+            QdiscTarget(d.name, d.shaper.ns, d.shaper.ifname)
+            for d in plan.wan
+            if not self.testbed.queue_in_backend(d)
+        ]
+        return QdiscSampler(targets, COUNTER_PERIOD) if targets else None
 
 
 class _Launch:
@@ -664,6 +716,7 @@ class _Launch:
         if data:
             o.status = data["status"]
             o.seconds = list(data.get("seconds", []))
+            o.starts = list(data.get("starts", []))
             o.warmup_seconds = list(data.get("warmup_seconds", []))
             o.phases = list(data.get("phases", []))
             o.where, o.iteration = data.get("where"), data.get("iteration")

@@ -44,6 +44,16 @@ class TracedNetwork(Protocol):
     def backend_queue_trace(self) -> list[dict]: ...
 
 
+COUNTER_PERIOD = 0.02  # s: WAN byte counters of training steps and run_ranks iterations
+
+
+def with_wan_counters(trace: Trace) -> Trace:
+    """``trace`` with the WAN bottlenecks' counters on, at least every COUNTER_PERIOD (one
+    rtnetlink dump per direction per period; a delay line that holds a queue samples its own)."""
+    period = min(trace.queues or COUNTER_PERIOD, COUNTER_PERIOD)
+    return trace.model_copy(update={"queues": period})
+
+
 class RunTraces:
     """Context manager around the workload of one run."""
 

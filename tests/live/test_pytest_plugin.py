@@ -95,6 +95,41 @@ def test_passing_rank_function(root, pytester):
 
 
 @pytest.mark.live
+def test_a_users_training_step_keeps_its_state_and_gets_its_wan_bytes(root, pytester):
+    pytester.makepyfile(
+        test_train="""
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        STATE = {}  # a rank process runs every iteration: module state is the model's state
+
+        def train_step(ctx, nbytes):
+            if not STATE:
+                STATE.update(w=torch.zeros(nbytes // 4), steps=0)
+            g = torch.ones_like(STATE["w"])
+            with ctx.timer("all_reduce"):
+                dist.all_reduce(g)
+            STATE["w"] -= 0.1 * g / ctx.world_size
+            STATE["steps"] += 1
+            return STATE["steps"]
+
+        @pytest.mark.testbed("tiny.yaml", selfcheck=False)
+        def test_train(testbed):
+            res = testbed.run_ranks(train_step, nbytes=1 << 20, iterations=4)
+            assert res.ok, res.explain()
+            assert res.returns == [4, 4]
+            assert len(res.wan_bytes) == 4
+            # 2 ranks: an all-reduce of S sends S each way; wire bytes add headers and ACKs
+            total = sum(res.wan_bytes)
+            assert 4 * 2 * (1 << 20) <= total <= 1.2 * 4 * 2 * (1 << 20), res.wan_bytes
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.live
 def test_rank_that_raises_shows_its_rank_and_traceback(root, pytester):
     pytester.makepyfile(
         test_raises="""

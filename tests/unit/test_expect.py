@@ -146,3 +146,51 @@ def test_sweeps_carry_the_expectations() -> None:
     }
     runs = expand(data)
     assert all(len(r.scenario.expect) == 1 for r in runs)
+
+
+def test_training_runs_compare_with_their_ddp_twin_across_a_swept_algorithm() -> None:
+    def training(algorithm: str) -> dict:
+        data = {**BASE, "workload": {"kind": "training", "algorithm": algorithm}}
+        return parse_scenario(data).model_dump(mode="json")
+
+    resolved_runs = {"p000-r0": training("ddp"), "p001-r0": training("diloco")}
+    rows = [
+        {
+            "run_id": "p000-r0",
+            "repeat": 0,
+            "workload.algorithm": "ddp",
+            "algorithm": "ddp",
+            "wan_bytes_per_step": 1000.0,
+            "final_loss": 2.30,
+        },
+        {
+            "run_id": "p001-r0",
+            "repeat": 0,
+            "workload.algorithm": "diloco",
+            "algorithm": "diloco",
+            "wan_bytes_per_step": 34.0,
+            "final_loss": 2.36,
+        },
+    ]
+    expectations = [
+        Expectation(
+            where={"workload.algorithm": "diloco"},
+            compare_to={"workload.algorithm": "ddp"},
+            metric="wan_bytes_per_step",
+            relation="<",
+            factor=0.05,
+        ),
+        Expectation(
+            where={"algorithm": "diloco"},
+            compare_to={"algorithm": "ddp"},
+            metric="final_loss",
+            relation="<=",
+            factor=1.05,
+        ),
+    ]
+    checks = check(expectations, rows, resolved_runs, ["workload.algorithm"])
+    assert [(c.status, c.lhs, c.rhs) for c in checks] == [
+        ("passed", 34.0, pytest.approx(50.0)),
+        ("passed", 2.36, pytest.approx(2.415)),
+    ]
+    assert checks[0].row == "p001-r0 diloco"

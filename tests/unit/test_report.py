@@ -115,13 +115,14 @@ def test_load_gives_trace_tables_with_sweep_columns():
 
 def test_load_several_results_directories_at_once():
     res = load(FIXTURES)  # a directory of results directories
-    assert set(res.runs["results"]) == {"collectives", "congestion", "failure"}
+    assert set(res.runs["results"]) == {"collectives", "congestion", "failure", "training"}
     assert set(res.params) == {
         "wan[0].rate",
         "tcp.congestion",
         "wan[0].loss",
         "wan[0].aqm",
         "workload.algorithms",
+        "workload.algorithm",
     }
     same = load([COLLECTIVES, FAILURE])
     assert len(same.runs) == 2 + 4

@@ -150,3 +150,49 @@ def test_interleaved_placement_round_robins_and_skips_exhausted_clusters():
         ("east-h1", 1),
         ("east-h2", 2),
     ]
+
+
+def test_sweep_cases_are_hand_picked_points_crossed_with_the_other_axes():
+    data = base(
+        workload={"kind": "training", "diloco": {"inner_steps": 30}},
+        sweep={
+            "wan[0].rate": ["50mbit", "1gbit"],
+            "cases": [
+                {"workload.algorithm": "ddp"},
+                {"workload.algorithm": "ddp", "workload.ddp.hook": "fp16"},
+                {"workload.algorithm": "diloco", "workload.diloco.inner_steps": 10},
+            ],
+        },
+    )
+    runs = expand(data, "x.yaml")
+    assert len(runs) == 6
+    got = [
+        (
+            r.scenario.wan[0].rate,
+            r.scenario.workload.algorithm,
+            r.scenario.workload.ddp.hook,
+            r.scenario.workload.diloco.inner_steps,
+        )
+        for r in runs
+    ]
+    assert got[:3] == [
+        (50_000_000, "ddp", "none", 30),
+        (50_000_000, "ddp", "fp16", 30),
+        (50_000_000, "diloco", "none", 10),
+    ]
+    # every run has every case path as a parameter (None: the scenario's value)
+    assert runs[0].params == {
+        "wan[0].rate": "50mbit",
+        "workload.algorithm": "ddp",
+        "workload.ddp.hook": None,
+        "workload.diloco.inner_steps": None,
+    }
+    assert runs[2].label() == (
+        "wan[0].rate=50mbit, workload.algorithm=diloco, workload.diloco.inner_steps=10"
+    )
+
+
+@pytest.mark.parametrize("cases", [[], [{}], ["ddp"], [{"workload.[": 1}]])
+def test_bad_sweep_cases_are_clear_errors(cases):
+    with pytest.raises(ScenarioError, match="sweep"):
+        expand(base(sweep={"cases": cases}), "x.yaml")

@@ -1,0 +1,129 @@
+"""What the runner adds for ``workload: kind: training``: the ranks' spec keys, the WAN counters
+it samples while they train, and the run's summary with the α-β prediction of the algorithm's
+communication (traffic.training.schedule + analysis.model).
+
+The ranks are ``traffic.train_rank`` processes launched by the one launcher (testbed.run.ranks);
+the WAN byte counters are the queue trace (testbed.trace.queues), on during training whatever
+``trace.queues`` says (:func:`testbed.trace.run_traces.with_wan_counters`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pandas as pd
+
+from analysis.model import Topology, predict
+from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
+from testbed.config.scenario import TrainingWorkload
+from traffic.training.schedule import TrainingSchedule, syncs
+from traffic.training.shapes import model_shapes
+
+RANK_MODULE = "traffic.train_rank"
+SPEC_KEYS = (
+    "model",
+    "data",
+    "steps",
+    "batch",
+    "lr",
+    "seed",
+    "algorithm",
+    "ddp",
+    "diloco",
+    "streaming",
+    "localsgd",
+    "parameter_server",
+    "eval_every",
+)
+
+
+def rank_keys(w: TrainingWorkload) -> dict[str, Any]:
+    """``spec["training"]`` for the ranks."""
+    return {"training": w.model_dump(mode="json", include=set(SPEC_KEYS))}
+
+
+def schedule_of(w: TrainingWorkload) -> TrainingSchedule:
+    h = w.localsgd.period if w.algorithm == "localsgd" else w.diloco.inner_steps
+    streaming = w.algorithm == "streaming-diloco"
+    return TrainingSchedule(
+        w.algorithm,
+        w.steps,
+        model_shapes(w.model),
+        inner_steps=h,
+        dtype=w.diloco.dtype
+        if w.algorithm in ("diloco", "streaming-diloco", "hierarchical")
+        else "fp32",
+        hook=w.ddp.hook,
+        fragments=w.streaming.fragments if streaming else 1,
+        overlap_steps=w.streaming.overlap_steps if streaming else 0,
+        powersgd_rank=w.ddp.rank,
+        powersgd_start=w.ddp.start,
+    )
+
+
+def predicted_comm_per_step(w: TrainingWorkload, topo: Topology) -> float | None:
+    """The α-β model's communication seconds per step for the algorithm's schedule: world syncs
+    on the run's topology, leaders' syncs on one rank per cluster, cluster syncs on the slowest
+    cluster alone. Streaming's overlap is not subtracted (this is the communication, not the
+    stall). None where the model has no answer (parameter-server)."""
+    clusters = [(c, m) for c, m in topo.clusters if m]
+    n = sum(m for _, m in clusters)
+    leaders = dataclasses.replace(topo, clusters=tuple((c, 1) for c, _ in clusters))
+
+    def one(group: str, collective: str, payload: int) -> float | None:
+        if collective == "push-pull":
+            return None
+        try:
+            if group == "cluster":
+                return max(
+                    _collective(collective, payload, _alone(topo, c, m), m) for c, m in clusters
+                )
+            if group == "leaders":
+                return _collective(collective, payload, leaders, len(clusters))
+            return _collective(collective, payload, topo, n)
+        except ValueError:
+            return None
+
+    s = schedule_of(w)
+    return predicted_comm([(x.group, x.collective, x.payload) for x in syncs(s)], s.steps, one)
+
+
+def _alone(topo: Topology, cluster: str, ranks: int) -> Topology:
+    return dataclasses.replace(topo, clusters=((cluster, ranks),), links=())
+
+
+def _collective(collective: str, payload: int, topo: Topology, ranks: int) -> float:
+    if ranks < 2:
+        return 0.0
+    if collective == "all_gather":  # int8 codes: every rank's payload gathered everywhere
+        return predict("all_gather", "flat", payload * ranks, topo)
+    return predict("all_reduce", "flat", payload, topo)
+
+
+def summary(
+    rows: list[dict], queues: list[dict], w: TrainingWorkload, topo: Topology | None
+) -> dict[str, Any]:
+    predicted = predicted_comm_per_step(w, topo) if topo is not None else None
+    return summarize_training(pd.DataFrame(rows), pd.DataFrame(queues), w.target_loss, predicted)
+
+
+def fill_targets(summaries: list[dict], training_rows: list[dict], point_keys: list[str]) -> None:
+    """Where the scenario set no target: the target is the DDP run's final loss at the same
+    sweep point (same parameters except the algorithm), and time_to_loss follows from it."""
+
+    def point(s: dict) -> tuple:
+        return tuple(str(s.get(k)) for k in point_keys if not k.startswith("workload."))
+
+    baseline = {point(s): s.get("final_loss") for s in summaries if s.get("algorithm") == "ddp"}
+    by_run = pd.DataFrame(training_rows)
+    for s in summaries:
+        if s.get("target_loss") is not None or s.get("target_from") == "scenario":
+            continue
+        target = baseline.get(point(s))
+        if target is None or by_run.empty:
+            continue
+        s["target_loss"], s["target_from"] = target, "ddp"
+        s["time_to_loss"] = time_to_loss(
+            step_table(by_run[by_run["run_id"] == s["run_id"]]), target
+        )

@@ -1,0 +1,106 @@
+"""One rank of a training run (``workload: kind: training``), started by the runner inside a
+host's namespace.
+
+    python -m traffic.train_rank --spec SPEC.json --rank R
+
+The spec is the launcher's (testbed.run.ranks) plus ``"training"``: the workload's keys as the
+scenario resolved them (model, data, steps, batch, lr, seed, algorithm, ddp, diloco, streaming,
+localsgd, parameter_server, eval_every). The launcher sets ``GLOO_SOCKET_IFNAME`` and
+``OMP_NUM_THREADS=1``.
+
+Output: ``{out_dir}/rank-{R}.jsonl``, one line per step, flushed as written::
+
+    {"rank", "host", "cluster", "world_size", "algorithm", "step", "start", "end" (unix),
+     "loss", "val_loss" (every eval_every steps and at the last one, else absent), "wall_s",
+     "compute_s", "comm_s", "wait_s", "payload_bytes"}
+
+(traffic.training.trainer says what the times mean). Progress goes to stderr. Exit status: 0
+done; 1 any exception (traceback on stderr prefixed ``rank R (host):``, the steps measured so
+far are kept; the process leaves with ``os._exit`` so a hung gloo thread cannot keep it alive).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+from typing import IO
+
+from traffic.entry import log_lines, rank_args, rank_start
+from traffic.exit_codes import EXIT_ERROR, EXIT_OK
+
+INJECT_ENV = "TESTBED_INJECT_FAULT"
+
+
+def injected_failure(rank: int) -> int | None:
+    """Tests only: ``TESTBED_INJECT_FAULT=train:rank:R:step:S`` makes rank R raise at step S
+    (the collectives' ``rank:R...`` form is traffic.collectives')."""
+    parts = os.environ.get(INJECT_ENV, "").split(":")
+    if len(parts) == 5 and parts[0] == "train" and parts[1] == "rank" and int(parts[2]) == rank:
+        return int(parts[4])
+    return None
+
+
+def _log(label: str, msg: str) -> None:
+    print(f"{label}: {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = rank_args("python -m traffic.train_rank", __doc__, argv)
+    label = f"rank {args.rank}"
+    out: IO[str] | None = None
+    try:
+        start = rank_start(args)
+        spec, label = start.spec, start.label
+        out = (start.out_dir / f"rank-{args.rank}.jsonl").open("w")
+        from traffic.context import setup, teardown
+        from traffic.training.trainer import Trainer
+
+        ctx = setup(spec, args.rank)
+        cfg = spec["training"]
+        trainer = Trainer(ctx, cfg)
+        steps, every = int(cfg["steps"]), int(cfg["eval_every"])
+        _log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster}; {cfg['algorithm']}")
+        base = {
+            "rank": ctx.rank,
+            "host": ctx.host,
+            "cluster": ctx.cluster,
+            "world_size": ctx.world_size,
+            "algorithm": cfg["algorithm"],
+        }
+        progress = max(1, steps // 10)
+        fail_at = injected_failure(ctx.rank)
+        for step in range(steps):
+            if step == fail_at:
+                raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
+            rec = trainer.step(step)
+            if step == steps - 1:
+                trainer.finish()
+            if (step + 1) % every == 0 or step == steps - 1:
+                rec["val_loss"] = trainer.evaluate()
+            out.write(json.dumps({**base, **rec}) + "\n")
+            out.flush()
+            if (step + 1) % progress == 0 and ctx.rank == 0:
+                shown = f", validation {rec['val_loss']:.3f}" if "val_loss" in rec else ""
+                _log(
+                    label,
+                    f"step {step + 1}/{steps}: loss {rec['loss']:.3f}{shown}, "
+                    f"{rec['wall_s'] * 1e3:.1f} ms",
+                )
+        teardown()
+        out.close()
+    except BaseException:
+        log_lines(label, traceback.format_exc().rstrip())
+        with contextlib.suppress(Exception):
+            if out is not None:
+                out.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_ERROR)
+    _log(label, "done")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

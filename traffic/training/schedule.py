@@ -1,0 +1,202 @@
+"""Which training step synchronises what, for every algorithm of ``workload: kind: training``. PURE.
+
+This module owns the communication schedule of the training algorithms (no torch, no I/O): the
+ranks follow it to decide when to talk, and the runner uses the same function to predict the
+communication and to account the bytes each sync puts on the wire. Steps count from 0; a sync
+"at step s" is issued after step s's local update.
+
+* ``ddp``: every step all-reduces the gradients over the world (DDP buckets; a hook changes the
+  payload: fp16/bf16 halve it, PowerSGD sends the low-rank factors).
+* ``localsgd``: local steps; every ``H`` steps the parameters are averaged over the world.
+* ``diloco``: ``H`` inner steps; then the pseudo-gradient (previous global parameters minus the
+  local ones) is averaged over the world and the outer optimizer (SGD, Nesterov) applies it.
+* ``streaming-diloco``: the same, but the model is cut into ``F`` fragments (tensor ``i`` belongs to
+  fragment ``i mod F``, i.e. strided over layers); one fragment syncs every ``H/F`` steps, its
+  all-reduce is issued ``overlap`` steps before it is applied (the inner steps in between overlap
+  it) and the result is merged with the local fragment with weight ``alpha``.
+* ``hierarchical``: DDP inside each cluster every step, DiLoCo across clusters every ``H`` steps
+  among the leaders (then a broadcast inside the cluster).
+* ``parameter-server``: every step each worker pushes its gradient to the servers and pulls the
+  new parameters (point to point).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALGORITHMS = ("ddp", "localsgd", "diloco", "streaming-diloco", "hierarchical", "parameter-server")
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+HOOK_DTYPE = {"none": "fp32", "fp16": "fp16", "bf16": "bf16"}
+
+
+class ScheduleError(ValueError):
+    """The training configuration cannot be scheduled (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Sync:
+    """One collective of the schedule.
+
+    ``step`` is the step after which it is issued, ``apply_step`` the step after which its result
+    is used (later than ``step`` only when streaming overlaps it). ``what`` is ``gradients``,
+    ``parameters`` or ``pseudo-gradients``; ``group`` is ``world``, ``cluster`` or ``leaders``;
+    ``fragment`` is None for the whole model; ``payload`` is the bytes each rank contributes.
+    """
+
+    step: int
+    apply_step: int
+    what: str
+    group: str
+    collective: str
+    payload: int
+    fragment: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainingSchedule:
+    """What the schedule depends on: the algorithm, its knobs and the model's tensor sizes."""
+
+    algorithm: str
+    steps: int
+    tensor_shapes: tuple[tuple[int, ...], ...]  # the model's parameter tensors, in order
+    inner_steps: int = 1  # H (localsgd, diloco, streaming-diloco, hierarchical)
+    dtype: str = "fp32"  # of the pseudo-gradients (diloco family)
+    hook: str = "none"  # ddp, hierarchical's inner DDP
+    fragments: int = 1  # streaming-diloco
+    overlap_steps: int = 0  # streaming-diloco's tau
+    powersgd_rank: int = 1  # hook powersgd: matrix approximation rank
+    powersgd_start: int = 2  # hook powersgd: plain all-reduce before this step
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ScheduleError(
+                f"algorithm {self.algorithm!r} is unknown; allowed: {', '.join(ALGORITHMS)}"
+            )
+        if self.steps < 1 or self.inner_steps < 1:
+            raise ScheduleError("steps and inner_steps must be at least 1")
+        if self.dtype not in DTYPE_BYTES:
+            raise ScheduleError(f"dtype {self.dtype!r}; allowed: {', '.join(DTYPE_BYTES)}")
+        if self.algorithm == "streaming-diloco":
+            if self.fragments < 1 or self.inner_steps % self.fragments:
+                raise ScheduleError(
+                    f"streaming-diloco needs inner_steps ({self.inner_steps}) divisible by "
+                    f"fragments ({self.fragments})"
+                )
+            if self.fragments > len(self.tensor_numels):
+                raise ScheduleError(
+                    f"{self.fragments} fragments but the model has only "
+                    f"{len(self.tensor_numels)} parameter tensors"
+                )
+            if not 0 <= self.overlap_steps < self.inner_steps // self.fragments:
+                raise ScheduleError(
+                    f"overlap_steps ({self.overlap_steps}) must be below inner_steps/fragments "
+                    f"({self.inner_steps // self.fragments}): a fragment's all-reduce must land "
+                    "before that fragment syncs again"
+                )
+
+    @property
+    def tensor_numels(self) -> tuple[int, ...]:
+        return tuple(math.prod(shape) for shape in self.tensor_shapes)
+
+    @property
+    def numel(self) -> int:
+        return sum(self.tensor_numels)
+
+    def fragment_numel(self, fragment: int) -> int:
+        return sum(self.tensor_numels[fragment :: self.fragments])
+
+
+def fragment_of(tensor_index: int, fragments: int) -> int:
+    """Tensor ``i`` belongs to fragment ``i mod F``: fragments strided over layers, so each holds
+    a share of every depth (Streaming DiLoCo)."""
+    return tensor_index % fragments
+
+
+def pseudo_gradient_payload(numel: int, dtype: str, tensors: int) -> int:
+    """Bytes per rank of one pseudo-gradient exchange; int8 adds one fp32 scale per tensor."""
+    return numel * DTYPE_BYTES[dtype] + (4 * tensors if dtype == "int8" else 0)
+
+
+def syncs(s: TrainingSchedule) -> list[Sync]:
+    """Every collective of the run, in the order the ranks issue them."""
+    out: list[Sync] = []
+    for step in range(s.steps):
+        out += syncs_at(s, step)
+    return out
+
+
+def syncs_at(s: TrainingSchedule, step: int) -> list[Sync]:
+    """The collectives issued after ``step``."""
+    full = s.numel * 4
+    outer = (step + 1) % s.inner_steps == 0
+    if s.algorithm == "ddp":
+        return [
+            Sync(step, step, "gradients", "world", "all_reduce", b) for b in ddp_rounds(s, step)
+        ]
+    if s.algorithm == "parameter-server":
+        return [Sync(step, step, "gradients", "world", "push-pull", full)]
+    if s.algorithm == "localsgd":
+        return [Sync(step, step, "parameters", "world", "all_reduce", full)] if outer else []
+    collective = "all_gather" if s.dtype == "int8" else "all_reduce"
+    if s.algorithm == "diloco":
+        if not outer:
+            return []
+        payload = pseudo_gradient_payload(s.numel, s.dtype, len(s.tensor_numels))
+        return [Sync(step, step, "pseudo-gradients", "world", collective, payload)]
+    if s.algorithm == "hierarchical":
+        inner = [
+            Sync(step, step, "gradients", "cluster", "all_reduce", b) for b in ddp_rounds(s, step)
+        ]
+        if not outer:
+            return inner
+        payload = pseudo_gradient_payload(s.numel, s.dtype, len(s.tensor_numels))
+        return [*inner, Sync(step, step, "pseudo-gradients", "leaders", collective, payload)]
+    # streaming-diloco: fragment k % F applies at step (k + 1) * H/F - 1, issued tau steps before.
+    period = s.inner_steps // s.fragments
+    applied = step + s.overlap_steps
+    if (applied + 1) % period or applied >= s.steps:
+        return []
+    k = (applied + 1) // period - 1
+    f = k % s.fragments
+    tensors = len(s.tensor_numels[f :: s.fragments])
+    payload = pseudo_gradient_payload(s.fragment_numel(f), s.dtype, tensors)
+    return [Sync(step, applied, "pseudo-gradients", "world", collective, payload, fragment=f)]
+
+
+def ddp_rounds(s: TrainingSchedule, step: int) -> list[int]:
+    """The payloads of DDP's sequential all-reduces in ``step``: one, except for PowerSGD."""
+    if s.hook == "powersgd" and step >= s.powersgd_start:
+        return [r for r in powersgd_rounds(s.tensor_shapes, s.powersgd_rank) if r]
+    return [s.numel * DTYPE_BYTES[HOOK_DTYPE.get(s.hook, "fp32")]]
+
+
+def powersgd_rounds(
+    shapes: tuple[tuple[int, ...], ...], rank: int, min_compression_rate: float = 2.0
+) -> tuple[int, int, int]:
+    """Bytes per rank of PowerSGD's three sequential all-reduces, as torch's ``powerSGD_hook``
+    sends them (fp32): the tensors it leaves uncompressed, then every P (rows x r), then every Q
+    (columns x r). A tensor is flattened to (first dimension, the rest) and compressed when that
+    is at least ``min_compression_rate`` times smaller; 1-D tensors always go whole."""
+    whole = p = q = 0
+    for shape in shapes:
+        numel = math.prod(shape)
+        if len(shape) < 2:
+            whole += numel
+            continue
+        n, m = shape[0], numel // shape[0]
+        r = min(rank, n, m)
+        if numel > min_compression_rate * (n + m) * r:
+            p, q = p + n * r, q + m * r
+        else:
+            whole += numel
+    return whole * 4, p * 4, q * 4
+
+
+def powersgd_payload(shapes: tuple[tuple[int, ...], ...], rank: int) -> int:
+    return sum(powersgd_rounds(shapes, rank))
+
+
+def bytes_per_step(s: TrainingSchedule) -> float:
+    """Mean payload per rank per step over the whole run."""
+    return sum(x.payload for x in syncs(s)) / s.steps
