@@ -109,18 +109,29 @@ def summary(
 
 
 def fill_targets(summaries: list[dict], training_rows: list[dict], point_keys: list[str]) -> None:
-    """Where the scenario set no target: the target is the DDP run's final loss at the same
-    sweep point (same parameters except the algorithm), and time_to_loss follows from it."""
+    """Where the scenario set no target: the target is the plain DDP run's final loss at the
+    same sweep point (same parameters except the workload's; a DDP run with a compression hook
+    is the baseline only where no plain one ran), and time_to_loss follows from it. Recomputed
+    for every row on each call: a later run may be the baseline of earlier ones."""
 
     def point(s: dict) -> tuple:
         return tuple(str(s.get(k)) for k in point_keys if not k.startswith("workload."))
 
-    baseline = {point(s): s.get("final_loss") for s in summaries if s.get("algorithm") == "ddp"}
+    def plain(s: dict) -> bool:
+        return all(v in (None, "none") for k, v in s.items() if k.startswith("workload.ddp."))
+
+    baseline: dict[tuple, tuple[bool, float | None]] = {}  # point -> (plain, final loss)
+    for s in summaries:
+        if s.get("algorithm") != "ddp":
+            continue
+        key = point(s)
+        if key not in baseline or (plain(s) and not baseline[key][0]):
+            baseline[key] = (plain(s), s.get("final_loss"))
     by_run = pd.DataFrame(training_rows)
     for s in summaries:
-        if s.get("target_loss") is not None or s.get("target_from") == "scenario":
+        if s.get("target_from") == "scenario":
             continue
-        target = baseline.get(point(s))
+        target = baseline.get(point(s), (False, None))[1]
         if target is None or by_run.empty:
             continue
         s["target_loss"], s["target_from"] = target, "ddp"

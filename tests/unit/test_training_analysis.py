@@ -93,3 +93,48 @@ def test_summary_of_a_run() -> None:
     assert s["step_time_p50"] == pytest.approx(0.91)
     assert s["compute_utilisation"] == pytest.approx((0.3 / 0.9 + 0.3 / 0.91) / 2)
     assert s["comm_measured_over_predicted"] == pytest.approx(0.5 / 0.25)
+
+
+def test_the_target_is_the_plain_ddp_runs_loss_whatever_the_order() -> None:
+    from testbed.run.training import fill_targets
+
+    params = ["workload.algorithm", "workload.ddp.hook"]
+
+    def summary(run_id: str, algorithm: str, hook: str | None, loss: float) -> dict:
+        return {
+            "run_id": run_id,
+            "workload.algorithm": algorithm,
+            "workload.ddp.hook": hook,
+            "algorithm": algorithm,
+            "final_loss": loss,
+            "target_loss": None,
+        }
+
+    rows = [
+        {
+            "run_id": f"r{i}",
+            "rank": 0,
+            "algorithm": "x",
+            "step": s,
+            "start": 100.0 + s,
+            "end": 101.0 + s,
+            "wall_s": 1.0,
+            "compute_s": 0.5,
+            "comm_s": 0.5,
+            "wait_s": 0.0,
+            "loss": 3.0,
+            "val_loss": 2.6 - 0.1 * s,
+            "payload_bytes": 1,
+        }
+        for i in range(3)
+        for s in range(4)
+    ]
+    summaries = [
+        summary("r0", "ddp", "fp16", 2.5),
+        summary("r1", "diloco", None, 2.4),
+        summary("r2", "ddp", None, 2.35),  # the plain DDP run comes last
+    ]
+    for i in range(1, 4):  # as the runner calls it after each run
+        fill_targets(summaries[:i], rows, params)
+    assert [s["target_loss"] for s in summaries] == [2.35, 2.35, 2.35]
+    assert summaries[1]["time_to_loss"] == pytest.approx(4.0)  # val 2.3 at step 3 ends at 104
