@@ -5,13 +5,16 @@ how it logs. No torch here: a rank reports that it is starting before torch is i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
+import os
 import signal
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 
 @dataclass
@@ -49,3 +52,19 @@ def rank_start(args: argparse.Namespace) -> RankStart:
 def log_lines(label: str, text: str) -> None:
     """``text`` on stderr, every line prefixed with the rank's label."""
     print("\n".join(f"{label}: {line}" for line in text.splitlines()), file=sys.stderr)
+
+
+def log(label: str, msg: str) -> None:
+    """One line on stderr, prefixed with the rank's label, flushed."""
+    print(f"{label}: {msg}", file=sys.stderr, flush=True)
+
+
+def exit_on_error(label: str, out: IO[str] | None, code: int) -> NoReturn:
+    """From an ``except``: the traceback on stderr (prefixed), the rank's output flushed as far
+    as it got, then ``os._exit(code)``, so a hung gloo thread cannot keep the process alive."""
+    log_lines(label, traceback.format_exc().rstrip())
+    with contextlib.suppress(Exception):
+        if out is not None:
+            out.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -37,22 +37,15 @@ the process leaves with ``os._exit`` so a hung gloo thread cannot keep it alive)
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
-import traceback
 from typing import IO, Any
 
 from testbed.core.stats import quantile
 from traffic import collectives as C
 from traffic.context import RankContext, setup, teardown
-from traffic.entry import log_lines, rank_args, rank_start
+from traffic.entry import exit_on_error, log, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_WRONG
-
-
-def _log(ctx_label: str, msg: str) -> None:
-    print(f"{ctx_label}: {msg}", file=sys.stderr, flush=True)
 
 
 def _write(out: IO[str], record: dict[str, Any]) -> None:
@@ -120,14 +113,14 @@ def run(ctx: RankContext, spec: dict[str, Any], out: IO[str]) -> list[str]:
                                 f"first bad index {res.bad_index} (got {res.got}, "
                                 f"expected {res.want})"
                             )
-                            _log(ctx.label, first_bad)
+                            log(ctx.label, first_bad)
                     _write(out, rec)
                     times.append(res.seconds)
                 if first_bad:
                     wrong.append(first_bad)
                 if times:
                     med = quantile(times, 0.5)
-                    _log(
+                    log(
                         ctx.label,
                         f"{coll} {algo} {size} B: median {med * 1e3:.2f} ms, "
                         f"algbw {size / med / 1e9 * 8:.3f} Gbit/s"
@@ -147,21 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         out = (start.out_dir / f"rank-{args.rank}.jsonl").open("w")
         C.validate(spec["collectives"], spec["algorithms"], spec.get("dtype", "float32"))
         ctx = setup(spec, args.rank)
-        _log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster} {ctx.cluster_ranks}")
+        log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster} {ctx.cluster_ranks}")
         wrong = run(ctx, spec, out)
         teardown()
         out.close()
     except BaseException:
-        log_lines(label, traceback.format_exc().rstrip())
-        with contextlib.suppress(Exception):
-            if out is not None:
-                out.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_ERROR)
+        exit_on_error(label, out, EXIT_ERROR)
     if wrong:
-        _log(label, f"{len(wrong)} wrong result(s); exiting {EXIT_WRONG}")
+        log(label, f"{len(wrong)} wrong result(s); exiting {EXIT_WRONG}")
         return EXIT_WRONG
-    _log(label, "done")
+    log(label, "done")
     return EXIT_OK
 
 

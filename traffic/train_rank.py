@@ -21,14 +21,12 @@ far are kept; the process leaves with ``os._exit`` so a hung gloo thread cannot 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import traceback
 from typing import IO
 
-from traffic.entry import log_lines, rank_args, rank_start
+from traffic.entry import exit_on_error, log, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 INJECT_ENV = "TESTBED_INJECT_FAULT"
@@ -41,10 +39,6 @@ def injected_failure(rank: int) -> int | None:
     if len(parts) == 5 and parts[0] == "train" and parts[1] == "rank" and int(parts[2]) == rank:
         return int(parts[4])
     return None
-
-
-def _log(label: str, msg: str) -> None:
-    print(f"{label}: {msg}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = spec["training"]
         trainer = Trainer(ctx, cfg)
         steps, every = int(cfg["steps"]), int(cfg["eval_every"])
-        _log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster}; {cfg['algorithm']}")
+        log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster}; {cfg['algorithm']}")
         base = {
             "rank": ctx.rank,
             "host": ctx.host,
@@ -84,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             out.flush()
             if (step + 1) % progress == 0 and ctx.rank == 0:
                 shown = f", validation {rec['val_loss']:.3f}" if "val_loss" in rec else ""
-                _log(
+                log(
                     label,
                     f"step {step + 1}/{steps}: loss {rec['loss']:.3f}{shown}, "
                     f"{rec['wall_s'] * 1e3:.1f} ms",
@@ -92,13 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         teardown()
         out.close()
     except BaseException:
-        log_lines(label, traceback.format_exc().rstrip())
-        with contextlib.suppress(Exception):
-            if out is not None:
-                out.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_ERROR)
-    _log(label, "done")
+        exit_on_error(label, out, EXIT_ERROR)
+    log(label, "done")
     return EXIT_OK
 
 
