@@ -17,7 +17,7 @@ import pandas as pd
 from analysis.model import Topology, predict
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
 from testbed.config.scenario import TrainingWorkload
-from traffic.training.schedule import TrainingSchedule, syncs
+from traffic.training.schedule import TrainingSchedule, schedule_from_config, syncs
 from traffic.training.shapes import model_shapes
 
 RANK_MODULE = "traffic.train_rank"
@@ -44,22 +44,8 @@ def rank_keys(w: TrainingWorkload) -> dict[str, Any]:
 
 
 def schedule_of(w: TrainingWorkload) -> TrainingSchedule:
-    h = w.localsgd.period if w.algorithm == "localsgd" else w.diloco.inner_steps
-    streaming = w.algorithm == "streaming-diloco"
-    return TrainingSchedule(
-        w.algorithm,
-        w.steps,
-        model_shapes(w.model),
-        inner_steps=h,
-        dtype=w.diloco.dtype
-        if w.algorithm in ("diloco", "streaming-diloco", "hierarchical")
-        else "fp32",
-        hook=w.ddp.hook,
-        fragments=w.streaming.fragments if streaming else 1,
-        overlap_steps=w.streaming.overlap_steps if streaming else 0,
-        powersgd_rank=w.ddp.rank,
-        powersgd_start=w.ddp.start,
-    )
+    """The schedule the ranks will follow (they build it from the same keys)."""
+    return schedule_from_config(rank_keys(w)["training"], model_shapes(w.model))
 
 
 def predicted_comm_per_step(w: TrainingWorkload, topo: Topology) -> float | None:

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 ALGORITHMS = ("ddp", "localsgd", "diloco", "streaming-diloco", "hierarchical", "parameter-server")
+DILOCO_FAMILY = ("diloco", "streaming-diloco", "hierarchical")  # an outer step on pseudo-gradients
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 HOOK_DTYPE = {"none": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
@@ -105,6 +107,29 @@ class TrainingSchedule:
 
     def fragment_numel(self, fragment: int) -> int:
         return sum(self.tensor_numels[fragment :: self.fragments])
+
+
+def schedule_from_config(
+    cfg: dict[str, Any], shapes: tuple[tuple[int, ...], ...]
+) -> TrainingSchedule:
+    """The schedule of a workload's keys as the ranks get them (``spec["training"]``: algorithm,
+    steps, ddp, diloco, streaming, localsgd), for a model of these parameter ``shapes``."""
+    algorithm = cfg["algorithm"]
+    streaming = algorithm == "streaming-diloco"
+    return TrainingSchedule(
+        algorithm,
+        int(cfg["steps"]),
+        shapes,
+        inner_steps=int(
+            cfg["localsgd"]["period"] if algorithm == "localsgd" else cfg["diloco"]["inner_steps"]
+        ),
+        dtype=cfg["diloco"]["dtype"] if algorithm in DILOCO_FAMILY else "fp32",
+        hook=cfg["ddp"]["hook"],
+        fragments=cfg["streaming"]["fragments"] if streaming else 1,
+        overlap_steps=cfg["streaming"]["overlap_steps"] if streaming else 0,
+        powersgd_rank=cfg["ddp"]["rank"],
+        powersgd_start=cfg["ddp"]["start"],
+    )
 
 
 def fragment_of(tensor_index: int, fragments: int) -> int:

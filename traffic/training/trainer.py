@@ -27,7 +27,13 @@ from traffic.training import data as D
 from traffic.training import models as M
 from traffic.training.outer import OuterOptimizer, encode, quantize_int8
 from traffic.training.param_server import ParameterServer
-from traffic.training.schedule import Sync, TrainingSchedule, fragment_of, syncs_at
+from traffic.training.schedule import (
+    DILOCO_FAMILY,
+    Sync,
+    fragment_of,
+    schedule_from_config,
+    syncs_at,
+)
 
 
 @dataclass
@@ -78,20 +84,9 @@ class Trainer:
         self.model = M.build(cfg["model"], vocab, cfg["seed"])
         self.loss_fn = M.loss_fn(cfg["model"])
         self.algorithm = cfg["algorithm"]
-        diloco, streaming = cfg["diloco"], cfg["streaming"]
+        diloco = cfg["diloco"]
         shapes = tuple(tuple(p.shape) for p in self.model.parameters())
-        self.schedule = TrainingSchedule(
-            self.algorithm,
-            cfg["steps"],
-            shapes,
-            inner_steps=self._period(),
-            dtype=diloco["dtype"] if self.algorithm in DILOCO_FAMILY else "fp32",
-            hook=cfg["ddp"]["hook"],
-            fragments=streaming["fragments"] if self.algorithm == "streaming-diloco" else 1,
-            overlap_steps=streaming["overlap_steps"] if self.algorithm == "streaming-diloco" else 0,
-            powersgd_rank=cfg["ddp"]["rank"],
-            powersgd_start=cfg["ddp"]["start"],
-        )
+        self.schedule = schedule_from_config(cfg, shapes)
         self.net: nn.Module = self.model
         if self.algorithm in ("ddp", "hierarchical"):
             group = None if self.algorithm == "ddp" else self.ctx.cluster_group
@@ -120,11 +115,6 @@ class Trainer:
                 for f in range(nfrag)
             ]
         self.validation = self.data.validation_set()
-
-    def _period(self) -> int:
-        if self.algorithm == "localsgd":
-            return int(self.cfg["localsgd"]["period"])
-        return int(self.cfg["diloco"]["inner_steps"])
 
     def _ddp(self, group: Any) -> nn.Module:
         ddp_cfg = self.cfg["ddp"]
@@ -157,7 +147,6 @@ class Trainer:
         self.hook_marks.clear()
         loss = self.loss_fn(self.net(x), y)
         self.inner.zero_grad(set_to_none=True)
-        t_fwd = time.perf_counter()
         loss.backward()
         t_bwd = time.perf_counter()
         if self.hook_marks:  # DDP: compute until the last bucket was ready, then exposed comm
@@ -165,7 +154,6 @@ class Trainer:
             t.comm += t_bwd - self.hook_marks[-1]
         else:
             t.compute += t_bwd - t_data
-        del t_fwd
         t_opt = time.perf_counter()
         if self.ps is not None:  # the servers' optimizers step inside the push/pull
             blocked = self.ps.step(step)
@@ -174,13 +162,10 @@ class Trainer:
         else:
             self.inner.step()
             t.compute += time.perf_counter() - t_opt
-        sent = 0
-        for sync in syncs_at(self.schedule, step):
-            if sync.group == "cluster":
-                sent += sync.payload  # DDP's all-reduce, already done in backward
-                continue
-            sent += sync.payload
+        due = syncs_at(self.schedule, step)
+        for sync in due:
             self._sync(sync, t)
+        sent = sum(sync.payload for sync in due)
         self._apply_due(step, t)
         wall = time.perf_counter() - t0
         return {
@@ -197,9 +182,9 @@ class Trainer:
 
     # -- the syncs ----------------------------------------------------------------------------
     def _sync(self, sync: Sync, t: StepTimes) -> None:
-        t0 = time.perf_counter()
-        if sync.what == "gradients":  # ddp: done inside backward
+        if sync.what == "gradients":  # DDP's (and hierarchical's inner) all-reduce: in backward
             return
+        t0 = time.perf_counter()
         if sync.what == "parameters":  # local SGD: torch's own parameter averaging (one buffer)
             average_parameters(iter(self.model.parameters()), dist.group.WORLD)
             t.comm += time.perf_counter() - t0
@@ -301,6 +286,3 @@ class Trainer:
         loss = float(self.loss_fn(self.model(x), y))
         self.model.train()
         return loss if math.isfinite(loss) else float("nan")
-
-
-DILOCO_FAMILY = ("diloco", "streaming-diloco", "hierarchical")
