@@ -29,22 +29,21 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from testbed.core.paths import MISSING, get_path
 from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
 
-COLLECTIVE_METRICS = (
+# Summary columns an expectation may test: a collective's, then a training run's.
+Metric = Literal[
     "time_p50",
     "time_p95",
     "algbw",
     "busbw",
     "predicted",
     "measured_over_predicted",
-)
-TRAINING_METRICS = (
     "final_loss",
     "time_to_loss",
     "wan_bytes_per_step",
@@ -53,8 +52,8 @@ TRAINING_METRICS = (
     "compute_utilisation",
     "comm_per_step",
     "comm_measured_over_predicted",
-)
-METRICS = COLLECTIVE_METRICS + TRAINING_METRICS
+]
+METRICS = get_args(Metric)
 # A training sweep's algorithm is the scenario field workload.algorithm and the summary column
 # algorithm: comparing on one must let the other differ too.
 ALGORITHM_KEYS = {"algorithm", "workload.algorithm"}
@@ -76,22 +75,7 @@ class Expectation(BaseModel):
     where: dict[str, Any] = {}
     compare_to: dict[str, Any] | None = None
     when: dict[str, Any] = {}
-    metric: Literal[
-        "time_p50",
-        "time_p95",
-        "algbw",
-        "busbw",
-        "predicted",
-        "measured_over_predicted",
-        "final_loss",
-        "time_to_loss",
-        "wan_bytes_per_step",
-        "step_time_p50",
-        "step_time_p95",
-        "compute_utilisation",
-        "comm_per_step",
-        "comm_measured_over_predicted",
-    ]
+    metric: Metric
     relation: Literal["<", "<=", ">", ">=", "==", "!="]
     value: float | None = None
     factor: float = 1.0

@@ -262,14 +262,6 @@ class Workload(_Strict):
         return v
 
 
-TRAINING_ALGORITHMS = (
-    "ddp",
-    "localsgd",
-    "diloco",
-    "streaming-diloco",
-    "hierarchical",
-    "parameter-server",
-)
 # model -> the data it trains on (traffic.training.models, traffic.training.data)
 TRAINING_MODELS = {
     "char-mlp": "pydoc-topics",
