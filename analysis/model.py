@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from analysis.metrics import COLLECTIVES
 
 ALGORITHMS = ("flat", "hierarchical", "hierarchical-2d")
+SERVER_PLACEMENTS = ("first-cluster", "per-cluster")  # a parameter server's shards
 PLACEMENTS = ("by-cluster", "interleaved")
 RINGS = ("gloo", "synchronous")
 
@@ -687,6 +688,26 @@ def predict(collective: str, algorithm: str, size_bytes: float, topo: Topology) 
     else:  # broadcast from rank 0, the first leader
         phases = [[_broadcast(leaders, s)], [_broadcast(b, s) for b in blocks]]
     return sum(_cost(topo, where, p) for p in phases)
+
+
+def predict_push_pull(size_bytes: float, servers: str, topo: Topology) -> float:
+    """Predicted seconds of one synchronous parameter-server exchange (traffic.training
+    .param_server): the ``size_bytes`` gradient is cut into one shard per server; every worker
+    pushes shard j to server j, then server j sends its updated shard to every worker. A server
+    is also a worker and its own shard does not move. ``servers``: ``first-cluster`` (every rank
+    of the first cluster) or ``per-cluster`` (each cluster's first rank)."""
+    if servers not in SERVER_PLACEMENTS:
+        raise ValueError(f"unknown servers {servers!r}; allowed: {', '.join(SERVER_PLACEMENTS)}")
+    if size_bytes <= 0:
+        raise ValueError(f"size must be positive, got {size_bytes} bytes")
+    where = _where(topo)
+    n = len(where)
+    blocks = [[r for r in range(n) if where[r][0] == c] for c, m in topo.clusters if m]
+    srv = blocks[0] if servers == "first-cluster" else [b[0] for b in blocks]
+    push = tuple((w, s) for s in srv for w in range(n) if w != s)
+    pull = tuple((s, w) for w, s in push)
+    piece = float(size_bytes) / len(srv)
+    return _cost(topo, where, [[(push, piece, 1), (pull, piece, 1)]])
 
 
 def _allreduce_phase(topo: Topology, where: Where, groups: list[list[int]], size: float) -> float:

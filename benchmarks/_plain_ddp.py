@@ -1,7 +1,7 @@
 """One rank of plain torch DDP on loopback, no testbed: the baseline of benchmarks/training.py's
 harness overhead. Same model, data, batch and optimizer as ``workload: kind: training``'s ddp.
 
-    python -m benchmarks._plain_ddp --rank R --world N --port P --steps S
+    python -m benchmarks._plain_ddp --rank R --world N --port P --steps S [--master ADDR]
 
 Prints one JSON line (rank 0 only): the per-step wall times in seconds.
 """
@@ -25,11 +25,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     for name in ("rank", "world", "port", "steps", "batch"):
         p.add_argument(f"--{name}", type=int, default=32 if name == "batch" else None)
+    p.add_argument("--master", default="127.0.0.1")
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{a.port}",
+        init_method=f"tcp://{a.master}:{a.port}",
         rank=a.rank,
         world_size=a.world,
         timeout=timedelta(seconds=120),

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.model import Topology, predict
+from analysis.model import Topology, predict, predict_push_pull
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
 from testbed.config.scenario import TrainingWorkload
 from traffic.training.schedule import TrainingSchedule, schedule_from_config, syncs
@@ -52,15 +52,16 @@ def predicted_comm_per_step(w: TrainingWorkload, topo: Topology) -> float | None
     """The α-β model's communication seconds per step for the algorithm's schedule: world syncs
     on the run's topology, leaders' syncs on one rank per cluster, cluster syncs on the slowest
     cluster alone. Streaming's overlap is not subtracted (this is the communication, not the
-    stall). None where the model has no answer (parameter-server)."""
+    stall); the parameter server's exchange is synchronous (its staleness is not subtracted
+    either). None where the model has no answer."""
     clusters = [(c, m) for c, m in topo.clusters if m]
     n = sum(m for _, m in clusters)
     leaders = dataclasses.replace(topo, clusters=tuple((c, 1) for c, _ in clusters))
 
     def one(group: str, collective: str, payload: int) -> float | None:
-        if collective == "push-pull":
-            return None
         try:
+            if collective == "push-pull":
+                return predict_push_pull(payload, w.parameter_server.servers, topo)
             if group == "cluster":
                 return max(
                     _collective(collective, payload, _alone(topo, c, m), m) for c, m in clusters

@@ -23,6 +23,7 @@ from analysis.model import (
     predict,
     predict_all,
     predict_phases,
+    predict_push_pull,
     predict_terms,
     rank_clusters,
     ssthresh_after_idle,
@@ -384,3 +385,25 @@ def test_wan_asymmetry_point_leaders_bursts_overflow_the_buffer_flat_ones_do_not
     # at 1 Gbit/s, 10 ms the 2 MiB bursts fit the 2.5 MB buffer (0 retransmits measured)
     assert burst_overflow_bytes(2 * MiB, 2940 * MSS_BYTES, 2.5e6, 1e9, host) == 0
     assert burst_overflow_bytes(MiB, MiB, 0, 1e9, 1e9) == 0  # no faster than it drains
+
+
+def test_push_pull_first_cluster_servers_pull_every_west_worker_over_one_wan_direction() -> None:
+    # servers 0 and 1 (east): the west workers 2 and 3 push S/2 to each, four transfers sharing
+    # the west->east WAN; the pull mirrors it east->west.
+    t, g = topo(ranks=2, rate=100e6, delay=0.02), 100e6 * GOODPUT
+    want = 2 * (ALPHA + 0.02 + 8 * (S / 2) / (g / 4))
+    assert predict_push_pull(S, "first-cluster", t) == pytest.approx(want)
+
+
+def test_push_pull_one_server_per_cluster_halves_the_wan_share() -> None:
+    # servers 0 (east) and 2 (west): two transfers per WAN direction per phase
+    t, g = topo(ranks=2, rate=100e6, delay=0.02), 100e6 * GOODPUT
+    want = 2 * (ALPHA + 0.02 + 8 * (S / 2) / (g / 2))
+    assert predict_push_pull(S, "per-cluster", t) == pytest.approx(want)
+
+
+def test_push_pull_refuses_unknown_servers_and_empty_payloads() -> None:
+    with pytest.raises(ValueError, match="first-cluster, per-cluster"):
+        predict_push_pull(S, "everywhere", topo())
+    with pytest.raises(ValueError, match="positive"):
+        predict_push_pull(0, "first-cluster", topo())
