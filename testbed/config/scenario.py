@@ -13,10 +13,8 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -25,11 +23,15 @@ from pydantic import (
     model_validator,
 )
 
+from testbed.config.dynamics import BulkFlow, Fault, LinkTrace, ScheduleStep
 from testbed.config.expect import Expectation
+from testbed.config.fields import Buffer, Duration, Fraction, Rate
+from testbed.config.fields import FieldError as _FieldError
+from testbed.config.fields import Strict as _Strict
 from testbed.core.aqm import KIND_FIELDS, THRESHOLD_FIELDS
 from testbed.core.errors import ScenarioError
 from testbed.core.paths import format_path
-from testbed.core.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
+from testbed.core.units import parse_duration, parse_size
 
 MAX_CLUSTERS = 16
 MAX_HOSTS_PER_CLUSTER = 64
@@ -40,30 +42,6 @@ SCENARIO_NAME = re.compile(r"^[a-z0-9-]{1,32}$")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9]*$")
 CLUSTER_NAME_MAX = 12
 CONGESTION_NAME = re.compile(r"^[a-z0-9_]{1,16}$")
-
-
-def _positive_rate(v: int) -> int:
-    if v <= 0:
-        raise ValueError("a rate must be positive; examples: 100mbit, 1gbit")
-    return v
-
-
-def _nonnegative_duration(v: float) -> float:
-    if v < 0:
-        raise ValueError("a duration must not be negative; examples: 0ms, 25ms, 100us")
-    return v
-
-
-def _percentage(v: float) -> float:
-    if not 0 <= v <= 1:
-        raise ValueError(f"{v * 100:g}% is out of range; allowed: 0% to 100%")
-    return v
-
-
-Rate = Annotated[int, BeforeValidator(parse_rate), AfterValidator(_positive_rate)]
-Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_nonnegative_duration)]
-Fraction = Annotated[float, BeforeValidator(parse_percent), AfterValidator(_percentage)]
-Buffer = Annotated[tuple[str, float], BeforeValidator(parse_buffer)]
 
 
 def _auto_or_size(v: Any) -> Any:
@@ -79,10 +57,6 @@ def _auto_or_size(v: Any) -> Any:
 
 
 AutoSize = Annotated[Any, BeforeValidator(_auto_or_size)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Fabric(_Strict):
@@ -102,6 +76,9 @@ class TcpSettings(_Strict):
     # Linux resets cwnd after an idle RTO; collectives idle between iterations, so on a long
     # link every iteration pays slow start again. Kernel default (true) unless turned off.
     slow_start_after_idle: bool = True
+    # net.ipv4.tcp_retries2: how many RTO backoffs before an established connection with
+    # unacknowledged data gives up (None: the kernel's, 15, about 924 s).
+    retries2: int | None = Field(None, ge=1, le=255)
 
     @field_validator("congestion")
     @classmethod
@@ -117,6 +94,7 @@ class TcpOverride(_Strict):
     rmem: AutoSize | None = None
     wmem: AutoSize | None = None
     slow_start_after_idle: bool | None = None
+    retries2: int | None = Field(None, ge=1, le=255)
 
     _congestion_name = field_validator("congestion")(
         lambda cls, v: v if v is None else TcpSettings._congestion_name(v)
@@ -206,6 +184,30 @@ class WanLink(_Strict):
     # where each backend keeps the queue.
     aqm: Aqm | None = None
     reverse: DirectionOverride | None = None
+    # How the link changes while the workload runs (testbed.config.dynamics): steps, or a
+    # recorded link replayed; not both.
+    schedule: list[ScheduleStep] = Field(default_factory=list)
+    trace: LinkTrace | None = None
+
+    @property
+    def name(self) -> str:
+        """How faults name the link: ``east-west`` (either order is accepted)."""
+        return "-".join(self.between)
+
+    @model_validator(mode="after")
+    def _one_dynamics(self) -> WanLink:
+        if self.schedule and self.trace is not None:
+            raise _FieldError(
+                "trace", "a link has a schedule or a trace, not both; drop one of them"
+            )
+        for i, (a, b) in enumerate(zip(self.schedule, self.schedule[1:], strict=False)):
+            if b.at <= a.at:
+                raise _FieldError(
+                    f"schedule[{i + 1}].at",
+                    f"{b.at:g}s is not after the step before it ({a.at:g}s); steps are in "
+                    "increasing time",
+                )
+        return self
 
     @field_validator("buffer")
     @classmethod
@@ -439,17 +441,23 @@ class Scenario(_Strict):
     name: str
     description: str = ""
     clusters: dict[str, Cluster]
-    wan: list[WanLink] = []
+    wan: list[WanLink] = Field(default_factory=list)
     tcp: TcpSettings = TcpSettings()
     backend: Literal["auto", "kernel", "userspace"] = "auto"
     workload: AnyWorkload | None = None
     trace: Trace = Trace()
+    # The WAN misbehaving while the workload runs (testbed.config.dynamics, docs/faults.md).
+    faults: list[Fault] = Field(default_factory=list)
+    traffic: list[BulkFlow] = Field(default_factory=list)
+    # Origin of schedule, trace and fault times: the first measured iteration (workload; the
+    # start of the traffic when there is no workload) or the start of the run (wall).
+    clock: Literal["workload", "wall"] = "workload"
     # Checked and expanded by testbed.sweep before validation; kept here so that the schema
     # lists them and a resolved run can show what it came from.
-    sweep: dict[str, list[Any]] = {}
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
     repeat: int = Field(1, ge=1, le=1000)
     # What the results must show; checked by `testbed run` (testbed.expect).
-    expect: list[Expectation] = []
+    expect: list[Expectation] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -523,18 +531,57 @@ class Scenario(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _dynamics_refer_to_the_testbed(self) -> Scenario:
+        links = {frozenset(link.between): link.name for link in self.wan}
+        hosts = {f"{c}-h{i}" for c, cl in self.clusters.items() for i in range(cl.hosts)}
+        known_links = ", ".join(links.values()) or "(none)"
+        for i, f in enumerate(self.faults):
+            link = getattr(f, "link", None)
+            if link is not None and frozenset(link.split("-", 1)) not in links:
+                raise _FieldError(
+                    f"faults[{i}].link", f"no WAN link {link!r}; links are: {known_links}"
+                )
+            named = [getattr(f, "cluster", None)] + [c for g in getattr(f, "groups", []) for c in g]
+            for c in named:
+                if c is not None and c not in self.clusters:
+                    field = "cluster" if f.kind == "gateway_crash" else "groups"
+                    raise _FieldError(
+                        f"faults[{i}].{field}",
+                        f"unknown cluster {c!r}; clusters are: {', '.join(self.clusters)}",
+                    )
+            if f.kind == "partition":
+                flat = [c for g in f.groups for c in g]
+                if len(set(flat)) != len(flat) or any(not g for g in f.groups):
+                    raise _FieldError(
+                        f"faults[{i}].groups",
+                        "each cluster appears in at most one group, and no group is empty",
+                    )
+            if f.after is not None and self.workload is None:
+                raise _FieldError(
+                    f"faults[{i}].after", "`after` an iteration needs a workload; use `at`"
+                )
+        for i, flow in enumerate(self.traffic):
+            for field, host in (("from", flow.from_), ("to", flow.to)):
+                if host not in hosts:
+                    raise _FieldError(
+                        f"traffic[{i}].{field}",
+                        f"no host {host!r}; hosts are named <cluster>-h<i>, e.g. "
+                        f"{sorted(hosts)[0]}",
+                    )
+            if flow.from_ == flow.to:
+                raise _FieldError(f"traffic[{i}].to", "a flow goes to another host")
+        dynamic = self.faults or any(link.schedule or link.trace for link in self.wan)
+        if dynamic and self.workload is None and not self.traffic:
+            raise _FieldError(
+                "faults" if self.faults else "wan",
+                "schedules, traces and faults act while something runs: add a workload or traffic",
+            )
+        return self
+
     def cluster_tcp(self, cluster: str) -> TcpSettings:
         override = self.clusters[cluster].tcp
         return override.apply(self.tcp) if override else self.tcp
-
-
-class _FieldError(ValueError):
-    """A cross-field check that knows which field path is at fault."""
-
-    def __init__(self, path: str, message: str):
-        super().__init__(message)
-        self.path = path
-        self.message = message
 
 
 def _loc_to_path(loc: tuple[Any, ...]) -> str:
@@ -554,11 +601,13 @@ def _describe(error: dict[str, Any]) -> tuple[str, str]:
     """(field path, message) of one pydantic error, worded for a user."""
     ctx = error.get("ctx") or {}
     inner = ctx.get("error")
-    if isinstance(inner, _FieldError):
-        return inner.path, inner.message
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
     loc = _without_workload_tag(loc)
     path = _loc_to_path(loc)
+    if isinstance(inner, _FieldError):  # its path is relative to the model that raised it
+        if loc and not inner.path.startswith(path):
+            return f"{path}.{inner.path}", inner.message
+        return inner.path, inner.message
     kind = error["type"]
     value = error.get("input")
     if kind == "union_tag_invalid":

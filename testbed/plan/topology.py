@@ -504,10 +504,13 @@ def _tcp_sysctls(tcp: TcpSettings, max_inflight: int) -> dict[str, str]:
     auto = tcp_buffer_max(max_inflight)
     rmem = auto if tcp.rmem == "auto" else tcp.rmem
     wmem = auto if tcp.wmem == "auto" else tcp.wmem
-    return {
+    out = {
         "net.ipv4.tcp_congestion_control": tcp.congestion,
         "net.ipv4.tcp_ecn": "1" if tcp.ecn else "0",
         "net.ipv4.tcp_rmem": f"4096 131072 {rmem}",
         "net.ipv4.tcp_wmem": f"4096 16384 {wmem}",
         "net.ipv4.tcp_slow_start_after_idle": "1" if tcp.slow_start_after_idle else "0",
     }
+    if tcp.retries2 is not None:
+        out["net.ipv4.tcp_retries2"] = str(tcp.retries2)
+    return out

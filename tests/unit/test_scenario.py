@@ -95,6 +95,7 @@ def test_defaults() -> None:
         "rmem": "auto",
         "wmem": "auto",
         "slow_start_after_idle": True,
+        "retries2": None,
     }
     assert s.backend == "auto"
     assert s.description == ""
