@@ -137,6 +137,9 @@ class WanDirection:
     shaper: Shaper
     impairment: Impairment
     aqm: Aqm | None = None  # None: drop-tail in the HTB leaf
+    # A schedule, trace or fault changes its delay, jitter, loss, reorder or burst loss while
+    # it runs: the backend emulates its propagation from bring-up, even when idle at first.
+    changes_later: bool = False
 
     @property
     def marking(self) -> bool:
