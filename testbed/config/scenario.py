@@ -28,6 +28,8 @@ from testbed.config.expect import Expectation
 from testbed.config.fields import Buffer, Duration, Fraction, Rate
 from testbed.config.fields import FieldError as _FieldError
 from testbed.config.fields import Strict as _Strict
+from testbed.config.presets import fill_link as fill_preset
+from testbed.config.presets import find as find_preset
 from testbed.core.aqm import KIND_FIELDS, THRESHOLD_FIELDS
 from testbed.core.errors import ScenarioError
 from testbed.core.paths import format_path
@@ -188,11 +190,40 @@ class WanLink(_Strict):
     # recorded link replayed; not both.
     schedule: list[ScheduleStep] = Field(default_factory=list)
     trace: LinkTrace | None = None
+    # A measured real path the link starts from (testbed.config.presets): it fills the fields
+    # not written here; ``scale`` multiplies its rates and byte buffer.
+    preset: str | None = None
+    scale: float = 1.0
 
     @property
     def name(self) -> str:
         """How faults name the link: ``east-west`` (either order is accepted)."""
         return "-".join(self.between)
+
+    @property
+    def preset_source(self) -> str | None:
+        """The preset, its scale and where its numbers come from (for the plan and results)."""
+        return None if self.preset is None else find_preset(self.preset).describe(self.scale)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "scale" in data and data.get("preset") is None:
+            raise _FieldError(
+                "scale",
+                "scale multiplies a preset's rate; without `preset:` write the rate itself",
+            )
+        scale = data.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < 1e6:
+            raise _FieldError(
+                "scale", f"{scale!r} is not a positive number (a rate multiplier, e.g. 0.1)"
+            )
+        try:
+            return fill_preset(data)
+        except ValueError as exc:
+            raise _FieldError("preset", str(exc)) from None
 
     @model_validator(mode="after")
     def _one_dynamics(self) -> WanLink:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.errors import PlanError
@@ -221,6 +221,19 @@ def bdp_bytes(rate: int, rtt: float) -> int:
     return round(rate * rtt / 8)
 
 
+def unfloored_buffer(setting: tuple[str, float], bdp: int) -> int:
+    """Bytes of a ``buffer`` setting (("bdp", multiple) or ("bytes", n)) at this BDP."""
+    kind, amount = setting
+    return math.ceil(amount * bdp) if kind == "bdp" else int(amount)
+
+
+def resolve_buffer(setting: tuple[str, float], bdp: int) -> int:
+    """The bottleneck buffer in bytes: the setting at this BDP, never below ``MIN_BUFFER``. The
+    plan sizes each direction with it at bring-up and the timeline again at every rate or
+    delay change (a ``buffer: Nbdp`` follows the link)."""
+    return max(MIN_BUFFER, unfloored_buffer(setting, bdp))
+
+
 def htb_burst(rate: int) -> int:
     """Bucket size: at least one 64 KiB GSO packet, or 1 ms at the rate, whichever is larger."""
     return max(65536 + FRAME_BYTES, math.ceil(rate / 8 * 1e-3))
@@ -267,6 +280,40 @@ def tcp_buffer_max(inflight: int) -> int:
     received skbs' memory), so twice the inflight is a window of 1.5 x it; with 4 x BDP a cubic
     flow could not fill a bottleneck buffer deeper than ~2 BDP (receive-window-limited)."""
     return max(6 * 1024 * 1024, 2 * inflight)
+
+
+def link_directions(between: tuple[str, str], which: str) -> tuple[str, ...]:
+    """A WAN link's direction names for ``forward`` (between[0] -> between[1]), ``reverse`` or
+    ``both``."""
+    a, b = between
+    return {
+        "forward": (f"{a}->{b}",),
+        "reverse": (f"{b}->{a}",),
+        "both": (f"{a}->{b}", f"{b}->{a}"),
+    }[which]
+
+
+PROPAGATION = ("delay", "jitter", "loss", "reorder")
+
+
+def changing_directions(scenario: Scenario) -> set[str]:
+    """WAN directions whose propagation (delay, jitter, loss, reorder, burst loss) a schedule, a
+    trace or a fault changes while the workload runs (``WanDirection.changes_later``): their
+    emulation must exist from bring-up. Rate changes and blackholes need none (HTB, iptables).
+    A csv trace may carry delay and loss: the plan does not read files, so it counts."""
+    out: set[str] = set()
+    by_name = {frozenset(link.between): link for link in scenario.wan}
+    for link in scenario.wan:
+        for step in link.schedule:
+            if any(getattr(step, f) is not None for f in PROPAGATION):
+                out.update(link_directions(link.between, step.direction))
+        if link.trace is not None and link.trace.format == "csv":
+            out.update(link_directions(link.between, link.trace.direction))
+    for f in scenario.faults:
+        if f.kind == "burst_loss":
+            link = by_name[frozenset(f.link.split("-", 1))]
+            out.update(link_directions(link.between, f.direction))
+    return out
 
 
 def _shortest_next_hops(scenario: Scenario) -> dict[tuple[str, str], str]:
@@ -319,6 +366,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
     for k, cluster in enumerate(scenario.clusters):
         parts.cluster(cluster, k)
     parts.routes.extend(parts.wire_routes)
+    later = changing_directions(scenario)
     return NetworkPlan(
         scenario=scenario.name,
         prefix=prefix,
@@ -329,7 +377,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         addresses=tuple(parts.addresses),
         routes=tuple(parts.routes),
         shapers=tuple(parts.shapers),
-        wan=tuple(parts.wan),
+        wan=tuple(replace(d, changes_later=d.name in later) for d in parts.wan),
         hosts=tuple(parts.hosts),
         gateways=tuple(parts.gateways),
         fabric=tuple(parts.fabric),
@@ -451,13 +499,12 @@ class _Parts:
 
     def buffer(self, where: str, setting: tuple[str, float], bdp: int) -> int:
         """Bytes of a ``buffer`` setting (("bdp", multiple) or ("bytes", n)), with the floor."""
-        kind, amount = setting
-        buffer = math.ceil(amount * bdp) if kind == "bdp" else int(amount)
-        if buffer < MIN_BUFFER:
+        buffer = resolve_buffer(setting, bdp)
+        if buffer != unfloored_buffer(setting, bdp):
             self.warnings.append(
-                f"{where}: buffer {buffer} B raised to {MIN_BUFFER} B (two 64 KiB GSO packets)"
+                f"{where}: buffer {unfloored_buffer(setting, bdp)} B raised to {MIN_BUFFER} B "
+                "(two 64 KiB GSO packets)"
             )
-            buffer = MIN_BUFFER
         return buffer
 
     # -- the cluster half --------------------------------------------------------------------

@@ -191,10 +191,14 @@ def test_longest_cluster_name_is_accepted() -> None:
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
 ALLOWED_TOP = (
-    "name, description, clusters, wan, tcp, backend, workload, trace, sweep, repeat, expect"
+    "name, description, clusters, wan, tcp, backend, workload, trace, faults, traffic, clock, "
+    "sweep, repeat, expect"
 )
-ALLOWED_WAN = "between, rate, delay, jitter, loss, reorder, buffer, aqm, reverse"
-ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle"
+ALLOWED_WAN = (
+    "between, rate, delay, jitter, loss, reorder, buffer, aqm, reverse, schedule, trace, preset, "
+    "scale"
+)
+ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle, retries2"
 CLUSTER_RULE = "allowed: a lowercase letter, then a-z and 0-9, at most 12 characters"
 PAIR_ONCE = "a cluster pair appears at most once"
 
