@@ -99,9 +99,9 @@ class _Steps:
     last: tuple[float, float | None, float | None]  # (rate, delay, loss) after the end
 
 
-def _read_mahimahi(lines: list[str]) -> tuple[list[float], float]:
-    """Opportunity times (s, sorted) and the period (s: the last timestamp)."""
-    times: list[float] = []
+def _read_mahimahi(lines: list[str]) -> tuple[list[int], int]:
+    """Opportunity times (ms, sorted) and the period (ms: the last timestamp)."""
+    times: list[int] = []
     for n, raw in enumerate(lines, 1):
         text = raw.strip()
         if not text:
@@ -111,11 +111,11 @@ def _read_mahimahi(lines: list[str]) -> tuple[list[float], float]:
                 n, f"{text[:40]!r} is not a timestamp; a mahimahi trace has one integer (ms) a line"
             )
         ms = int(text)
-        if times and ms < times[-1] * 1e3 - 1e-9:
+        if times and ms < times[-1]:
             raise TraceFileError(
-                n, f"timestamp {ms} ms is before the line above it ({times[-1] * 1e3:g} ms)"
+                n, f"timestamp {ms} ms is before the line above it ({times[-1]} ms)"
             )
-        times.append(ms / 1e3)
+        times.append(ms)
     if not times:
         raise TraceFileError(0, "no timestamps (an empty mahimahi trace)")
     if times[-1] <= 0:
@@ -244,18 +244,20 @@ def _bin_count(length: float, width: float) -> int:
     return max(1, round(length / width))
 
 
-def _opportunities_before(x: float, times: list[float], period: float) -> float:
-    """Opportunities of the repeated trace in [0, x): whole periods, then this one's prefix."""
-    whole, rest = divmod(x, period)
-    return whole * len(times) + bisect.bisect_left(times, rest)
-
-
-def _bin_mahimahi(times: list[float], period: float, width: float) -> list[float]:
-    n = _bin_count(period, width)
+def _bin_mahimahi(times: list[int], period: int, width: float) -> list[float]:
+    """Bit/s per bin of the repeated trace. In integer ms where possible: float remainders would
+    move an opportunity across a bin edge."""
+    n = _bin_count(period / 1e3, width)
     # mm-link delivers at k * period + t for every line t; t = period is then the start of the
     # next period, so one period's opportunities are the times modulo the period.
     shifted = sorted(t % period for t in times)
-    edges = [_opportunities_before(i * width, shifted, period) for i in range(n + 1)]
+    width_ms = round(width * 1e3, 6)
+
+    def before(x_ms: float) -> int:  # opportunities of the repeated trace in [0, x)
+        whole, rest = divmod(x_ms, period)
+        return int(whole) * len(shifted) + bisect.bisect_left(shifted, round(rest, 6))
+
+    edges = [before(round(i * width_ms, 6)) for i in range(n + 1)]
     return [(edges[i + 1] - edges[i]) * OPPORTUNITY_BITS / width for i in range(n)]
 
 
@@ -313,8 +315,9 @@ def read_trace(
     lines = text.splitlines()
     try:
         if fmt == "mahimahi":
-            times, length = _read_mahimahi(lines)
-            rates = _bin_mahimahi(times, length, width)
+            times, length_ms = _read_mahimahi(lines)
+            rates = _bin_mahimahi(times, length_ms, width)
+            length = length_ms / 1e3
             delays = losses = None
             last = (rates[-1], None, None)
         else:
