@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -27,6 +28,7 @@ from testbed.net import registry
 if TYPE_CHECKING:
     from testbed.config.scenario import Scenario
     from testbed.net.probe import KernelFeatures
+    from testbed.plan.timeline import Timeline
     from testbed.plan.topology import NetworkPlan
 
 out = make_console()
@@ -70,8 +72,12 @@ def register(sub: Any) -> None:
 # -- pure verbs -------------------------------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
     from testbed.config.scenario import load_scenario
+    from testbed.plan.timeline import read_link_trace
 
     sc = load_scenario(args.file)
+    for i, link in enumerate(sc.wan):
+        if link.trace is not None:  # a missing or malformed trace file is bad input too
+            read_link_trace(link, i, Path(args.file).parent, args.file)
     hosts = sum(c.hosts for c in sc.clusters.values())
     out.print(
         f"{args.file}: ok — {sc.name}: {len(sc.clusters)} clusters, {hosts} hosts, "
@@ -82,10 +88,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from testbed.config.scenario import load_scenario
+    from testbed.plan.timeline import build_timeline, default_horizon
     from testbed.plan.topology import build_plan
 
     sc = load_scenario(args.file)
     plan = build_plan(sc, "<prefix>", 64)
+    base = Path(args.file).parent
+    timeline = build_timeline(sc, plan, base, default_horizon(sc), source=args.file)
     out.print(f"[bold]{escape(sc.name)}[/]: {escape(sc.description)}")
     out.print(
         "Namespaces are named <prefix>-<label>; addresses come from 10.<slot>.0.0/16 "
@@ -96,6 +105,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plan.fabric:
         out.print(_fabric_table(sc))
     out.print(_tcp_table(sc, plan))
+    if any(link.preset or link.schedule or link.trace for link in sc.wan):
+        out.print(_dynamics_table(sc, base, args.file, timeline))
+    if sc.faults:
+        out.print(_faults_table(sc, timeline))
+    if timeline.events:
+        origin = (
+            "the start of the run"
+            if sc.clock == "wall"
+            else "the first measured iteration"
+            if sc.workload is not None
+            else "the start of the traffic"
+        )
+        out.print(
+            f"times count from {origin} (clock: {sc.clock}); {len(timeline.events)} events"
+            + (
+                f", looping traces expanded to {timeline.horizon:g} s (a run expands to its own "
+                "length)"
+                if timeline.horizon is not None
+                else ""
+            )
+        )
     needs = plan.needs_propagation_emulation()
     out.print(
         f"backend: {sc.backend}; propagation emulation needed: {'yes' if needs else 'no'} "
@@ -175,6 +205,74 @@ def _tcp_table(sc: Scenario, plan: NetworkPlan) -> Table:
             sysctls["net.ipv4.tcp_rmem"],
             sysctls["net.ipv4.tcp_wmem"],
         )
+    return t
+
+
+def _dynamics_table(sc: Scenario, base: Path, source: str, timeline: Timeline) -> Table:
+    from testbed.plan.timeline import read_link_trace
+
+    t = Table(title="WAN links: preset and how they change (docs/faults.md)")
+    for col in ("link", "preset (source)", "changes"):
+        t.add_column(col)
+    for i, link in enumerate(sc.wan):
+        if link.trace is not None:
+            tr = link.trace
+            bins = read_link_trace(link, i, base, source)
+            rates = [b.rate for b in bins.bins]
+            dark = sum(1 for r in rates if r == 0)
+            changes = (
+                f"trace {tr.file} ({tr.format}, {tr.direction}"
+                + (f", scale {tr.scale:g}" if tr.scale != 1 else "")
+                + f"): {len(rates)} bins of {format_duration(tr.bin)}, mean "
+                f"{format_rate(bins.mean_rate())}, {format_rate(min(rates))}.."
+                f"{format_rate(max(rates))}"
+                + (f", {dark} bins at rate 0 (blackholes)" if dark else "")
+                + (
+                    f", loops to {timeline.horizon:g} s"
+                    if tr.loop and timeline.horizon is not None
+                    else f", then holds {format_rate(bins.last.rate)}"
+                )
+            )
+        elif link.schedule:
+            steps = [e for e in timeline.events if e.source == "schedule" and e.link == link.name]
+            changes = "\n".join(f"{e.at:g} s: {e.what}" for e in steps)
+        else:
+            changes = "constant"
+        t.add_row(link.name, escape(_preset_text(link)), escape(changes))
+    return t
+
+
+def _preset_text(link) -> str:
+    from testbed.config.presets import find
+
+    if link.preset is None:
+        return "-"
+    p = find(link.preset)
+    scaled = f" x {link.scale:g}" if link.scale != 1 else ""
+    return "\n".join(x for x in (p.name + scaled, p.source, p.note) if x)
+
+
+def _faults_table(sc: Scenario, timeline: Timeline) -> Table:
+    t = Table(title="Faults (times from the clock origin; `after` from that iteration's start)")
+    for col in ("#", "start", "end", "kind", "link / cluster", "what"):
+        t.add_column(col)
+    for j, f in enumerate(sc.faults):
+        events = [e for e in timeline.events if e.fault == j]
+        first, last = events[0], events[-1]
+        start, end = f"{first.at:g} s", f"{last.at:g} s"
+        if f.after is not None:
+            it = f"iteration {f.after.iteration} + "
+            start, end = it + format_duration(first.at), it + format_duration(last.at)
+        if last is first:
+            end = "never"
+        if f.kind == "partition":
+            where = ", ".join(dict.fromkeys(e.link for e in events if e.link))
+        else:
+            where = getattr(f, "link", None) or f.cluster
+        what = first.what
+        if f.kind == "flap":
+            what = f"{f.count} x (down {format_duration(f.down)}, up {format_duration(f.up)})"
+        t.add_row(str(j), start, end, f.kind, escape(where), escape(what))
     return t
 
 
