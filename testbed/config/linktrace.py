@@ -68,7 +68,7 @@ class TraceBins:
 
     @property
     def period(self) -> float:
-        return len(self.bins) * self.width
+        return round(len(self.bins) * self.width, 9)
 
     def mean_rate(self) -> float:
         return sum(b.rate for b in self.bins) / len(self.bins)
@@ -332,10 +332,12 @@ def read_trace(
         raise ScenarioError(f"{where}{at}: {exc.message} (format: {fmt})") from None
     bins = tuple(
         TraceBin(
-            i * width,
+            round(i * width, 9),
             round(r * scale),
-            delays[i] if delays is not None else None,
-            losses[i] if losses is not None else None,
+            # means of piecewise-constant values carry float noise (0.020000000000000018 s):
+            # round to what netem and the delay line can express anyway (ns, 1e-9)
+            round(delays[i], 9) if delays is not None else None,
+            round(losses[i], 9) if losses is not None else None,
         )
         for i, r in enumerate(rates)
     )

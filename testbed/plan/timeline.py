@@ -362,7 +362,7 @@ def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
         k = 0
         while k * bins.period < b.horizon:
             for x in bins.bins:
-                at = k * bins.period + x.t
+                at = round(k * bins.period + x.t, 9)
                 if at >= b.horizon:
                     break
                 expanded.append((at, x))

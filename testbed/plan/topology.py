@@ -316,6 +316,14 @@ def changing_directions(scenario: Scenario) -> set[str]:
     return out
 
 
+def loss_later(scenario: Scenario) -> bool:
+    """Whether a schedule step, a csv trace (it may carry loss) or a burst loss brings loss to a
+    link while it runs: the hosts must then send wire-sized packets from bring-up (render.py)."""
+    steps = any(s.loss for link in scenario.wan for s in link.schedule)
+    traces = any(link.trace is not None and link.trace.format == "csv" for link in scenario.wan)
+    return steps or traces or any(f.kind == "burst_loss" for f in scenario.faults)
+
+
 def _shortest_next_hops(scenario: Scenario) -> dict[tuple[str, str], str]:
     """(from cluster, to cluster) -> next cluster on a shortest WAN path (BFS, ties by order)."""
     neighbours: dict[str, list[str]] = {c: [] for c in scenario.clusters}
@@ -382,7 +390,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         gateways=tuple(parts.gateways),
         fabric=tuple(parts.fabric),
         congestion=tuple(sorted(parts.congestion)),
-        wire_sized_packets=any(d.loss > 0 for d in parts.wan),
+        wire_sized_packets=any(d.loss > 0 for d in parts.wan) or loss_later(scenario),
         warnings=tuple(parts.warnings),
     )
 

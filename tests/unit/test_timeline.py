@@ -485,3 +485,15 @@ def test_default_horizon_covers_what_the_scenario_times() -> None:
     )  # fmt: skip
     assert default_horizon(sc) == 102.0
     assert default_horizon(parse_scenario(scenario())) == 60.0
+
+
+def test_loss_later_makes_hosts_send_wire_sized_packets_from_bring_up() -> None:
+    def wire_sized(data: dict[str, Any]) -> bool:
+        return build_plan(parse_scenario(data), "x", 64).wire_sized_packets
+
+    assert not wire_sized(scenario({"schedule": [{"at": "1s", "rate": "10mbit"}]}))
+    assert wire_sized(scenario({"schedule": [{"at": "1s", "loss": "1%"}]}))
+    assert wire_sized(scenario({"trace": {"file": "x.csv", "format": "csv"}}))
+    burst = {"kind": "burst_loss", "link": "east-west", "at": "1s", "duration": "1s", "p": "1%",
+             "r": "9%"}  # fmt: skip
+    assert wire_sized(scenario(faults=[burst]))
