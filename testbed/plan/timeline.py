@@ -356,13 +356,14 @@ def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
     bins = read_link_trace(link, i, b.base_dir, b.source)
     dirs = link_directions(link.between, trace.direction)
     where = f"wan[{i}].trace"
+    period = bins.period
     expanded: list[tuple[float, Any]] = []
     if trace.loop:
         b.loops = True
         k = 0
-        while k * bins.period < b.horizon:
+        while k * period < b.horizon:
             for x in bins.bins:
-                at = round(k * bins.period + x.t, 9)
+                at = round(k * period + x.t, 9)
                 if at >= b.horizon:
                     break
                 expanded.append((at, x))
@@ -372,10 +373,9 @@ def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
         final = bins.last
         held = bins.bins[-1]
         if (final.rate, final.delay, final.loss) != (held.rate, held.delay, held.loss):
-            expanded.append((bins.period, final))
+            expanded.append((period, final))
     ops: list[_Op] = []
     dark_since: float | None = None
-    n = len(bins.bins)
     for at, x in expanded:
         if x.rate == 0:
             if dark_since is None:
@@ -385,9 +385,10 @@ def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
         if dark_since is not None:
             _dark(b, link, dirs, where, dark_since, at)
             dark_since = None
-        ops.append(_Op(at, _SETS, seq0 + len(ops), _trace_op(link, i, dirs, x, n, bins)))
+        label = f"trace bin {round(x.t / bins.width)}" if x is not bins.last else "trace end, held"
+        ops.append(_Op(at, _SETS, seq0 + len(ops), _trace_op(i, dirs, x, label)))
     if bins.bins[0].loss is not None:
-        end = b.horizon if trace.loop else bins.period
+        end = b.horizon if trace.loop else period
         for d in dirs:
             b.intervals.append(
                 _Interval(("loss", d), 0.0, end, None, where, f"sets loss from 0 to {end:g} s")
@@ -428,9 +429,7 @@ def _trace_blackhole(link: WanLink, dirs: tuple[str, ...], at: float, on: bool) 
     )
 
 
-def _trace_op(link: WanLink, i: int, dirs: tuple[str, ...], x: Any, n: int, bins: TraceBins) -> Any:
-    index = round(x.t / bins.width) if x.t < bins.period else n
-
+def _trace_op(i: int, dirs: tuple[str, ...], x: Any, label: str) -> Any:
     def apply(states: dict[str, _State]) -> tuple[Any, ...]:
         for d in dirs:
             states[d].rate = x.rate
@@ -438,7 +437,7 @@ def _trace_op(link: WanLink, i: int, dirs: tuple[str, ...], x: Any, n: int, bins
                 states[d].delay = x.delay
             if x.loss is not None:
                 states[d].loss = x.loss
-        what = f"trace bin {index}: rate {format_rate(x.rate)}"
+        what = f"{label}: rate {format_rate(x.rate)}"
         if x.delay is not None:
             what += f", delay {format_duration(x.delay)}"
         if x.loss is not None:
@@ -462,19 +461,19 @@ def _fault_length(f: Any) -> float:
 
 def _span(f: Any, length: float) -> str:
     """'12..14 s' or 'iteration 3 + 0.05..2.05 s' (for overlap messages)."""
-    end = "never" if not math.isfinite(length) else f"{f0(f) + length:g} s"
+    end = "never" if not math.isfinite(length) else f"{_fault_start(f) + length:g} s"
     if f.after is not None:
         return f"iteration {f.after.iteration} + {f.after.offset:g} s .. {end}"
     return f"{f.at:g} s .. {end}"
 
 
-def f0(f: Any) -> float:
+def _fault_start(f: Any) -> float:
     """A fault's start: its ``at``, or its offset after its iteration."""
     return f.at if f.at is not None else f.after.offset
 
 
 def _fault(b: _Builder, j: int, f: Any, links: dict[frozenset[str], tuple[int, WanLink]]) -> None:
-    start = f0(f)
+    start = _fault_start(f)
     anchor = None if f.after is None else f.after.iteration
     length = _fault_length(f)
     end = start + length
@@ -668,6 +667,23 @@ def _overlap(a: _Interval, c: _Interval) -> bool:
     return a.start < c.end and c.start < a.end
 
 
+def _first_overlap(ivs: list[_Interval]) -> tuple[_Interval, _Interval] | None:
+    """Two overlapping intervals of one scope, if any: a sweep in start order per origin (a
+    looping trace's rate-0 bins make thousands of intervals; all pairs would be slow)."""
+    by_anchor: dict[int | None, list[_Interval]] = {}
+    for iv in ivs:
+        by_anchor.setdefault(iv.anchor, []).append(iv)
+    for group in by_anchor.values():
+        group.sort(key=lambda iv: (iv.start, iv.end))
+        longest = group[0]  # the interval reaching furthest so far
+        for iv in group[1:]:
+            if iv.start < longest.end:
+                return longest, iv
+            if iv.end > longest.end:
+                longest = iv
+    return None
+
+
 def _check_overlaps(b: _Builder) -> None:
     by_scope: dict[tuple[str, str], list[_Interval]] = {}
     for iv in b.intervals:
@@ -676,9 +692,9 @@ def _check_overlaps(b: _Builder) -> None:
     for scope, ivs in by_scope.items():
         kind, what = scope
         if kind in _WHY:
-            for n, a in enumerate(ivs):
-                for c in ivs[n + 1 :]:
-                    pairs.append((a, c, f"on {what}: {_WHY[kind]}"))
+            clash = _first_overlap(ivs)
+            if clash is not None:
+                pairs.append((*clash, f"on {what}: {_WHY[kind]}"))
         if kind == "burst":
             for c in by_scope.get(("loss", what), []):
                 for a in ivs:

@@ -185,6 +185,7 @@ def test_trace_without_loop_holds_its_last_row_and_csv_sets_delay_and_loss(
     ]
     assert change(sets(tl)[1], EW).loss == pytest.approx(0.01)
     assert sets(tl)[1].what == "trace bin 1: rate 20 Mbit/s, delay 50 ms, loss 1%"
+    assert sets(tl)[2].what == "trace end, held: rate 5 Mbit/s, delay 0, loss 0%"
 
 
 def test_trace_errors_name_the_scenario_the_field_and_the_file(tmp_path: Path) -> None:
