@@ -196,7 +196,7 @@ def _configured(plan: NetworkPlan, link: WanLink) -> dict[str, _State]:
     return out
 
 
-def _changes(link: WanLink, plan: NetworkPlan, states: dict[str, _State]) -> dict[str, Change]:
+def _changes(states: dict[str, _State]) -> dict[str, Change]:
     """Each direction's complete state: the buffer resolved at its rate and the link's RTT."""
     rtt = sum(s.delay for s in states.values())
     out = {}
@@ -252,13 +252,13 @@ def _link_settings(b: _Builder, i: int, link: WanLink) -> None:
             ops.append(_Op(f.at + f.duration, _ENDS, len(ops), _burst_op(j, dirs, 0.0, 0.0)))
     ops.sort(key=lambda o: (o.at, o.prio, o.seq))
     states = {k: v.copy() for k, v in configured.items()}
-    before = _changes(link, b.plan, states)
+    before = _changes(states)
     for op in ops:
         result = op.apply(states)
         if result is None:
             continue
         named, what, source, fault, where = result
-        after = _changes(link, b.plan, states)
+        after = _changes(states)
         dirs = [d for d in after if d in named or after[d] != before[d]]
         _check_aqm(b, link, after, dirs, where, op.at)
         b.add(
@@ -623,8 +623,8 @@ def _anchored_burst(b: _Builder, i: int, link: WanLink, j: int, f: Any, dirs, ev
     on = {k: v.copy() for k, v in configured.items()}
     for d in dirs:
         on[d].ge_p, on[d].ge_r = f.p, f.r
-    changes_on = _changes(link, b.plan, on)
-    changes_off = _changes(link, b.plan, configured)
+    changes_on = _changes(on)
+    changes_off = _changes(configured)
     start = f.after.offset
     event(
         start,
