@@ -498,3 +498,61 @@ def test_loss_later_makes_hosts_send_wire_sized_packets_from_bring_up() -> None:
     burst = {"kind": "burst_loss", "link": "east-west", "at": "1s", "duration": "1s", "p": "1%",
              "r": "9%"}  # fmt: skip
     assert wire_sized(scenario(faults=[burst]))
+
+
+def test_a_partition_cuts_only_links_between_two_groups() -> None:
+    data = scenario(
+        faults=[
+            {"kind": "partition", "at": "1s", "duration": "1s", "groups": [["west"], ["south"]]}
+        ]
+    )
+    tl = timeline(data)
+    assert {(e.action, e.link) for e in tl.events} == {
+        ("blackhole", "west-south"),
+        ("unblackhole", "west-south"),
+    }  # east is in no group: east-west stays up
+
+
+def test_the_issue_example_expands(tmp_path: Path) -> None:
+    """The scenario of issue 15 (its trace replaced by a synthetic one of the same format)."""
+    name = write(tmp_path, "lte.up", "\n".join(str(t) for t in range(2, 201, 2)) + "\n")
+    text = f"""
+name: issue
+clusters: {{east: {{hosts: 1}}, west: {{hosts: 1}}, south: {{hosts: 1}}}}
+wan:
+  - between: [east, west]
+    rate: 1gbit
+    delay: 40ms
+    preset: pantheon/aws-korea-china
+    schedule:
+      - {{at: 10s, rate: 300mbit}}
+      - {{at: 20s, delay: 60ms, loss: 0.5%, direction: forward}}
+      - {{at: 30s, restore: true}}
+  - between: [west, south]
+    trace: {{file: {name}, format: mahimahi, direction: forward, scale: 10, bin: 100ms}}
+faults:
+  - {{kind: blackhole, link: east-west, at: 12s, duration: 2s}}
+  - {{kind: link_down, link: east-west, at: 40s, duration: 5s}}
+  - {{kind: reset, link: east-west, at: 50s}}
+  - {{kind: flap, link: east-west, at: 60s, down: 500ms, up: 3s, count: 5}}
+  - {{kind: burst_loss, link: east-west, at: 80s, duration: 10s, p: 1%, r: 25%}}
+  - {{kind: partition, at: 95s, duration: 5s, groups: [[east], [west, south]]}}
+  - {{kind: gateway_crash, cluster: west, at: 110s, restore_after: 10s}}
+  - {{kind: blackhole, link: east-west, after: {{iteration: 3, offset: 50ms}}, duration: 2s}}
+traffic:
+  - {{kind: bulk, from: east-h0, to: west-h0, congestion: cubic, start: 0s, duration: 60s}}
+tcp: {{user_timeout: 0s, retries2: 15}}
+workload: {{timeout: 30s}}
+"""
+    (tmp_path / "s.yaml").write_text(text.replace("user_timeout: 0s, ", ""))
+    from testbed.config.scenario import load_scenario
+
+    sc = load_scenario(tmp_path / "s.yaml")
+    # written fields win over the preset's (rate, delay); the rest come from it
+    assert (sc.wan[0].rate, sc.wan[0].delay, sc.wan[0].loss) == (1_000_000_000, 0.04, 0.0006)
+    tl = build_timeline(sc, build_plan(sc, "x", 64), tmp_path, default_horizon(sc))
+    assert tl.horizon == 120.0
+    kinds = [e.action for e in tl.events if e.source == "fault"]
+    assert kinds.count("link_down") == 6 and kinds.count("gateway_up") == 1
+    trace_rates = {c.rate for e in tl.events if e.source == "trace" for c in e.changes}
+    assert trace_rates == {10 * 6_000_000}  # one opportunity every 2 ms = 6 Mbit/s, x 10
