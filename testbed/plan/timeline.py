@@ -88,6 +88,7 @@ class Timeline:
 _ENDS, _SETS, _AFTER_SETS, _STARTS = 0, 1, 2, 3
 FOREVER = math.inf
 DEFAULT_HORIZON = 60.0  # s: what `testbed plan` expands a looping trace to at least
+MAX_TRACE_EVENTS = 2_000_000  # a looping trace's bins up to the horizon (55 h of 100 ms bins)
 
 
 @dataclass
@@ -360,6 +361,13 @@ def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
     expanded: list[tuple[float, Any]] = []
     if trace.loop:
         b.loops = True
+        if b.horizon / trace.bin > MAX_TRACE_EVENTS:
+            raise b.error(
+                f"wan[{i}].trace.bin",
+                f"looping {format_duration(trace.bin)} bins up to {b.horizon:g} s would be "
+                f"{b.horizon / trace.bin:.0f} shaper changes (at most {MAX_TRACE_EVENTS}); use "
+                "a larger bin",
+            )
         k = 0
         while k * period < b.horizon:
             for x in bins.bins:

@@ -200,6 +200,17 @@ def test_trace_errors_name_the_scenario_the_field_and_the_file(tmp_path: Path) -
     )
 
 
+def test_a_loop_too_long_for_its_bin_is_refused(tmp_path: Path) -> None:
+    name = write(tmp_path, "t.up", "1\n")
+    data = scenario({"trace": {"file": name, "format": "mahimahi", "bin": "10ms"}})
+    with pytest.raises(ScenarioError) as info:
+        timeline(data, tmp_path, horizon=1e5)
+    assert str(info.value) == (
+        "s.yaml: wan[0].trace.bin: looping 10 ms bins up to 100000 s would be 10000000 shaper "
+        "changes (at most 2000000); use a larger bin"
+    )
+
+
 def test_real_att_trace_expands_with_its_outage_as_a_blackhole() -> None:
     path = Path("/work/shared/traces/ATT-LTE-driving-2016.up")
     if not path.exists():
