@@ -86,6 +86,16 @@ def final_loss(steps: pd.DataFrame) -> float | None:
     return None if evaluated.empty else float(evaluated["val_loss"].iloc[-1])
 
 
+def _ddp_exposed(rows: pd.DataFrame) -> float | None:
+    cols = ("ddp_backward_comm_s", "ddp_overlap_s")
+    if rows.empty or not all(c in rows.columns for c in cols):
+        return None
+    last = rows.dropna(subset=list(cols))
+    if last.empty:
+        return None
+    return float((last[cols[0]] - last[cols[1]]).mean())
+
+
 def predicted_comm(
     syncs: list[tuple[str, str, int]], steps: int, predict: Callable[[str, str, int], float | None]
 ) -> float | None:
@@ -131,6 +141,9 @@ def summarize_training(
             else None
         ),
         "comm_per_step": comm,
+        # DDP's own timers (last step's row, mean over ranks): its exposed communication,
+        # backward communication minus what overlapped the backward compute
+        "ddp_exposed_comm_per_step": _ddp_exposed(rows),
         "predicted_comm_per_step": predicted_comm_per_step,
         "comm_measured_over_predicted": (
             comm / predicted_comm_per_step if comm and predicted_comm_per_step else None

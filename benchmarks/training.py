@@ -61,9 +61,9 @@ def part_scenario(name: str, quick: bool) -> None:
         exp.run(selfcheck_seconds=1.0)
         print(
             "| arm | step p50 | WAN bytes/step | final loss | time to DDP's loss | compute/step | "
-            "comm/step | predicted | meas/pred | CPU flag |"
+            "comm/step | DDP's own exposed comm | predicted | meas/pred | CPU flag |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         rows = pd.read_parquet(exp.results.path / "training.parquet")
         compute = rows.groupby("run_id")["compute_s"].median()
         for s in exp.summaries:
@@ -74,12 +74,14 @@ def part_scenario(name: str, quick: bool) -> None:
             )
             ttl = s.get("time_to_loss")
             ratio = s.get("comm_measured_over_predicted")
+            own = s.get("ddp_exposed_comm_per_step")
             print(
                 f"| {arm} | {format_duration(s['step_time_p50'])} | "
-                f"{format_size(s['wan_bytes_per_step'])} | {s['final_loss']:.3f} | "
+                f"{format_size(s['wan_bytes_per_step'])} | {s['final_loss']:.4f} | "
                 f"{format_duration(ttl) if ttl else 'not reached'} | "
                 f"{format_duration(compute[s['run_id']])} | "
                 f"{format_duration(s['comm_per_step'])} | "
+                f"{format_duration(own) if own is not None else '-'} | "
                 f"{format_duration(s['predicted_comm_per_step'])} | "
                 f"{f'{ratio:.2f}' if ratio else '-'} | {'yes' if s['cpu_saturated'] else 'no'} |"
             )

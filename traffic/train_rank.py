@@ -14,6 +14,9 @@ Output: ``{out_dir}/rank-{R}.jsonl``, one line per step, flushed as written::
      "loss", "val_loss" (every eval_every steps and at the last one, else absent), "wall_s",
      "compute_s", "comm_s", "wait_s", "payload_bytes"}
 
+and on the last step of a DDP run (ddp, hierarchical) DDP's own timers: "ddp_backward_compute_s",
+"ddp_backward_comm_s", "ddp_overlap_s" (Trainer.ddp_timers).
+
 (traffic.training.trainer says what the times mean). Progress goes to stderr. Exit status: 0
 done; 1 any exception (traceback on stderr prefixed ``rank R (host):``, the steps measured so
 far are kept; the process leaves with ``os._exit`` so a hung gloo thread cannot keep it alive).
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             rec = trainer.step(step)
             if step == steps - 1:
                 trainer.finish()
+                rec.update(trainer.ddp_timers())
             if (step + 1) % every == 0 or step == steps - 1:
                 rec["val_loss"] = trainer.evaluate()
             out.write(json.dumps({**base, **rec}) + "\n")

@@ -138,3 +138,14 @@ def test_the_target_is_the_plain_ddp_runs_loss_whatever_the_order() -> None:
         fill_targets(summaries[:i], rows, params)
     assert [s["target_loss"] for s in summaries] == [2.35, 2.35, 2.35]
     assert summaries[1]["time_to_loss"] == pytest.approx(4.0)  # val 2.3 at step 3 ends at 104
+
+
+def test_ddp_exposed_comm_is_its_backward_comm_minus_overlap_from_the_last_rows() -> None:
+    r = rows()
+    assert summarize_training(r, pd.DataFrame())["ddp_exposed_comm_per_step"] is None
+    last = r["step"] == r["step"].max()
+    r.loc[last, "ddp_backward_comm_s"] = [0.30, 0.40][: int(last.sum())]
+    r.loc[last, "ddp_overlap_s"] = [0.10, 0.10][: int(last.sum())]
+    want = float((r.loc[last, "ddp_backward_comm_s"] - r.loc[last, "ddp_overlap_s"]).mean())
+    got = summarize_training(r, pd.DataFrame())["ddp_exposed_comm_per_step"]
+    assert got == pytest.approx(want)

@@ -270,6 +270,21 @@ class Trainer:
                 g.copy_(p)
         t.comm += time.perf_counter() - t0
 
+    def ddp_timers(self) -> dict[str, float]:
+        """DDP's own averages over its sampled iterations (``_get_ddp_logging_data``, seconds):
+        backward compute, backward communication and their overlap, beside the testbed's split
+        (its ``comm`` is the exposed part: communication after the last bucket was ready). Empty
+        without DDP or before DDP sampled an iteration."""
+        if not isinstance(self.net, DistributedDataParallel):
+            return {}
+        data = self.net._get_ddp_logging_data()
+        keys = {
+            "ddp_backward_compute_s": "avg_backward_compute_time",
+            "ddp_backward_comm_s": "avg_backward_comm_time",
+            "ddp_overlap_s": "avg_backward_compute_comm_overlap_time",
+        }
+        return {k: data[v] / 1e9 for k, v in keys.items() if data.get(v)}
+
     def finish(self, t: StepTimes | None = None) -> None:
         """Wait for what is still in flight at the end of the run (streaming, stale pulls)."""
         t = t or StepTimes()
