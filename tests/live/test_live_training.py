@@ -72,6 +72,10 @@ def test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp(root, tmp_path):
         summary["parameter-server"]["wan_bytes_per_step"] / summary["ddp"]["wan_bytes_per_step"]
     )
     assert ps_ratio == pytest.approx(4 / 3, rel=0.1)
+    # DDP's own timers came back from its logger, and its exposed comm is a positive time
+    own = summary["ddp"]["ddp_exposed_comm_per_step"]
+    assert own is not None and 0 < own < summary["ddp"]["step_time_p95"] * 2
+    assert summary["diloco"]["ddp_exposed_comm_per_step"] is None
     # the streaming variant sends the same bytes in fragments
     streaming = summary["streaming-diloco"]["wan_bytes_per_step"]
     assert streaming == pytest.approx(summary["diloco"]["wan_bytes_per_step"], rel=0.15)
