@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -101,6 +102,30 @@ def columns(clusters: dict[str, tuple[int, ...]]) -> list[tuple[int, ...]] | Non
     return [tuple(rs[j] for rs in clusters.values()) for j in range(m)]
 
 
+def set_user_timeout(seconds: float) -> int:
+    """TCP_USER_TIMEOUT on every TCP socket this process holds (gloo's pairs and the store's
+    connection: gloo sets none and offers no hook); returns how many sockets got it. A socket
+    option belongs to the socket, so setting it through a duplicate of the descriptor is
+    enough."""
+    ms = round(seconds * 1000)
+    done = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fd = os.dup(int(name))
+        except OSError:  # gone meanwhile (the listing's own descriptor)
+            continue
+        try:
+            s = socket.socket(fileno=fd)
+        except OSError:  # not a socket
+            os.close(fd)
+            continue
+        with s:
+            if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, ms)
+                done += 1
+    return done
+
+
 def setup(spec: dict[str, Any], rank: int) -> RankContext:
     """Join the process group and create the cluster, leaders and column groups."""
     world = int(spec["world_size"])
@@ -134,6 +159,8 @@ def setup(spec: dict[str, Any], rank: int) -> RankContext:
         g = dist.new_group(list(col), timeout=timeout)
         if rank in col:
             column_ranks, column_group = col, g
+    if me.get("tcp_user_timeout"):  # gloo has connected every pair by now (no lazy init)
+        set_user_timeout(float(me["tcp_user_timeout"]))
     return RankContext(
         rank=rank,
         world_size=world,

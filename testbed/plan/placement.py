@@ -20,6 +20,7 @@ class RankSlot:
     host: str
     cluster: str
     local_rank: int  # index of the rank inside its cluster (by rank order)
+    tcp_user_timeout: float = 0.0  # s; its host's tcp.user_timeout (0: the kernel's)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -43,7 +44,8 @@ def place_ranks(plan: NetworkPlan, ranks_per_host: int, placement: str) -> list[
         raise ValueError(f"unknown placement {placement!r}; allowed: by-cluster, interleaved")
     seen: dict[str, int] = {}
     out = []
+    user_timeout = {h.name: h.tcp.user_timeout for h in plan.hosts}
     for rank, (cluster, host) in enumerate(order):
-        out.append(RankSlot(rank, host, cluster, seen.get(cluster, 0)))
+        out.append(RankSlot(rank, host, cluster, seen.get(cluster, 0), user_timeout[host]))
         seen[cluster] = seen.get(cluster, 0) + 1
     return out

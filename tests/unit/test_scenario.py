@@ -96,6 +96,7 @@ def test_defaults() -> None:
         "wmem": "auto",
         "slow_start_after_idle": True,
         "retries2": None,
+        "user_timeout": 0.0,
     }
     assert s.backend == "auto"
     assert s.description == ""
@@ -198,7 +199,7 @@ ALLOWED_WAN = (
     "between, rate, delay, jitter, loss, reorder, buffer, aqm, reverse, schedule, trace, preset, "
     "scale"
 )
-ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle, retries2"
+ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle, retries2, user_timeout"
 CLUSTER_RULE = "allowed: a lowercase letter, then a-z and 0-9, at most 12 characters"
 PAIR_ONCE = "a cluster pair appears at most once"
 

@@ -152,6 +152,19 @@ def test_interleaved_placement_round_robins_and_skips_exhausted_clusters():
     ]
 
 
+def test_each_rank_carries_its_hosts_tcp_user_timeout():
+    data = {
+        "name": "x",
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1, "tcp": {"user_timeout": "2s"}}},
+        "wan": [{"between": ["east", "west"]}],
+        "tcp": {"user_timeout": "500ms"},
+    }
+    plan = build_plan(parse_scenario(data), "mctb0000", 64)
+    ranks = place_ranks(plan, ranks_per_host=1, placement="by-cluster")
+    assert [(r.host, r.tcp_user_timeout) for r in ranks] == [("east-h0", 0.5), ("west-h0", 2.0)]
+    assert ranks[1].as_dict()["tcp_user_timeout"] == 2.0
+
+
 def test_sweep_cases_are_hand_picked_points_crossed_with_the_other_axes():
     data = base(
         workload={"kind": "training", "diloco": {"inner_steps": 30}},
