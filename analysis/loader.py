@@ -28,7 +28,8 @@ from analysis.summary import iteration_times, summarize
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
-TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows")
+TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events")
+TABLES += ("flows_goodput",)
 RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
@@ -52,8 +53,9 @@ class Results:
     is the slowest rank's time (nccl-tests' convention).
     ``training_summary``: one row per training run (the manifest's summary of a ``kind:
     training`` workload, docs/results.md) + ``results`` and ``status``.
-    ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``: the
-    Parquet tables as written, + ``results`` (empty when absent). ``skipped``:
+    ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``,
+    ``events`` (a changing WAN's applied events), ``flows_goodput`` (bulk traffic's goodput
+    samples): the Parquet tables as written, + ``results`` (empty when absent). ``skipped``:
     collective/algorithm combinations that do not exist (per run). ``manifests``: results name
     -> manifest.json content.
     ``params``: the sweep parameter columns, in the order the sweeps wrote them.
@@ -72,6 +74,8 @@ class Results:
     tcp: pd.DataFrame
     queues: pd.DataFrame
     flows: pd.DataFrame
+    events: pd.DataFrame
+    flows_goodput: pd.DataFrame
     skipped: pd.DataFrame
     manifests: dict[str, dict[str, Any]]
     paths: dict[str, Path]
