@@ -75,7 +75,7 @@ OUTAGES = {
     "gateway_down": ("gateway_up", False),
 }
 FAULT_COLUMNS = [
-    "results", "run_id", "fault", "kind", "link", "start", "end", "duration", "detect_s",
+    "results", "run_id", "fault", "kind", "link", "start", "end", "planned", "duration", "detect_s",
     "affected_ops", "op_outcome", "baseline_s", "stall_s", "predicted_stall_s",
     "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "error_type",
     "error", "verdict",
@@ -226,11 +226,18 @@ def _applied(events: pd.DataFrame) -> pd.Series:
     return applied.astype(float).fillna(scheduled) if scheduled is not None else applied
 
 
-def fault_windows(events: pd.DataFrame, kinds: dict[int, str] | None = None) -> pd.DataFrame:
-    """One row per run and fault: ``start``, ``end`` (NaN: never ended), ``kind`` (``kinds`` from
-    the scenario, else inferred from the actions), ``link``, ``intervals`` (dark intervals as
-    (start, end or None, icmp) in unix time)."""
-    cols = ["results", "run_id", "fault", "kind", "link", "start", "end", "intervals"]
+CLOSING = ("unblackhole", "link_up", "gateway_up", "unreset")
+
+
+def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> pd.DataFrame:
+    """One row per run and fault: ``start``, ``end`` (NaN: never ended), ``kind``, ``link``,
+    ``intervals`` (dark intervals as (start, end or None, icmp) in unix time) and ``planned``.
+
+    ``specs``: fault index -> the scenario's entry (a dict with ``kind``, ``duration``, ...) or
+    just its kind; without one the kind is inferred from the actions. A fault whose closing
+    event was never applied (the run ended first) ends, where its spec has a ``duration``, at
+    start + duration (``planned`` True): the outage lasted at least that long."""
+    cols = ["results", "run_id", "fault", "kind", "link", "start", "end", "intervals", "planned"]
     if events.empty or "fault" not in events:
         return pd.DataFrame(columns=cols)
     ev = events[events["fault"].notna()].assign(_t=lambda d: _applied(d))
@@ -239,10 +246,20 @@ def fault_windows(events: pd.DataFrame, kinds: dict[int, str] | None = None) -> 
     if "event" in ev:
         ev = ev.drop_duplicates(["results", "run_id", "event"])
     rows = []
-    for (results, run_id, fault), g in ev.sort_values("_t").groupby(
+    for (results, run_id, fault), g in ev.sort_values("_t", kind="stable").groupby(
         ["results", "run_id", "fault"], sort=False
     ):
+        spec = (specs or {}).get(int(fault))
+        spec = spec if isinstance(spec, dict) else {"kind": spec} if spec else {}
         actions = list(g["action"])
+        start = float(g["_t"].min())
+        closes = actions[-1] in CLOSING or (
+            set(actions) == {"set"} and g["_t"].nunique() > 1  # burst_loss: set, set back
+        )
+        end = float(g["_t"].max()) if closes else math.nan
+        planned = False
+        if math.isnan(end) and isinstance(spec.get("duration"), int | float):
+            end, planned = start + float(spec["duration"]), True
         intervals: list[tuple[float, float | None, bool]] = []
         open_: dict[str, float] = {}
         for action, t in zip(actions, g["_t"], strict=True):
@@ -251,20 +268,22 @@ def fault_windows(events: pd.DataFrame, kinds: dict[int, str] | None = None) -> 
             for on, (off, icmp) in OUTAGES.items():
                 if action == off and on in open_:
                     intervals.append((open_.pop(on), t, icmp))
-        intervals += [(t, None, OUTAGES[on][1]) for on, t in open_.items()]
-        kind = (kinds or {}).get(int(fault)) or _infer_kind(actions, g)
+        last = None if math.isnan(end) else end
+        intervals += [(t, last, OUTAGES[on][1]) for on, t in open_.items()]
         links = [x for x in dict.fromkeys(g.get("link", pd.Series(dtype=object))) if x]
+        cluster = g["cluster"].dropna() if "cluster" in g else pd.Series(dtype=object)
         rows.append(
             {
                 "results": results,
                 "run_id": run_id,
                 "fault": int(fault),
-                "kind": kind,
+                "kind": spec.get("kind") or _infer_kind(actions, g),
                 "link": ", ".join(str(x) for x in links)
-                or (g["cluster"].iloc[0] if "cluster" in g else None),
-                "start": float(g["_t"].min()),
-                "end": float(g["_t"].max()) if len(g) > 1 else math.nan,
+                or (str(cluster.iloc[0]) if len(cluster) else None),
+                "start": start,
+                "end": end,
                 "intervals": sorted(intervals, key=lambda x: x[0]),
+                "planned": planned,
             }
         )
     return pd.DataFrame(rows, columns=cols)
@@ -312,13 +331,13 @@ def fault_table(
     events: pd.DataFrame,
     ops: pd.DataFrame,
     context: dict[tuple[str, str], RunContext],
-    kinds: dict[tuple[str, str], dict[int, str]] | None = None,
+    specs: dict[tuple[str, str], dict[int, Any]] | None = None,
 ) -> pd.DataFrame:
     """One row per run and fault (columns :data:`FAULT_COLUMNS`; definitions in the module
     docstring). ``ops``: per-rank operation rows (:func:`operations`); ``context``: per
     (results, run_id)."""
     windows = pd.concat(
-        [fault_windows(g, (kinds or {}).get(key)) for key, g in _by_run(events)]
+        [fault_windows(g, (specs or {}).get(key)) for key, g in _by_run(events)]
         or [fault_windows(pd.DataFrame())],
         ignore_index=True,
     )
@@ -371,7 +390,8 @@ def _one_fault(
     start, end = float(f["start"]), float(f["end"])
     ended = not math.isnan(end)
     stop = end if ended else math.inf
-    row: dict[str, Any] = {c: f.get(c) for c in ("results", "run_id", "fault", "kind", "link")}
+    keys = ("results", "run_id", "fault", "kind", "link", "planned")
+    row: dict[str, Any] = {c: f.get(c) for c in keys}
     row.update(start=start, end=end if ended else None, duration=stop - start if ended else None)
     # detect: the first failing rank row that ends after the fault started
     failed = rank_rows[(rank_rows["outcome"] != "ok") & (rank_rows["end"] >= start)]
@@ -538,16 +558,21 @@ def _run_rows(df: pd.DataFrame | None, results: str, run_id: str) -> pd.DataFram
     return mine[mine["results"] == results] if "results" in mine and results else mine
 
 
-def per_second(bins: pd.DataFrame) -> pd.DataFrame:
+def per_second(bins: pd.DataFrame, exclude: Iterable[tuple[float, float]] = ()) -> pd.DataFrame:
     """Target and achieved rates of each whole second since the first bin (time-weighted means
-    of the bins overlapping it): ``second``, ``target_bps``, ``achieved_bps``."""
+    of the bins overlapping it): ``second``, ``target_bps``, ``achieved_bps``. Seconds that
+    overlap an ``exclude`` interval (a fault's outage: the trace's target means nothing while
+    the link is dark) are left out."""
     if bins.empty:
         return pd.DataFrame(columns=["second", "target_bps", "achieved_bps"])
     t0 = float(bins["start"].min())
     last = int((float(bins["end"].max()) - t0) // 1)
+    spans = list(exclude)
     rows = []
     for k in range(last):
         lo, hi = t0 + k, t0 + k + 1
+        if any(s < hi and lo < e for s, e in spans):
+            continue
         w = (np.minimum(bins["end"], hi) - np.maximum(bins["start"], lo)).clip(lower=0)
         if w.sum() <= 0:
             continue
@@ -565,15 +590,18 @@ def per_second(bins: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def trace_table(bins: pd.DataFrame) -> pd.DataFrame:
-    """Per run and direction: ``bins``, ``seconds``, mean target and achieved bit/s, their ratio
-    and the Pearson ``correlation`` of the per-second rates (the issue's ≥ 0.9 check; None with
-    fewer than 3 seconds or a constant series)."""
+def trace_table(
+    bins: pd.DataFrame, exclude: dict[tuple[str, str], list[tuple[float, float]]] | None = None
+) -> pd.DataFrame:
+    """Per run and direction: ``bins``, ``seconds`` compared, mean target and achieved bit/s,
+    their ratio and the Pearson ``correlation`` of the per-second rates (the issue's ≥ 0.9
+    check; None with fewer than 3 seconds or a constant series). ``exclude``: per (results,
+    run_id), intervals (faults) whose seconds are left out."""
     cols = ["results", "run_id", "direction", "bins", "seconds", "target_mean_bps",
             "achieved_mean_bps", "achieved_over_target", "correlation"]  # fmt: skip
     rows = []
     for (results, run_id, d), g in bins.groupby(["results", "run_id", "direction"], sort=False):
-        sec = per_second(g).dropna()
+        sec = per_second(g, (exclude or {}).get((results, run_id), ())).dropna()
         corr = None
         if len(sec) >= 3 and sec["target_bps"].std() > 0 and sec["achieved_bps"].std() > 0:
             corr = float(np.corrcoef(sec["target_bps"], sec["achieved_bps"])[0, 1])
@@ -686,22 +714,26 @@ def analyse(res: Any) -> FaultResults:
     ops = operations(res)
     table = operation_table(ops)
     context: dict[tuple[str, str], RunContext] = {}
-    kinds: dict[tuple[str, str], dict[int, str]] = {}
+    specs: dict[tuple[str, str], dict[int, Any]] = {}
     if not events.empty and "fault" in events:
         for results, run_id in (
             events[["results", "run_id"]].drop_duplicates().itertuples(index=False)
         ):
             context[(results, run_id)] = run_context(res, results, run_id)
             faults = _resolved(res, results, run_id).get("faults") or []
-            kinds[(results, run_id)] = {i: f.get("kind") for i, f in enumerate(faults)}
-    faults = fault_table(events, ops, context, kinds)
+            specs[(results, run_id)] = dict(enumerate(faults))
+    faults = fault_table(events, ops, context, specs)
     bins = trace_targets(events)
     if not bins.empty:
         bins = achieved_rates(bins, res.queues, res.flows_goodput)
+    dark: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for f in faults.itertuples(index=False):
+        stop = f.end if f.end is not None and not pd.isna(f.end) else math.inf
+        dark.setdefault((f.results, f.run_id), []).append((f.start, stop))
     return FaultResults(
         faults=faults,
         trace_bins=bins,
-        traces=trace_table(bins) if not bins.empty else trace_table(bins.iloc[0:0]),
+        traces=trace_table(bins, dark),
         lateness=lateness_table(events),
         operations=table,
     )
