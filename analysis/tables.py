@@ -488,6 +488,22 @@ FORMATS = {
     "backlog_p50_bytes": _fmt_size,
     "backlog_p95_bytes": _fmt_size,
     "backlog_max_bytes": _fmt_size,
+    # a changing WAN (analysis.faults)
+    "at_s": _fmt_time,
+    "duration": _fmt_time,
+    "detect_s": _fmt_time,
+    "baseline_s": _fmt_time,
+    "stall_s": _fmt_time,
+    "predicted_stall_s": _fmt_time,
+    "recover_s": _fmt_time,
+    "stall_over_predicted": lambda x: _fmt_num(x, ".2f"),
+    "target_mean_bps": _fmt_rate,
+    "achieved_mean_bps": _fmt_rate,
+    "achieved_over_target": _fmt_share,
+    "correlation": lambda x: _fmt_num(x, ".3f"),
+    "late_p50_s": _fmt_time,
+    "late_p99_s": _fmt_time,
+    "late_max_s": _fmt_time,
 }
 HEADERS = {
     "time_p50": "time p50",
@@ -520,6 +536,20 @@ HEADERS = {
     "backlog_p50_bytes": "backlog p50",
     "backlog_p95_bytes": "backlog p95",
     "backlog_max_bytes": "backlog max",
+    "at_s": "at",
+    "detect_s": "detect",
+    "baseline_s": "no-fault op",
+    "stall_s": "stall",
+    "predicted_stall_s": "predicted",
+    "stall_over_predicted": "stall/pred",
+    "predicted_outcome": "predicted outcome",
+    "recover_s": "recover",
+    "target_mean_bps": "target mean",
+    "achieved_mean_bps": "achieved mean",
+    "achieved_over_target": "achieved/target",
+    "late_p50_s": "late p50",
+    "late_p99_s": "late p99",
+    "late_max_s": "late max",
 }
 
 

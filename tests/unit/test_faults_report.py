@@ -1,0 +1,64 @@
+"""A changing WAN's results (tests/fixtures/results/faults, hand-built): loaded, analysed,
+reported, no root. The fixture: a 2 s and a 40 s blackhole on an 80 ms RTT during a 16 MiB
+all_reduce with a 30 s timeout, a trace on the forward direction, a schedule step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis.faults import analyse, fault_metrics
+from analysis.loader import load
+from analysis.report import write_report
+
+FAULTS = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "faults"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_load_reads_the_events_table() -> None:
+    res = load(FAULTS)
+    assert res.has("events") and not res.has("flows_goodput")
+    assert {"event", "source", "fault", "action", "late_s", "faults[0].duration"} <= set(res.events)
+
+
+def test_fault_verdicts_of_the_fixture() -> None:
+    fr = analyse(load(FAULTS))
+    f = fr.faults.set_index("run_id")
+    short, long = f.loc["p000-r0"], f.loc["p001-r0"]
+    # 2 s: completes, stall within 20% of the RTO series (4.2 s on an 80 ms RTT)
+    assert short["predicted_stall_s"] == pytest.approx(4.2)
+    assert 0.8 <= short["stall_over_predicted"] <= 1.2
+    assert short["survived"] and short["recover_s"] > 0
+    # 40 s: longer than the 30 s timeout; the run ended before the blackhole's end event,
+    # so its end is the planned one
+    assert long["planned"] and long["duration"] == pytest.approx(40.0)
+    assert long["op_outcome"] == "timeout" and "Timed out waiting" in long["error"]
+    assert long["detect_s"] < 30.0 + 5.0
+    assert long["predicted_outcome"].startswith("timeout")
+    assert not long["survived"]
+    trace = fr.traces.set_index("run_id").loc["p000-r0"]
+    assert trace["correlation"] > 0.9
+    assert (fr.lateness["late"] == 0).all()
+    metrics = fault_metrics(fr.faults[fr.faults["run_id"] == "p000-r0"], fr.lateness)
+    assert metrics["fault_survived"] == 1.0 and metrics["fault_detect"] is None
+
+
+def test_report_has_a_faults_section_with_the_timeline(tmp_path: Path) -> None:
+    rep = write_report(FAULTS, tmp_path / "report")
+    assert "faults" in rep.sections
+    names = {p.stem for p in rep.pngs}
+    assert "wan_timeline" in names
+    for png in rep.pngs:
+        assert png.read_bytes().startswith(PNG_SIGNATURE)
+    for name in ("faults", "trace_replay", "events_lateness"):
+        assert (tmp_path / "report" / f"{name}.csv").exists()
+    md = rep.markdown.read_text()
+    assert "WAN dynamics and faults" in md and "Timed out waiting 30000ms" in md
+    assert "survived: stalled" in md
+
+
+def test_a_report_without_events_has_no_faults_section(tmp_path: Path) -> None:
+    training = FAULTS.parent / "training"
+    rep = write_report(training, tmp_path / "report")
+    assert "faults" not in rep.sections
