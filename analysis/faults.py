@@ -165,13 +165,17 @@ def operations(res: Any) -> pd.DataFrame:
     """One row per rank and operation (``results``, ``run_id``, ``arm``, ``op``, ``rank``,
     ``start``, ``end``, ``outcome``, ``error_type``, ``error``) from a loaded
     :class:`analysis.loader.Results` (collectives, else training rows)."""
+    return rank_operations(res.collectives, res.training)
+
+
+def rank_operations(c: pd.DataFrame, t: pd.DataFrame | None = None) -> pd.DataFrame:
+    """:func:`operations` from collectives.parquet rows ``c`` and training.parquet rows ``t``."""
+    t = pd.DataFrame() if t is None else t
     parts = []
-    c = res.collectives
     if not c.empty and "start" in c:
         arm = c["collective"].astype(str) + "/" + c["algorithm"].astype(str) + "/"
         arm = arm + c["size"].astype(str)
         parts.append(c.assign(arm=arm, op=c["iteration"]))
-    t = res.training
     if not t.empty and "start" in t:
         parts.append(t.assign(arm=t.get("algorithm", "training"), op=t["step"]))
     if not parts:
@@ -662,6 +666,35 @@ def fault_metrics(faults: pd.DataFrame, lateness: pd.DataFrame | None = None) ->
     if lateness is not None and not lateness.empty:
         out["events_late"] = float(lateness["late"].sum())
     return out
+
+
+def summarize_faults(
+    events: pd.DataFrame,
+    ops: pd.DataFrame,
+    resolved: dict[str, Any],
+    rtt_s: float,
+    tcp: pd.DataFrame | None = None,
+) -> dict[str, Any]:
+    """The fault metrics of one run for its summary rows (what the runner adds so that
+    expectations can test them): ``events`` and ``ops`` (:func:`rank_operations`) of the run,
+    its resolved scenario (tcp.retries2, workload.timeout, faults) and configured RTT; ``tcp``:
+    its WAN data sockets' tcp_info samples, if traced."""
+    if events.empty:
+        return fault_metrics(pd.DataFrame(columns=FAULT_COLUMNS))
+    run_id = str(events["run_id"].iloc[0]) if "run_id" in events else ""
+    events = events.assign(results="", run_id=run_id)
+    ops = ops.assign(results="", run_id=run_id)
+    first = None
+    if "fault" in events and events["fault"].notna().any():
+        first = float(_applied(events[events["fault"].notna()]).min())
+    ctx = RunContext(
+        rto0_for(rtt_s, tcp, first),
+        int((resolved.get("tcp") or {}).get("retries2") or 15),
+        (resolved.get("workload") or {}).get("timeout"),
+    )
+    specs = {("", run_id): dict(enumerate(resolved.get("faults") or []))}
+    faults = fault_table(events, ops, {("", run_id): ctx}, specs)
+    return fault_metrics(faults, lateness_table(events))
 
 
 # -- from loaded results -----------------------------------------------------------------------
