@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.faults import rank_operations
+from analysis.faults import rank_operations, summarize_faults
 from testbed.config.expect import Expectation, check, parse_value, split_condition
 from testbed.config.scenario import parse_scenario
 from testbed.config.sweep import expand
@@ -201,8 +201,6 @@ def test_training_runs_compare_with_their_ddp_twin_across_a_swept_algorithm() ->
 def test_fault_metrics_on_summary_rows() -> None:
     # the "2 s blackhole: stall within 20% of the RTO-series prediction, nothing fails":
     # the runner adds analysis.faults.summarize_faults to every summary row of the run
-    from analysis.faults import summarize_faults
-
     resolved_run = {"workload": {"timeout": 30.0}, "tcp": {"retries2": 15}, "faults": []}
     t0 = 1_700_000_000.0
     ops = pd.DataFrame(
