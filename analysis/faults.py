@@ -446,11 +446,65 @@ def _one_fault(
     return row
 
 
+TCP_AROUND = {  # tcp.parquet column -> (fault table column, how to fold the window's samples)
+    "retransmits": ("tcp_retransmits", "delta"),
+    "rto_ms": ("tcp_rto_max_ms", "max"),
+    "backoff": ("tcp_backoff_max", "max"),
+    "ca_state": ("tcp_ca_states", "set"),
+}
+
+
+def tcp_around_faults(
+    faults: pd.DataFrame, sockets: pd.DataFrame, before_s: float = 1.0, after_s: float = 5.0
+) -> pd.DataFrame:
+    """``faults`` + what the WAN data sockets' tcp_info showed from ``before_s`` before each
+    fault to ``after_s`` after its end (or its start, if it has none): retransmitted segments
+    (the counter's increase, summed over sockets), the largest RTO and backoff, the congestion
+    states seen. Only the columns tcp.parquet has."""
+    if faults.empty or sockets.empty or "time" not in sockets:
+        return faults
+    have = {c: v for c, v in TCP_AROUND.items() if c in sockets}
+    out = faults.copy()
+    for col, _ in have.values():
+        out[col] = None
+    sock = [c for c in ("host", "local", "peer") if c in sockets]
+    for i, f in out.iterrows():
+        stop = f["end"] if f["end"] is not None and not pd.isna(f["end"]) else f["start"]
+        mine = sockets[
+            (sockets["run_id"] == f["run_id"])
+            & (sockets["time"] >= f["start"] - before_s)
+            & (sockets["time"] <= stop + after_s)
+        ]
+        if "results" in mine and f["results"]:
+            mine = mine[mine["results"] == f["results"]]
+        if mine.empty:
+            continue
+        for source, (col, how) in have.items():
+            values = mine[source].dropna()
+            if values.empty:
+                continue
+            if how == "delta":
+                per = mine.groupby(sock)[source] if sock else [(None, values)]
+                out.at[i, col] = float(sum(v.max() - v.min() for _, v in per))
+            elif how == "max":
+                out.at[i, col] = float(values.max())
+            else:
+                out.at[i, col] = ", ".join(str(v) for v in dict.fromkeys(values))
+    return out
+
+
 def _predicted_outcome(pred: StallPrediction, ctx: RunContext, baseline: float | None) -> str:
-    if pred.gave_up or pred.stall_s is None:
-        return "error (the kernel times the connection out)"
-    if ctx.op_timeout_s is not None and pred.stall_s + (baseline or 0.0) > ctx.op_timeout_s:
+    """Which timer ends the stall first: none (the flow resumes), the operation timeout (gloo's
+    only timer) or the kernel's tcp_retries2 give-up (ETIMEDOUT on the connection)."""
+    stall = math.inf if pred.stall_s is None else pred.stall_s
+    kernel = tcp_give_up(ctx.retries2) if pred.gave_up else math.inf
+    timeout = math.inf if ctx.op_timeout_s is None else ctx.op_timeout_s
+    if stall + (baseline or 0.0) > timeout and timeout < kernel:
         return "timeout (the operation timeout comes first)"
+    if pred.gave_up:
+        return "error (the kernel times the connection out first)"
+    if pred.stall_s is None:
+        return "never resumes"
     return "completes late"
 
 
@@ -756,6 +810,10 @@ def analyse(res: Any) -> FaultResults:
             faults = _resolved(res, results, run_id).get("faults") or []
             specs[(results, run_id)] = dict(enumerate(faults))
     faults = fault_table(events, ops, context, specs)
+    if res.has("tcp") and not faults.empty:
+        from analysis.tables import data_sockets  # the report's WAN data sockets
+
+        faults = tcp_around_faults(faults, data_sockets(res))
     bins = trace_targets(events)
     if not bins.empty:
         bins = achieved_rates(bins, res.queues, res.flows_goodput)

@@ -550,6 +550,10 @@ HEADERS = {
     "late_p50_s": "late p50",
     "late_p99_s": "late p99",
     "late_max_s": "late max",
+    "tcp_retransmits": "tcp retrans",
+    "tcp_rto_max_ms": "tcp RTO max ms",
+    "tcp_backoff_max": "tcp backoff max",
+    "tcp_ca_states": "tcp ca states",
 }
 
 

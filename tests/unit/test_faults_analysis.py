@@ -20,6 +20,7 @@ from analysis.faults import (
     predict_stall,
     retransmit_times,
     rto0_for,
+    tcp_around_faults,
     tcp_give_up,
     trace_table,
     trace_targets,
@@ -235,7 +236,11 @@ def test_gateway_crash_without_restore_has_no_end() -> None:
     f = fault_table(events, ops, CTX).iloc[0]
     assert f["kind"] == "gateway_crash" and f["link"] == "west"
     assert f["end"] is None or pd.isna(f["end"])
-    assert f["predicted_outcome"].startswith("error")  # never repaired: the kernel gives up
+    # never repaired: the 30 s operation timeout fires before the kernel's 924.6 s give-up ...
+    assert f["predicted_outcome"].startswith("timeout")
+    # ... unless the operation may wait longer (gloo's default 30 min)
+    slow = {("r", "p000-r0"): RunContext(rto0_s=0.28, retries2=15, op_timeout_s=1800.0)}
+    assert fault_table(events, ops, slow).iloc[0]["predicted_outcome"].startswith("error")
     assert not f["survived"]
 
 
@@ -333,3 +338,27 @@ def test_lateness_summary() -> None:
     assert t["events"] == 100 and t["errors"] == 1
     assert t["late"] == 33  # late_s > 20 ms
     assert t["late_p50_s"] == pytest.approx(0.015) and t["late_max_s"] == pytest.approx(0.03)
+
+
+def test_tcp_info_around_a_fault() -> None:
+    events = _events(
+        [(0, 0, "blackhole", 3.5, "east-west"), (1, 0, "unblackhole", 5.5, "east-west")]
+    )
+    table = fault_table(events, _ops([1.0, 1.0, 1.0, 5.2, 1.0]), CTX)
+    times = T0 + np.arange(0.0, 12.0, 0.5)
+    sockets = pd.DataFrame(
+        {
+            "results": "r",
+            "run_id": "p000-r0",
+            "host": "east-h0",
+            "local": "10.0.0.1:1",
+            "peer": "10.1.0.1:2",
+            "time": times,
+            "retransmits": np.where(times > T0 + 3.5, 4, 0) + np.where(times > T0 + 9, 2, 0),
+            "rto_ms": np.where((times > T0 + 3.5) & (times < T0 + 8), 1120.0, 280.0),
+        }
+    )
+    f = tcp_around_faults(table, sockets).iloc[0]
+    # the window is 2.5 .. 10.5 s: both bumps of the counter are in it
+    assert f["tcp_retransmits"] == 6.0 and f["tcp_rto_max_ms"] == 1120.0
+    assert "tcp_backoff_max" not in f  # tcp.parquet has no backoff column here
