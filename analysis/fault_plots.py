@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analysis import plots as P
-from analysis.faults import FaultResults
+from analysis.faults import FaultResults, pair_outages
 from analysis.loader import Results
 
 PLOT_NAMES = ("wan_timeline",)
@@ -211,7 +211,7 @@ def _timeline(
     P._legend(rate_ax)
     delay_ax.set_ylabel("delay (ms)")
     loss_ax.set_ylabel("loss (%, dotted)")
-    loss_ax.set_ylim(bottom=0)
+    loss_ax.set_ylim(0, max(1.0, loss_ax.get_ylim()[1]))  # 0..1 % unless more
     delay_ax.set_ylim(bottom=0)
     delay_ax.legend(fontsize=6, loc="upper left")
     ops_ax.set_yticks([])
@@ -226,23 +226,14 @@ def _timeline(
 
 
 def _outages(ev: pd.DataFrame, link: str, origin: float, end: float, axes: tuple) -> None:
-    """Shade each outage of this link (or its clusters' gateways) from on to off (or the end)."""
-    pairs = {"blackhole": "unblackhole", "link_down": "link_up", "gateway_down": "gateway_up"}
+    """Shade each outage of this link (or its clusters' gateways), a fault's or a zero-rate
+    trace bin's, from on to off (or the end of the plot)."""
     clusters = set(link.split("-"))
-    mine = ev[
-        ev["action"].isin([*pairs, *pairs.values()])
-        & ((ev["link"] == link) | ev.get("cluster", pd.Series(index=ev.index)).isin(clusters))
-    ].drop_duplicates("event")
-    t = (mine["applied_unix"].fillna(mine["scheduled_unix"]) - origin).tolist()
-    open_: dict[tuple, float] = {}
-    spans = []
-    for x, e in zip(t, mine.itertuples(index=False), strict=True):
-        key = (e.fault, e.source)
-        if e.action in pairs:
-            open_.setdefault(key, x)
-        elif key in open_:
-            spans.append((open_.pop(key), x))
-    spans += [(x, end + 1.0) for x in open_.values()]
-    for s, e in spans:
-        for ax in axes:
-            ax.axvspan(s, e, color="tab:red", alpha=0.12, lw=0)
+    cluster = ev["cluster"] if "cluster" in ev else pd.Series(None, index=ev.index)
+    mine = ev[(ev["link"] == link) | cluster.isin(clusters)].drop_duplicates("event")
+    mine = mine.assign(_t=mine["applied_unix"].fillna(mine["scheduled_unix"]) - origin)
+    mine = mine.sort_values("_t", kind="stable")
+    for _, g in mine.groupby([mine["source"], mine["fault"].fillna(-1)], sort=False):
+        for s, e, _icmp in pair_outages(g["action"], g["_t"], end + 1.0):
+            for ax in axes:
+                ax.axvspan(s, e, color="tab:red", alpha=0.12, lw=0)

@@ -264,16 +264,7 @@ def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> 
         planned = False
         if math.isnan(end) and isinstance(spec.get("duration"), int | float):
             end, planned = start + float(spec["duration"]), True
-        intervals: list[tuple[float, float | None, bool]] = []
-        open_: dict[str, float] = {}
-        for action, t in zip(actions, g["_t"], strict=True):
-            if action in OUTAGES:
-                open_.setdefault(action, t)
-            for on, (off, icmp) in OUTAGES.items():
-                if action == off and on in open_:
-                    intervals.append((open_.pop(on), t, icmp))
-        last = None if math.isnan(end) else end
-        intervals += [(t, last, OUTAGES[on][1]) for on, t in open_.items()]
+        intervals = pair_outages(actions, g["_t"], None if math.isnan(end) else end)
         links = [x for x in dict.fromkeys(g.get("link", pd.Series(dtype=object))) if x]
         cluster = g["cluster"].dropna() if "cluster" in g else pd.Series(dtype=object)
         rows.append(
@@ -286,11 +277,29 @@ def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> 
                 or (str(cluster.iloc[0]) if len(cluster) else None),
                 "start": start,
                 "end": end,
-                "intervals": sorted(intervals, key=lambda x: x[0]),
+                "intervals": intervals,
                 "planned": planned,
             }
         )
     return pd.DataFrame(rows, columns=cols)
+
+
+def pair_outages(
+    actions: Iterable[str], times: Iterable[float], end: float | None = None
+) -> list[tuple[float, float | None, bool]]:
+    """(start, end, icmp) of each outage in a time-ordered run of actions: blackhole ..
+    unblackhole, link_down .. link_up, gateway_down .. gateway_up; one still open ends at
+    ``end`` (None: never)."""
+    out: list[tuple[float, float | None, bool]] = []
+    open_: dict[str, float] = {}
+    for action, t in zip(actions, times, strict=True):
+        if action in OUTAGES:
+            open_.setdefault(action, float(t))
+        for on, (off, icmp) in OUTAGES.items():
+            if action == off and on in open_:
+                out.append((open_.pop(on), float(t), icmp))
+    out += [(t, end, OUTAGES[on][1]) for on, t in open_.items()]
+    return sorted(out, key=lambda x: x[0])
 
 
 def _infer_kind(actions: list[str], g: pd.DataFrame) -> str:

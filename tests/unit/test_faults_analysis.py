@@ -362,3 +362,25 @@ def test_tcp_info_around_a_fault() -> None:
     # the window is 2.5 .. 10.5 s: both bumps of the counter are in it
     assert f["tcp_retransmits"] == 6.0 and f["tcp_rto_max_ms"] == 1120.0
     assert "tcp_backoff_max" not in f  # tcp.parquet has no backoff column here
+
+
+def test_partition_and_burst_loss_windows() -> None:
+    events = _events(
+        [
+            (0, 0, "blackhole", 1.0, "east-west"),
+            (1, 0, "blackhole", 1.0, "east-south"),
+            (2, 0, "unblackhole", 6.0, "east-west"),
+            (3, 0, "unblackhole", 6.0, "east-south"),
+            (4, 1, "set", 10.0, "east-west"),
+            (5, 1, "set", 20.0, "east-west"),
+        ]
+    )
+    w = fault_windows(events).set_index("fault")
+    assert w.loc[0, "kind"] == "partition" and w.loc[0, "link"] == "east-west, east-south"
+    assert w.loc[0, "end"] - w.loc[0, "start"] == pytest.approx(5.0)
+    assert [(e - s, icmp) for s, e, icmp in w.loc[0, "intervals"]] == [(pytest.approx(5.0), False)]
+    assert w.loc[1, "kind"] == "burst_loss" and not w.loc[1, "intervals"]
+    assert w.loc[1, "end"] - w.loc[1, "start"] == pytest.approx(10.0)
+    # the scenario's kind wins over the inference; an unfinished fault ends at its duration
+    w = fault_windows(events.iloc[[0, 1]], {0: {"kind": "partition", "duration": 5.0}}).iloc[0]
+    assert w["planned"] and w["end"] - w["start"] == pytest.approx(5.0)
