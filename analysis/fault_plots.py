@@ -6,8 +6,8 @@ direction over time (steps from the events' new settings, starting from the reso
 with the achieved throughput (the bottleneck's byte counter, else the flows' goodput), the
 configured delay and loss below it, the operations as bars coloured by outcome, the faults'
 outages shaded and events as vertical lines. Same conventions as :mod:`analysis.plots` (its
-style and panels; None when the data does not exist). Times are seconds since the run's clock
-origin: its first operation's start (else its first event).
+style and panels; None when the data does not exist). Times are seconds since the run's first
+operation's start (else its first event: analysis.faults.clock_origins).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analysis import plots as P
-from analysis.faults import FaultResults, pair_outages
+from analysis.faults import FaultResults, clock_origins, pair_outages
 from analysis.loader import Results
 
 PLOT_NAMES = ("wan_timeline",)
@@ -85,12 +85,6 @@ def _achieved(res: Results, results: str, run_id: str, direction: str, origin: f
     return None
 
 
-def _origin(ops: pd.DataFrame, events: pd.DataFrame) -> float:
-    if not ops.empty:
-        return float(ops["start"].min())
-    return float(events["scheduled_unix"].min())
-
-
 def plot_timeline(res: Results, fr: FaultResults) -> P.Plot | None:
     ev = res.events
     if ev.empty:
@@ -140,7 +134,7 @@ def _timeline(
     ev = res.events[(res.events["results"] == results) & (res.events["run_id"] == run_id)]
     ops = fr.operations
     ops = ops[(ops["results"] == results) & (ops["run_id"] == run_id)] if not ops.empty else ops
-    origin = _origin(ops, ev)
+    origin = clock_origins(ops, ev)[(results, run_id)]
     rate_ax = fig.add_subplot(grid[3 * i])
     delay_ax = fig.add_subplot(grid[3 * i + 1], sharex=rate_ax)
     ops_ax = fig.add_subplot(grid[3 * i + 2], sharex=rate_ax)

@@ -68,6 +68,8 @@ from testbed.core.stats import quantile
 RTO_MAX_S = 120.0  # Linux TCP_RTO_MAX
 LATE_S = 0.020  # an event applied more than this after its schedule is late (issue 15)
 OUTCOMES = ("ok", "error", "timeout")
+OP_COLUMNS = ["results", "run_id", "arm", "op", "rank", "start", "end", "outcome", "error_type"]
+OP_COLUMNS += ["error"]
 # (on, off) actions of a dark interval, and whether the sender gets ICMP unreachable meanwhile
 OUTAGES = {
     "blackhole": ("unblackhole", False),
@@ -179,7 +181,7 @@ def rank_operations(c: pd.DataFrame, t: pd.DataFrame | None = None) -> pd.DataFr
     if not t.empty and "start" in t:
         parts.append(t.assign(arm=t.get("algorithm", "training"), op=t["step"]))
     if not parts:
-        return pd.DataFrame(columns=["results", "run_id", "arm", "op", "rank", "start", "end"])
+        return pd.DataFrame(columns=OP_COLUMNS)
     return pd.concat([_op_rows(p) for p in parts], ignore_index=True)
 
 
@@ -197,17 +199,14 @@ def _op_rows(df: pd.DataFrame) -> pd.DataFrame:
             df[col] = None
     if "results" not in df:
         df["results"] = ""
-    keep = ["results", "run_id", "arm", "op", "rank", "start", "end", "outcome"]
-    return df[[*keep, "error_type", "error"]]
+    return df[OP_COLUMNS]
 
 
 def operation_table(ops: pd.DataFrame) -> pd.DataFrame:
     """All ranks' rows of an operation folded: earliest start, latest end, worst outcome, the
     first failing rank's error; ``duration`` = end − start."""
     if ops.empty:
-        return pd.DataFrame(
-            columns=["results", "run_id", "arm", "op", "start", "end", "duration", "outcome"]
-        )
+        return pd.DataFrame(columns=[*OP_COLUMNS, "duration"]).drop(columns="rank")
     rank = {o: i for i, o in enumerate(OUTCOMES)}
     ops = ops.assign(_rank=ops["outcome"].map(rank).fillna(1))
     keys = ["results", "run_id", "arm", "op"]
@@ -389,7 +388,7 @@ def _baseline(run_ops: pd.DataFrame, spans: list[tuple[float, float]]) -> dict[s
         not any(s <= end and start <= e for s, e in spans)
         for start, end in zip(ok["start"], ok["end"], strict=True)
     ]
-    return ok[clear].groupby("arm")["duration"].median().to_dict()
+    return ok[np.array(clear, dtype=bool)].groupby("arm")["duration"].median().to_dict()
 
 
 def _one_fault(
@@ -450,7 +449,7 @@ def _one_fault(
         between = run_ops[(run_ops["end"] >= start) & (run_ops["end"] <= first_ok["end"])]
         row["survived"] = bool((between["outcome"] == "ok").all())
     else:
-        row["survived"] = False
+        row["survived"] = False if not affected.empty else None
     row["verdict"] = _verdict(row)
     return row
 
@@ -723,7 +722,11 @@ def fault_metrics(faults: pd.DataFrame, lateness: pd.DataFrame | None = None) ->
         "fault_stall": worst("stall_s"),
         "fault_stall_over_predicted": worst("stall_over_predicted"),
         "fault_recover": worst("recover_s"),
-        "fault_survived": None if faults.empty else float(faults["survived"].fillna(False).all()),
+        "fault_survived": (
+            float(faults["survived"].dropna().astype(bool).all())
+            if not faults.empty and faults["survived"].notna().any()
+            else None  # no operation met a fault (traffic only)
+        ),
         "events_late": None,
     }
     if lateness is not None and not lateness.empty:
@@ -758,6 +761,18 @@ def summarize_faults(
     specs = {("", run_id): dict(enumerate(resolved.get("faults") or []))}
     faults = fault_table(events, ops, {("", run_id): ctx}, specs)
     return fault_metrics(faults, lateness_table(events))
+
+
+def clock_origins(operations: pd.DataFrame, events: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """Per (results, run_id): the time report tables and figures count from, the run's first
+    operation's start, else (traffic only) its first scheduled event."""
+    out: dict[tuple[str, str], float] = {}
+    if not events.empty:
+        ev = events if "results" in events else events.assign(results="")
+        out.update(ev.groupby(["results", "run_id"])["scheduled_unix"].min().to_dict())
+    if not operations.empty:
+        out.update(operations.groupby(["results", "run_id"])["start"].min().to_dict())
+    return out
 
 
 # -- from loaded results -----------------------------------------------------------------------

@@ -238,7 +238,7 @@ def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
     )
     if not fr.faults.empty:
         csv["faults"] = fr.faults.drop(columns=["intervals"], errors="ignore")
-        origin = fr.operations.groupby(["results", "run_id"])["start"].min()
+        origin = F.clock_origins(fr.operations, res.events)
         shown = fr.faults.assign(
             at_s=[
                 s - origin.get((r, i), s)

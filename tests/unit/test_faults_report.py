@@ -4,6 +4,8 @@ all_reduce with a 30 s timeout, a trace on the forward direction, a schedule ste
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,19 @@ def test_a_report_without_events_has_no_faults_section(tmp_path: Path) -> None:
     training = FAULTS.parent / "training"
     rep = write_report(training, tmp_path / "report")
     assert "faults" not in rep.sections
+
+
+def test_a_traffic_only_run_reports_its_faults_without_operations(tmp_path: Path) -> None:
+    # no workload: no collectives.parquet, no summary; times count from the first event
+    copy = tmp_path / "traffic"
+    shutil.copytree(FAULTS, copy)
+    (copy / "collectives.parquet").unlink()
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["summary"] = []
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    fr = analyse(load(copy))
+    assert (fr.faults["affected_ops"] == 0).all() and fr.faults["survived"].isna().all()
+    assert fault_metrics(fr.faults)["fault_survived"] is None
+    rep = write_report(copy, tmp_path / "report")
+    assert "faults" in rep.sections and "collectives" not in rep.sections
+    assert "no operation ran during or after the fault" in rep.markdown.read_text()
