@@ -30,6 +30,9 @@ from testbed.core.paths import get_path
 
 TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events")
 TABLES += ("flows_goodput",)
+# Columns without which a table cannot be analysed (a file from another tool or version): load
+# refuses it, naming the file and the columns, instead of a report failing half-way.
+REQUIRED = {"events": ("run_id", "event", "source", "action", "scheduled_unix")}
 RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
@@ -137,6 +140,12 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
             path = d / f"{name}.parquet"
             if path.is_file():
                 frame = pd.read_parquet(path)
+                missing = [c for c in REQUIRED.get(name, ()) if c not in frame.columns]
+                if missing:
+                    raise ResultsError(
+                        f"{path}: missing column(s) {', '.join(missing)} (docs/results.md, "
+                        f"{name}.parquet)"
+                    )
                 frame.insert(0, "results", source)
                 parts[name].append(frame)
         for run_id, run in runs.items():

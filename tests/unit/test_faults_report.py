@@ -8,11 +8,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis.faults import analyse, fault_metrics
-from analysis.loader import load
+from analysis.loader import ResultsError, load
 from analysis.report import write_report
+from testbed.cli import main
 
 FAULTS = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "faults"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -80,3 +82,13 @@ def test_a_traffic_only_run_reports_its_faults_without_operations(tmp_path: Path
     rep = write_report(copy, tmp_path / "report")
     assert "faults" in rep.sections and "collectives" not in rep.sections
     assert "no operation ran during or after the fault" in rep.markdown.read_text()
+
+
+def test_an_events_table_without_its_columns_is_refused(tmp_path: Path) -> None:
+    copy = tmp_path / "bad"
+    shutil.copytree(FAULTS, copy)
+    events = pd.read_parquet(copy / "events.parquet").drop(columns=["action"])
+    events.to_parquet(copy / "events.parquet")
+    with pytest.raises(ResultsError, match=r"events.parquet: missing column\(s\) action"):
+        load(copy)
+    assert main(["report", str(copy)]) == 2
