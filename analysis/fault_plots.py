@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analysis import plots as P
-from analysis.faults import FaultResults, clock_origins, pair_outages
+from analysis.faults import FaultResults, clock_origins, pair_outages, per_direction
 from analysis.loader import Results
 
 PLOT_NAMES = ("wan_timeline",)
@@ -51,6 +51,7 @@ def configured_steps(
     """``t`` (s since origin) and each setting from the base on, changed by the ``set`` rows of
     ``direction`` (a NaN setting in a row keeps the previous value)."""
     rows = [{"t": -np.inf, **{k: base.get(k) for k in SETTINGS}}]
+    events = per_direction(events)
     if not events.empty and "direction" in events:
         sets = events[(events["action"] == "set") & (events["direction"] == direction)]
         sets = sets.assign(_t=sets["applied_unix"].fillna(sets["scheduled_unix"]) - origin)

@@ -545,13 +545,30 @@ def _verdict(row: dict[str, Any]) -> str:
 
 
 # -- trace replay ------------------------------------------------------------------------------
+def per_direction(events: pd.DataFrame) -> pd.DataFrame:
+    """``set`` rows one per direction: a row without ``direction`` whose ``directions`` lists
+    several is repeated for each (the same settings for each; a runner writing one row per event
+    then reads like one writing a row per direction). Other rows are kept as they are."""
+    if events.empty or "directions" not in events:
+        return events
+    if "direction" not in events:
+        events = events.assign(direction=None)
+    todo = (events["action"] == "set") & events["direction"].isna()
+    todo &= events["directions"].map(lambda d: d is not None and not isinstance(d, float))
+    if not todo.any():
+        return events
+    spread = events[todo].assign(direction=events.loc[todo, "directions"].map(list))
+    spread = spread.explode("direction")
+    return pd.concat([events[~todo], spread]).sort_index(kind="stable").reset_index(drop=True)
+
+
 def trace_targets(events: pd.DataFrame) -> pd.DataFrame:
     """Target rate per trace bin and direction: ``results``, ``run_id``, ``direction``,
     ``start``, ``end``, ``target_bps`` (0 for a zero-rate bin applied as a blackhole)."""
     cols = ["results", "run_id", "direction", "start", "end", "target_bps"]
     if events.empty or "source" not in events:
         return pd.DataFrame(columns=cols)
-    ev = events[events["source"] == "trace"].assign(_t=lambda d: _applied(d))
+    ev = per_direction(events[events["source"] == "trace"]).assign(_t=lambda d: _applied(d))
     if "results" not in ev:
         ev = ev.assign(results="")
     rows = []

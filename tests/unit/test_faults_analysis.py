@@ -384,3 +384,11 @@ def test_partition_and_burst_loss_windows() -> None:
     # the scenario's kind wins over the inference; an unfinished fault ends at its duration
     w = fault_windows(events.iloc[[0, 1]], {0: {"kind": "partition", "duration": 5.0}}).iloc[0]
     assert w["planned"] and w["end"] - w["start"] == pytest.approx(5.0)
+
+
+def test_one_row_per_event_is_spread_over_its_directions() -> None:
+    events, _ = _trace_run()
+    both = events.assign(direction=None, directions=[["east->west", "west->east"]] * len(events))
+    targets = trace_targets(both)
+    assert set(targets["direction"]) == {"east->west", "west->east"}
+    assert len(targets) == 2 * 599
