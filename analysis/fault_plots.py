@@ -20,7 +20,14 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analysis import plots as P
-from analysis.faults import FaultResults, clock_origins, pair_outages, per_direction
+from analysis.faults import (
+    FaultResults,
+    applied_events,
+    clock_origins,
+    goodput_by_direction,
+    pair_outages,
+    per_direction,
+)
 from analysis.loader import Results
 
 PLOT_NAMES = ("wan_timeline",)
@@ -55,6 +62,7 @@ def configured_steps(
     if not events.empty and "direction" in events:
         sets = events[(events["action"] == "set") & (events["direction"] == direction)]
         sets = sets.assign(_t=sets["applied_unix"].fillna(sets["scheduled_unix"]) - origin)
+        sets = sets.dropna(subset=["_t"])  # skipped: never applied
         sets = sets.sort_values("_t", kind="stable")  # a trace's and a schedule's rows interleave
         t = sets["_t"]
         for when, (_, e) in zip(t, sets.iterrows(), strict=True):
@@ -75,7 +83,7 @@ def _achieved(res: Results, results: str, run_id: str, direction: str, origin: f
             dt = np.diff(q["time"].to_numpy(float))
             rate = 8 * np.diff(q["bytes"].to_numpy(float)) / np.where(dt > 0, dt, np.nan)
             return q["time"].to_numpy(float)[1:] - origin, rate, "bottleneck counter"
-    g = res.flows_goodput
+    g = goodput_by_direction(res.flows_goodput)
     if not g.empty:
         g = g[(g["results"] == results) & (g["run_id"] == run_id)]
         if "direction" in g:
@@ -169,11 +177,8 @@ def _timeline(
                 got[0], got[1] / 1e6, color=c, alpha=0.45, lw=0.8, label=f"{d} achieved ({got[2]})"
             )
     _outages(ev, link, origin, end, (rate_ax, delay_ax, ops_ax))
-    for e in (
-        ev[ev["source"].isin(["schedule", "fault"])]
-        .drop_duplicates("event")
-        .itertuples(index=False)
-    ):
+    shown = applied_events(ev)
+    for e in shown[shown["source"].isin(["schedule", "fault"])].itertuples(index=False):
         if e.link not in (None, link) and not pd.isna(e.link):
             continue
         x = (e.applied_unix if pd.notna(e.applied_unix) else e.scheduled_unix) - origin
@@ -225,7 +230,7 @@ def _outages(ev: pd.DataFrame, link: str, origin: float, end: float, axes: tuple
     trace bin's, from on to off (or the end of the plot)."""
     clusters = set(link.split("-"))
     cluster = ev["cluster"] if "cluster" in ev else pd.Series(None, index=ev.index)
-    mine = ev[(ev["link"] == link) | cluster.isin(clusters)].drop_duplicates("event")
+    mine = applied_events(ev[(ev["link"] == link) | cluster.isin(clusters)])
     mine = mine.assign(_t=mine["applied_unix"].fillna(mine["scheduled_unix"]) - origin)
     mine = mine.sort_values("_t", kind="stable")
     for _, g in mine.groupby([mine["source"], mine["fault"].fillna(-1)], sort=False):

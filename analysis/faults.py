@@ -77,7 +77,8 @@ OUTAGES = {
     "gateway_down": ("gateway_up", False),
 }
 FAULT_COLUMNS = [
-    "results", "run_id", "fault", "kind", "link", "start", "end", "planned", "duration", "detect_s",
+    "results", "run_id", "fault", "kind", "link", "start", "end", "planned", "undone", "duration",
+    "detect_s",
     "affected_ops", "op_outcome", "baseline_s", "stall_s", "predicted_stall_s",
     "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "error_type",
     "error", "verdict",
@@ -232,6 +233,31 @@ def _applied(events: pd.DataFrame) -> pd.Series:
 CLOSING = ("unblackhole", "link_up", "gateway_up", "unreset")
 
 
+def directions_of(value: Any) -> list[str]:
+    """An events row's ``directions``: a list, an array, or comma-joined text."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return []
+    if isinstance(value, str):
+        return [d.strip() for d in value.split(",") if d.strip()]
+    return [str(d) for d in value]
+
+
+def applied_events(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per event action that happened: ``skipped`` rows (the workload ended first) and
+    rows without a time go; a ``set`` written per direction counts once; an ``undone`` row (the
+    runner ended a fault still in force when the run ended) is kept: it has its fault's event
+    index but the closing action."""
+    if events.empty:
+        return events
+    ev = events if "results" in events else events.assign(results="")
+    if "status" in ev:
+        ev = ev[ev["status"] != "skipped"]
+    ev = ev[_applied(ev).notna()]
+    if "event" in ev:
+        ev = ev.drop_duplicates(["results", "run_id", "event", "action"])
+    return ev
+
+
 def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> pd.DataFrame:
     """One row per run and fault: ``start``, ``end`` (NaN: never ended), ``kind``, ``link``,
     ``intervals`` (dark intervals as (start, end or None, icmp) in unix time) and ``planned``.
@@ -239,15 +265,14 @@ def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> 
     ``specs``: fault index -> the scenario's entry (a dict with ``kind``, ``duration``, ...) or
     just its kind; without one the kind is inferred from the actions. A fault whose closing
     event was never applied (the run ended first) ends, where its spec has a ``duration``, at
-    start + duration (``planned`` True): the outage lasted at least that long."""
+    start + duration (``planned`` True): the outage lasted at least that long. ``undone``: its
+    end is the runner's undo when the run ended (the fault was still in force)."""
     cols = ["results", "run_id", "fault", "kind", "link", "start", "end", "intervals", "planned"]
+    cols += ["undone"]
     if events.empty or "fault" not in events:
         return pd.DataFrame(columns=cols)
-    ev = events[events["fault"].notna()].assign(_t=lambda d: _applied(d))
-    if "results" not in ev:
-        ev = ev.assign(results="")
-    if "event" in ev:
-        ev = ev.drop_duplicates(["results", "run_id", "event"])
+    ev = applied_events(events)
+    ev = ev[ev["fault"].notna()].assign(_t=lambda d: _applied(d))
     rows = []
     for (results, run_id, fault), g in ev.sort_values("_t", kind="stable").groupby(
         ["results", "run_id", "fault"], sort=False
@@ -260,6 +285,7 @@ def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> 
             set(actions) == {"set"} and g["_t"].nunique() > 1  # burst_loss: set, set back
         )
         end = float(g["_t"].max()) if closes else math.nan
+        undone = bool(closes and "status" in g and g["status"].iloc[-1] == "undone")
         planned = False
         if math.isnan(end) and isinstance(spec.get("duration"), int | float):
             end, planned = start + float(spec["duration"]), True
@@ -278,6 +304,7 @@ def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> 
                 "end": end,
                 "intervals": intervals,
                 "planned": planned,
+                "undone": undone,
             }
         )
     return pd.DataFrame(rows, columns=cols)
@@ -402,7 +429,7 @@ def _one_fault(
     start, end = float(f["start"]), float(f["end"])
     ended = not math.isnan(end)
     stop = end if ended else math.inf
-    keys = ("results", "run_id", "fault", "kind", "link", "planned")
+    keys = ("results", "run_id", "fault", "kind", "link", "planned", "undone")
     row: dict[str, Any] = {c: f.get(c) for c in keys}
     row.update(start=start, end=end if ended else None, duration=stop - start if ended else None)
     # detect: the first failing rank row that ends after the fault started
@@ -554,10 +581,10 @@ def per_direction(events: pd.DataFrame) -> pd.DataFrame:
     if "direction" not in events:
         events = events.assign(direction=None)
     todo = (events["action"] == "set") & events["direction"].isna()
-    todo &= events["directions"].map(lambda d: d is not None and not isinstance(d, float))
+    todo &= events["directions"].map(lambda d: bool(directions_of(d)))
     if not todo.any():
         return events
-    spread = events[todo].assign(direction=events.loc[todo, "directions"].map(list))
+    spread = events[todo].assign(direction=events.loc[todo, "directions"].map(directions_of))
     spread = spread.explode("direction")
     return pd.concat([events[~todo], spread]).sort_index(kind="stable").reset_index(drop=True)
 
@@ -566,9 +593,12 @@ def trace_targets(events: pd.DataFrame) -> pd.DataFrame:
     """Target rate per trace bin and direction: ``results``, ``run_id``, ``direction``,
     ``start``, ``end``, ``target_bps`` (0 for a zero-rate bin applied as a blackhole)."""
     cols = ["results", "run_id", "direction", "start", "end", "target_bps"]
-    if events.empty or "source" not in events:
-        return pd.DataFrame(columns=cols)
-    ev = per_direction(events[events["source"] == "trace"]).assign(_t=lambda d: _applied(d))
+    if events.empty or "source" not in events or "rate_bps" not in events:
+        return pd.DataFrame(columns=cols)  # the runner recorded no per-direction settings
+    ev = per_direction(events[events["source"] == "trace"])
+    if "status" in ev:
+        ev = ev[ev["status"] != "skipped"]
+    ev = ev.assign(_t=lambda d: _applied(d))
     if "results" not in ev:
         ev = ev.assign(results="")
     rows = []
@@ -590,10 +620,8 @@ def trace_targets(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def _covers(event: pd.Series, direction: str) -> bool:
-    dirs = event.get("directions")
-    if dirs is None or (isinstance(dirs, float) and math.isnan(dirs)):
-        return True
-    return direction in list(dirs)
+    dirs = directions_of(event.get("directions"))
+    return not dirs or direction in dirs
 
 
 def achieved_rates(
@@ -621,6 +649,7 @@ def achieved_rates(
             out.loc[idx, "achieved_bps"] = np.where(inside, 8 * (hi - lo) / dt, np.nan)
             continue
         g = _run_rows(goodput, results, run_id) if goodput is not None else pd.DataFrame()
+        g = goodput_by_direction(g)
         if g.empty:
             continue
         if "direction" in g:
@@ -632,6 +661,23 @@ def achieved_rates(
             values.append(inside.mean() / GOODPUT_FACTOR if len(inside) else np.nan)
         out.loc[idx, "achieved_bps"] = values
     return out
+
+
+def goodput_by_direction(goodput: pd.DataFrame) -> pd.DataFrame:
+    """flows_goodput rows with a ``direction``: as written, else from the flow's ``from`` and
+    ``to`` hosts (host names are ``<cluster>-h<i>``, so east-h1 -> west-h0 is east->west)."""
+    if goodput.empty or "direction" in goodput or not {"from", "to"} <= set(goodput):
+        return goodput
+
+    def cluster(host: Any) -> str:
+        return str(host).rsplit("-h", 1)[0]
+
+    return goodput.assign(
+        direction=[
+            f"{cluster(a)}->{cluster(b)}"
+            for a, b in zip(goodput["from"], goodput["to"], strict=True)
+        ]
+    )
 
 
 def _run_rows(df: pd.DataFrame | None, results: str, run_id: str) -> pd.DataFrame:
@@ -695,15 +741,17 @@ def trace_table(
 
 # -- lateness ----------------------------------------------------------------------------------
 def lateness_table(events: pd.DataFrame) -> pd.DataFrame:
-    """Per run: ``events``, ``late`` (applied more than 20 ms after schedule), ``late_p50_s``,
-    ``late_p99_s``, ``late_max_s``, ``errors`` (events whose operation failed)."""
+    """Per run: ``events`` applied (the runner's undo rows at the end of a run aside), ``late``
+    (applied more than 20 ms after schedule), ``late_p50_s``, ``late_p99_s``, ``late_max_s``,
+    ``errors`` (events whose operation failed), ``skipped`` (never came: the workload ended)."""
     cols = ["results", "run_id", "events", "late", "late_p50_s", "late_p99_s", "late_max_s",
-            "errors"]  # fmt: skip
+            "errors", "skipped"]  # fmt: skip
     if events.empty or "late_s" not in events:
         return pd.DataFrame(columns=cols)
-    ev = events if "results" in events else events.assign(results="")
-    if "event" in ev:
-        ev = ev.drop_duplicates(["results", "run_id", "event"])
+    ev = applied_events(events)
+    if "status" in ev:  # the runner's undo at the end of a run has no schedule
+        ev = ev[ev["status"] != "undone"]
+    skipped = _count_status(events, "skipped")
     rows = []
     for (results, run_id), g in ev.groupby(["results", "run_id"], sort=False):
         late = g["late_s"].dropna().astype(float).tolist()
@@ -718,9 +766,20 @@ def lateness_table(events: pd.DataFrame) -> pd.DataFrame:
                 quantile(late, 0.99) if late else None,
                 max(late) if late else None,
                 int(errors),
+                skipped.get((results, run_id), 0),
             )
         )
     return pd.DataFrame(rows, columns=cols)
+
+
+def _count_status(events: pd.DataFrame, status: str) -> dict[tuple[str, str], int]:
+    if "status" not in events:
+        return {}
+    ev = events if "results" in events else events.assign(results="")
+    mine = ev[ev["status"] == status]
+    if "event" in mine:
+        mine = mine.drop_duplicates(["results", "run_id", "event"])
+    return mine.groupby(["results", "run_id"]).size().to_dict()
 
 
 # -- per-run metrics for expectations ---------------------------------------------------------

@@ -11,9 +11,12 @@ import pytest
 from analysis.faults import (
     RunContext,
     achieved_rates,
+    applied_events,
+    directions_of,
     fault_metrics,
     fault_table,
     fault_windows,
+    goodput_by_direction,
     lateness_table,
     operation_table,
     per_second,
@@ -392,3 +395,39 @@ def test_one_row_per_event_is_spread_over_its_directions() -> None:
     targets = trace_targets(both)
     assert set(targets["direction"]) == {"east->west", "west->east"}
     assert len(targets) == 2 * 599
+
+
+def test_the_runners_conventions() -> None:
+    # directions as comma-joined text, skipped rows without times, the undo row carrying the
+    # start's event index with the closing action
+    events = _events(
+        [(0, 0, "blackhole", 1.0, "east-west"), (1, 0, "unblackhole", 50.0, "east-west")]
+    )
+    events["status"] = "applied"
+    events.loc[1, ["status", "scheduled_unix", "applied_unix", "late_s"]] = [
+        "skipped",
+        None,
+        None,
+        None,
+    ]
+    undo = events.iloc[[0]].assign(
+        action="unblackhole",
+        status="undone",
+        scheduled_unix=None,
+        applied_unix=T0 + 9.0,
+        late_s=None,
+    )
+    events = pd.concat([events, undo], ignore_index=True)
+    events["directions"] = "east->west,west->east"
+    applied = applied_events(events)
+    assert list(applied["action"]) == ["blackhole", "unblackhole"]
+    w = fault_windows(events).iloc[0]
+    assert w["undone"] and w["end"] - w["start"] == pytest.approx(8.0)
+    late = lateness_table(events).iloc[0]
+    assert late["events"] == 1 and late["skipped"] == 1
+    assert directions_of("a->b,b->a") == ["a->b", "b->a"] and directions_of(None) == []
+
+
+def test_goodput_direction_from_the_flows_hosts() -> None:
+    g = pd.DataFrame({"from": ["east-h1"], "to": ["west-h0"], "t": [1.0], "goodput_bps": [1e6]})
+    assert goodput_by_direction(g)["direction"].tolist() == ["east->west"]

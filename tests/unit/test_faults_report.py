@@ -34,9 +34,10 @@ def test_fault_verdicts_of_the_fixture() -> None:
     assert short["predicted_stall_s"] == pytest.approx(4.2)
     assert 0.8 <= short["stall_over_predicted"] <= 1.2
     assert short["survived"] and short["recover_s"] > 0
-    # 40 s: longer than the 30 s timeout; the run ended before the blackhole's end event,
-    # so its end is the planned one
-    assert long["planned"] and long["duration"] == pytest.approx(40.0)
+    # 40 s: longer than the 30 s timeout; the run ended before the blackhole's end event (a
+    # skipped row), and the runner undid it then (an undone row with the start's event index)
+    assert long["undone"] and not long["planned"]
+    assert long["duration"] == pytest.approx(31.2, abs=0.1)
     assert long["op_outcome"] == "timeout" and "Timed out waiting" in long["error"]
     assert long["detect_s"] < 30.0 + 5.0
     assert long["predicted_outcome"].startswith("timeout")
@@ -44,6 +45,7 @@ def test_fault_verdicts_of_the_fixture() -> None:
     trace = fr.traces.set_index("run_id").loc["p000-r0"]
     assert trace["correlation"] > 0.9
     assert (fr.lateness["late"] == 0).all()
+    assert list(fr.lateness["skipped"]) == [0, 1]
     metrics = fault_metrics(fr.faults[fr.faults["run_id"] == "p000-r0"], fr.lateness)
     assert metrics["fault_survived"] == 1.0 and metrics["fault_detect"] is None
 
