@@ -851,6 +851,76 @@ def clock_origins(operations: pd.DataFrame, events: pd.DataFrame) -> dict[tuple[
     return out
 
 
+# -- bulk flows through a fault -----------------------------------------------------------------
+STALLED = 0.25  # a goodput sample below this share of the pre-fault level is a stalled flow
+
+
+def _crosses(direction: str, where: str) -> bool:
+    """Whether a flow's ``a->b`` direction crosses the fault's links (``east-west, east-south``)
+    or touches its cluster (a gateway crash)."""
+    a, _, b = direction.partition("->")
+    for part in str(where).split(","):
+        x, sep, y = part.strip().partition("-")
+        if (sep and {a, b} == {x, y}) or (not sep and x in (a, b)):
+            return True
+    return False
+
+
+def flow_stalls(
+    events: pd.DataFrame,
+    goodput: pd.DataFrame,
+    context: dict[tuple[str, str], RunContext],
+    specs: dict[tuple[str, str], dict[int, Any]] | None = None,
+) -> pd.DataFrame:
+    """Per run and fault: how long the bulk flows crossing it stalled, measured and predicted.
+
+    A bulk flow always has data in flight, so it is the cleanest check of the RTO series: its
+    goodput (summed over the flows crossing the fault's links, flows_goodput samples) falls below
+    25% of its median over the 2 s before the fault, and ``flow_stall_s`` is the fault start to
+    the start of the first sample above that again (one sample's resolution, 100 ms);
+    ``flow_predicted_s`` is :func:`predict_stall` from the fault's start. Empty without samples
+    or outages; a fault the flows did not notice has no stall."""
+    cols = ["results", "run_id", "fault", "flow_stall_s", "flow_predicted_s"]
+    g = goodput_by_direction(goodput)
+    if g.empty or events.empty or "direction" not in g:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for key, ev in _by_run(events):
+        windows = fault_windows(ev, (specs or {}).get(key))
+        mine = _run_rows(g, key[0], key[1])
+        ctx = context.get(key)
+        if mine.empty or ctx is None:
+            continue
+        for w in windows.itertuples(index=False):
+            if not w.intervals:
+                continue
+            flows = mine[[_crosses(d, w.link) for d in mine["direction"]]]
+            per_t = flows.groupby("t")["goodput_bps"].sum().sort_index()
+            width = float(flows["seconds"].median()) if "seconds" in flows else 0.0
+            before = per_t[(per_t.index >= w.start - 2.0) & (per_t.index < w.start)]
+            after = per_t[per_t.index > w.start]
+            if before.empty or after.empty or before.median() <= 0:
+                continue
+            low = after < STALLED * before.median()
+            stall = None
+            if low.any():
+                first_low = low.idxmax()
+                back = after[(after.index > first_low) & ~low]
+                if not back.empty:
+                    stall = float(back.index[0] - width - w.start)
+            rel = [(s - w.start, None if e is None else e - w.start, i) for s, e, i in w.intervals]
+            rows.append(
+                (
+                    key[0],
+                    key[1],
+                    w.fault,
+                    stall,
+                    predict_stall(rel, ctx.rto0_s, ctx.retries2).stall_s,
+                )
+            )
+    return pd.DataFrame(rows, columns=cols)
+
+
 # -- from loaded results -----------------------------------------------------------------------
 @dataclass
 class FaultResults:
@@ -910,6 +980,18 @@ def analyse(res: Any) -> FaultResults:
             faults = _resolved(res, results, run_id).get("faults") or []
             specs[(results, run_id)] = dict(enumerate(faults))
     faults = fault_table(events, ops, context, specs)
+    flows = flow_stalls(events, res.flows_goodput, context, specs)
+    if not flows.empty and not faults.empty:
+        faults = faults.merge(flows, on=["results", "run_id", "fault"], how="left")
+        quiet = (faults["affected_ops"] == 0) & faults["flow_stall_s"].notna()
+        faults.loc[quiet, "verdict"] = [
+            f"no operation ran; the bulk flows stalled {a:.2f} s (predicted {b:.2f} s)"
+            for a, b in zip(
+                faults.loc[quiet, "flow_stall_s"],
+                faults.loc[quiet, "flow_predicted_s"],
+                strict=True,
+            )
+        ]
     if res.has("tcp") and not faults.empty:
         from analysis.tables import data_sockets  # the report's WAN data sockets
 

@@ -215,7 +215,8 @@ def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
 FAULT_SHOWN = [
     "results", "run_id", "fault", "kind", "link", "at_s", "duration", "detect_s",
     "affected_ops", "op_outcome", "baseline_s", "stall_s", "predicted_stall_s",
-    "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "tcp_retransmits",
+    "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "flow_stall_s",
+    "flow_predicted_s", "tcp_retransmits",
     "tcp_rto_max_ms", "tcp_backoff_max", "tcp_ca_states", "verdict",
 ]  # fmt: skip
 
@@ -231,7 +232,9 @@ def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         "predicted = Linux TCP's RTO series for the outage (silent: retransmissions at "
         "RTO0·(2^k−1); ICMP: ≈ D + RTO0; slow start not modelled); recover = fault end to the "
         "end of the first successful operation ending after it; survived = that operation "
-        "came with no error in between; tcp = the WAN data sockets' tcp_info from 1 s before "
+        "came with no error in between; flow stall = how long the bulk traffic crossing the "
+        "fault stopped (goodput samples), against the RTO series from the fault's start; tcp = "
+        "the WAN data sockets' tcp_info from 1 s before "
         "to 5 s after the fault (where traced). Trace replay: achieved vs target rate per second "
         "(seconds darkened by a fault left out). Events: applied minus scheduled time, late = "
         "more than 20 ms.",

@@ -504,6 +504,8 @@ FORMATS = {
     "late_p50_s": _fmt_time,
     "late_p99_s": _fmt_time,
     "late_max_s": _fmt_time,
+    "flow_stall_s": _fmt_time,
+    "flow_predicted_s": _fmt_time,
 }
 HEADERS = {
     "time_p50": "time p50",
@@ -550,6 +552,8 @@ HEADERS = {
     "late_p50_s": "late p50",
     "late_p99_s": "late p99",
     "late_max_s": "late max",
+    "flow_stall_s": "flow stall",
+    "flow_predicted_s": "flow predicted",
     "tcp_retransmits": "tcp retrans",
     "tcp_rto_max_ms": "tcp RTO max ms",
     "tcp_backoff_max": "tcp backoff max",

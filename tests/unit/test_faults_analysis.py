@@ -16,6 +16,7 @@ from analysis.faults import (
     fault_metrics,
     fault_table,
     fault_windows,
+    flow_stalls,
     goodput_by_direction,
     lateness_table,
     operation_table,
@@ -431,3 +432,31 @@ def test_the_runners_conventions() -> None:
 def test_goodput_direction_from_the_flows_hosts() -> None:
     g = pd.DataFrame({"from": ["east-h1"], "to": ["west-h0"], "t": [1.0], "goodput_bps": [1e6]})
     assert goodput_by_direction(g)["direction"].tolist() == ["east->west"]
+
+
+def test_a_bulk_flows_stall_against_the_rto_series() -> None:
+    events = _events(
+        [(0, 0, "blackhole", 10.0, "east-west"), (1, 0, "unblackhole", 12.0, "east-west")]
+    )
+    ends = np.round(np.arange(0.1, 30.0, 0.1), 3)  # a sample covers (t - 0.1, t]
+    dark = (ends > 10.0) & (ends <= 14.2 + 1e-9)  # resumes at 10 + 4.2 s
+    goodput = pd.DataFrame(
+        {
+            "results": "r",
+            "run_id": "p000-r0",
+            "flow": 0,
+            "from": "east-h1",
+            "to": "west-h1",
+            "t": T0 + ends,
+            "seconds": 0.1,
+            "goodput_bps": np.where(dark, 0.0, 50e6),
+        }
+    )
+    got = flow_stalls(events, goodput, CTX).iloc[0]
+    assert got["flow_predicted_s"] == pytest.approx(4.2)
+    assert got["flow_stall_s"] == pytest.approx(4.2, abs=0.11)  # one sample's resolution
+    # a flow on another link does not count
+    other = goodput.assign(**{"from": "south-h1", "to": "north-h1"})
+    assert flow_stalls(events, other, CTX).empty or pd.isna(
+        flow_stalls(events, other, CTX).iloc[0]["flow_stall_s"]
+    )

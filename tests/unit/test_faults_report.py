@@ -22,7 +22,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def test_load_reads_the_events_table() -> None:
     res = load(FAULTS)
-    assert res.has("events") and not res.has("flows_goodput")
+    assert res.has("events") and res.has("flows_goodput")
     assert {"event", "source", "fault", "action", "late_s", "faults[0].duration"} <= set(res.events)
 
 
@@ -34,6 +34,9 @@ def test_fault_verdicts_of_the_fixture() -> None:
     assert short["predicted_stall_s"] == pytest.approx(4.2)
     assert 0.8 <= short["stall_over_predicted"] <= 1.2
     assert short["survived"] and short["recover_s"] > 0
+    # the bulk flow beside it: stalled as the RTO series says, to a sample's resolution
+    assert short["flow_stall_s"] == pytest.approx(4.2, abs=0.11)
+    assert short["flow_predicted_s"] == pytest.approx(4.2)
     # 40 s: longer than the 30 s timeout; the run ended before the blackhole's end event (a
     # skipped row), and the runner undid it then (an undone row with the start's event index)
     assert long["undone"] and not long["planned"]
