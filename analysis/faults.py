@@ -4,10 +4,12 @@ and analysis): the report and the runner's summary call it, the loader re-derive
 
 Inputs are the results tables (docs/results.md, "events.parquet" and "Faults"):
 
-* ``events``: one row per applied event (``event``, ``source``, ``fault``, ``action``, ``link``,
-  ``scheduled_unix``, ``applied_unix``, ``late_s``, ``error``, ...); a ``set`` event that changes
-  several directions has one row per direction (``direction`` and the new ``rate_bps``,
-  ``delay_s``, ``loss``, ...), so rows are deduplicated on ``event`` where events are counted;
+* ``events``: one row per event (``event``, ``source``, ``fault``, ``action``, ``link``,
+  ``scheduled_unix``, ``applied_unix``, ``late_s``, ``error``, ``status``, ...); a ``set`` event
+  that changes several directions has one row per direction (``direction`` and the new
+  ``rate_bps``, ``delay_s``, ``loss``, ...; :func:`per_direction` spreads a row that lists
+  them). :func:`applied_events` keeps what happened: no ``skipped`` rows, each event action
+  once, the runner's end-of-run ``undone`` row (its fault's event index, the closing action);
 * operations: one row per rank and operation with ``start``, ``end`` (or ``seconds``),
   ``outcome`` (ok | error | timeout), ``error_type``, ``error`` (:func:`operations` builds them
   from collectives.parquet or training.parquet);
@@ -16,10 +18,11 @@ Inputs are the results tables (docs/results.md, "events.parquet" and "Faults"):
 
 Definitions (per run and per fault; a fault's events share its ``fault`` index):
 
-* fault start / end: the earliest / latest ``applied_unix`` of its events (``scheduled_unix``
-  where an event was not applied); a fault with one event (a gateway crash never restored) has
-  no end. Its *dark intervals* are the (on, off) pairs of blackhole/unblackhole, link_down/
-  link_up, gateway_down/gateway_up in time order (a flap has ``count`` of them).
+* fault start / end: the earliest / latest ``applied_unix`` of its applied events, the end
+  only from a closing event (an undo at the end of the run counts: ``undone``); without one, start
+  + the scenario's ``duration`` (``planned``), else no end (a gateway crash never restored).
+  Its *dark intervals* are the (on, off) pairs of blackhole/unblackhole, link_down/link_up,
+  gateway_down/gateway_up in time order (a flap has ``count`` of them).
 * operation: all ranks' rows of one iteration (collective, algorithm, size) or training step;
   it starts at the earliest rank's start, ends at the latest rank's end, and its outcome is
   ``timeout`` if a rank timed out, else ``error`` if a rank failed, else ``ok``.
@@ -37,7 +40,10 @@ Definitions (per run and per fault; a fault's events share its ``fault`` index):
   fault's end: an operation that rode through the fault counts (its tail is the recovery), as
   does one run on a rebuilt process group. None when no operation succeeded after the fault.
 * survived: an ok operation ended after the fault's end and no operation failed in between (the
-  process group lived through it; a group rebuilt after an error has *recovered*, not survived).
+  process group lived through it; a group rebuilt after an error has *recovered*, not survived);
+  None when no operation met the fault (traffic only).
+* flow stall (:func:`flow_stalls`): how long the bulk flows crossing the fault stopped, against
+  the RTO series from the fault's start (a bulk flow always has data in flight).
 
 The RTO series (Linux TCP, inferred from the kernel's timers; docs/faults.md): with data in flight
 when a silent outage starts, the sender retransmits at RTO0·(2^k − 1) (k = 1, 2, ...; each RTO
