@@ -45,13 +45,16 @@ Definitions (per run and per fault; a fault's events share its ``fault`` index):
 * flow stall (:func:`flow_stalls`): how long the bulk flows crossing the fault stopped, against
   the RTO series from the fault's start (a bulk flow always has data in flight).
 
-The RTO series (Linux TCP, inferred from the kernel's timers; docs/faults.md): with data in flight
-when a silent outage starts, the sender retransmits at RTO0·(2^k − 1) (k = 1, 2, ...; each RTO
+The RTO series (Linux TCP; docs/faults.md has the measurement): with data in flight when a
+silent outage starts, Linux sends a tail loss probe (RFC 8985) PTO = 2·srtt + 2 ms after the last
+ACK (:func:`tlp_timeout`), then retransmits at PTO + RTO0·(2^k − 1) (k = 1, 2, ...; each RTO
 doubling, capped at 120 s), RTO0 = srtt + max(4·rttvar, 200 ms) (:func:`analysis.model.linux_rto`).
-The flow resumes at the first retransmission after the outage ends: on an 80 ms RTT path the
-probes go at 0.28, 0.84, 1.96, 4.20, 8.68 s, so a 2 s blackhole stalls it ≈ 4.2 s. With ICMP
-unreachable (an admin link down) RFC 6069 reverts each backoff, so the sender probes every ≈ RTO0
-and resumes within RTO0 of the repair: stall ≈ D + RTO0 (inferred). The kernel gives up after
+The flow resumes at the first probe after the outage ends: on an 80 ms RTT path the probes go at
+0.162, 0.442, 1.002, 2.122, 4.362 s, so a 2 s blackhole stalls it ≈ 2.1 s (without the TLP the
+series would be 0.28, 0.84, 1.96, 4.20 s: ≈ 4.2 s; measured on this project's testbed, the TLP
+series picks the right probe every time, the other one often not). With ICMP unreachable (an
+admin link down) RFC 6069 reverts each backoff, so the sender probes every ≈ RTO0 and resumes
+within RTO0 of the repair: stall ≈ D + RTO0 (inferred). The kernel gives up after
 ``tcp_retries2`` retransmissions (:func:`tcp_give_up`: 924.6 s for 15). Slow start after the
 resume is not modelled, so a measured stall is expected at or a little above the prediction.
 """
@@ -126,18 +129,28 @@ class StallPrediction:
     gave_up: bool  # the kernel's tcp_retries2 limit came first (ETIMEDOUT)
 
 
+def tlp_timeout(srtt_s: float, rto0_s: float) -> float:
+    """Linux's tail loss probe timeout (tcp_schedule_loss_probe, RFC 8985): 2·srtt + 2 ms
+    (TCP_TIMEOUT_MIN), at most the RTO. (With one packet in flight Linux adds 200 ms for a
+    delayed ACK; a stalled bulk or collective transfer has more.)"""
+    return min(2 * srtt_s + 0.002, rto0_s)
+
+
 def predict_stall(
     intervals: Iterable[tuple[float, float | None, bool]],
     rto0_s: float,
     retries2: int = 15,
     rto_max_s: float = RTO_MAX_S,
+    pto_s: float | None = None,
 ) -> StallPrediction:
     """Replay the retransmission timer over dark ``intervals`` (start, end or None = never,
     icmp), times relative to when the flow has data in flight (an interval starting before 0
-    counts from 0). Silent: the RTO doubles after every lost probe; ICMP: RFC 6069 reverts it, so
-    probes go every RTO0. A probe outside every interval is delivered: the flow resumes, and
-    the next interval starts a new series from RTO0. Give-up: ``tcp_give_up(retries2)`` after
-    the first lost transmission."""
+    counts from 0). With ``pto_s`` (:func:`tlp_timeout`) the first probe is Linux's tail loss
+    probe, ``pto_s`` after the last ACK, and the RTO timer starts again from it (a full RTO0);
+    without, the first probe is the RTO at RTO0. Silent: the RTO doubles after every lost
+    probe; ICMP: RFC 6069 reverts it, so probes go every RTO0. A probe outside every interval
+    is delivered: the flow resumes, and the next interval starts a new series. Give-up:
+    ``tcp_give_up(retries2)`` after the first lost transmission."""
     spans = sorted((max(0.0, s), e, icmp) for s, e, icmp in intervals if e is None or e > 0)
     give_up = tcp_give_up(retries2)
     probes: list[float] = []
@@ -149,15 +162,19 @@ def predict_stall(
             i += 1
             continue
         t, rto = start, rto0_s
+        tlp = pto_s is not None
         while True:
-            t += rto
+            t += pto_s if tlp and pto_s is not None else rto
             dark = [sp for sp in spans if sp[0] <= t and (sp[1] is None or t < sp[1])]
             if t - start > give_up:
                 return StallPrediction(None, None, tuple(probes), True)
             probes.append(t)
             if not dark:
                 break
-            rto = rto0_s if any(icmp for *_, icmp in dark) else min(2 * rto, rto_max_s)
+            if tlp:  # the TLP does not back off: the RTO timer then runs a full RTO0
+                tlp = False
+            else:
+                rto = rto0_s if any(icmp for *_, icmp in dark) else min(2 * rto, rto_max_s)
             if all(sp[1] is None for sp in dark) and not any(icmp for *_, icmp in dark):
                 # never repaired and silent: the kernel's give-up decides
                 return StallPrediction(None, None, tuple(probes), True)
@@ -355,21 +372,35 @@ class RunContext:
     rto0_s: float
     retries2: int = 15
     op_timeout_s: float | None = None
+    pto_s: float | None = None  # Linux's tail loss probe timeout (tlp_timeout); None: no TLP
 
 
-def rto0_for(rtt_s: float, tcp: pd.DataFrame | None = None, before: float | None = None) -> float:
-    """RTO0 of the WAN connections just before ``before``: tcp_info's ``rto_ms`` where sampled,
-    else linux_rto(srtt, rttvar) of the samples, else linux_rto(configured RTT, 0)."""
+def tcp_timers(
+    rtt_s: float, tcp: pd.DataFrame | None = None, before: float | None = None
+) -> tuple[float, float]:
+    """(RTO0, srtt) of the WAN connections just before ``before``: tcp_info's ``rto_ms`` where
+    sampled, else linux_rto(srtt, rttvar) of the samples; without samples the configured RTT
+    (rttvar 0). The samples' srtt includes the queueing a loaded link adds."""
     if tcp is not None and not tcp.empty and "time" in tcp:
         window = tcp[tcp["time"] <= before] if before is not None else tcp
         window = (
             window[window["time"] >= window["time"].max() - 1.0] if not window.empty else window
         )
-        if "rto_ms" in window and window["rto_ms"].notna().any():
-            return float(window["rto_ms"].median()) / 1e3
         if {"srtt_ms", "rttvar_ms"} <= set(window) and window["srtt_ms"].notna().any():
-            return linux_rto(window["srtt_ms"].median() / 1e3, window["rttvar_ms"].median() / 1e3)
-    return linux_rto(rtt_s, 0.0)
+            srtt = float(window["srtt_ms"].median()) / 1e3
+            if "rto_ms" in window and window["rto_ms"].notna().any():
+                return float(window["rto_ms"].median()) / 1e3, srtt
+            return linux_rto(srtt, float(window["rttvar_ms"].median()) / 1e3), srtt
+    return linux_rto(rtt_s, 0.0), rtt_s
+
+
+def run_timers(
+    rtt_s: float, tcp: pd.DataFrame | None, before: float | None, retries2: int, timeout: Any
+) -> RunContext:
+    """The RunContext of a run: its TCP timers (:func:`tcp_timers`, with Linux's TLP), its
+    tcp_retries2 and its operation timeout."""
+    rto0, srtt = tcp_timers(rtt_s, tcp, before)
+    return RunContext(rto0, retries2, timeout, tlp_timeout(srtt, rto0))
 
 
 def fault_table(
@@ -466,7 +497,7 @@ def _one_fault(
     if ctx is not None and f["intervals"] and not affected.empty:
         t0 = max(start, float(affected["start"].iloc[0]))
         rel = [(s - t0, None if e is None else e - t0, icmp) for s, e, icmp in f["intervals"]]
-        pred = predict_stall(rel, ctx.rto0_s, ctx.retries2)
+        pred = predict_stall(rel, ctx.rto0_s, ctx.retries2, pto_s=ctx.pto_s)
         row["predicted_stall_s"] = pred.stall_s
         row["predicted_outcome"] = _predicted_outcome(pred, ctx, row.get("baseline_s"))
         if pred.stall_s and row.get("stall_s") is not None:
@@ -835,8 +866,10 @@ def summarize_faults(
     first = None
     if "fault" in events and events["fault"].notna().any():
         first = float(_applied(events[events["fault"].notna()]).min())
-    ctx = RunContext(
-        rto0_for(rtt_s, tcp, first),
+    ctx = run_timers(
+        rtt_s,
+        tcp,
+        first,
         int((resolved.get("tcp") or {}).get("retries2") or 15),
         (resolved.get("workload") or {}).get("timeout"),
     )
@@ -921,7 +954,7 @@ def flow_stalls(
                     key[1],
                     w.fault,
                     stall,
-                    predict_stall(rel, ctx.rto0_s, ctx.retries2).stall_s,
+                    predict_stall(rel, ctx.rto0_s, ctx.retries2, pto_s=ctx.pto_s).stall_s,
                 )
             )
     return pd.DataFrame(rows, columns=cols)
@@ -968,7 +1001,7 @@ def run_context(res: Any, results: str, run_id: str) -> RunContext:
         first = float(_applied(ev[ev["fault"].notna()]).min())
     retries2 = ((resolved.get("tcp") or {}).get("retries2")) or 15
     timeout = (resolved.get("workload") or {}).get("timeout")
-    return RunContext(rto0_for(rtt, tcp, first), int(retries2), timeout)
+    return run_timers(rtt, tcp, first, int(retries2), timeout)
 
 
 def analyse(res: Any) -> FaultResults:

@@ -229,8 +229,9 @@ def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         'Per fault (docs/faults.md, "Results and report"): at = its start after the run\'s '
         "first operation; detect = fault start to the first error; stall = the affected "
         "operations' time beyond the median no-fault operation of the same run and arm; "
-        "predicted = Linux TCP's RTO series for the outage (silent: retransmissions at "
-        "RTO0·(2^k−1); ICMP: ≈ D + RTO0; slow start not modelled); recover = fault end to the "
+        "predicted = Linux TCP's probes through the outage (silent: a tail loss probe at "
+        "2·srtt, then retransmissions at PTO + RTO0·(2^k−1); ICMP: ≈ D + RTO0; slow start not "
+        "modelled); recover = fault end to the "
         "end of the first successful operation ending after it; survived = that operation "
         "came with no error in between; flow stall = how long the bulk traffic crossing the "
         "fault stopped (goodput samples), against the RTO series from the fault's start; tcp = "

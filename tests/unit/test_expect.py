@@ -211,8 +211,8 @@ def test_fault_metrics_on_summary_rows() -> None:
             "algorithm": "flat",
             "size": 16 << 20,
             "iteration": [0, 1, 2],
-            "start": [t0, t0 + 1.1, t0 + 6.6],
-            "seconds": [1.0, 5.4, 1.0],
+            "start": [t0, t0 + 1.1, t0 + 4.4],
+            "seconds": [1.0, 3.2, 1.0],
         }
     )
     events = pd.DataFrame(
@@ -229,8 +229,9 @@ def test_fault_metrics_on_summary_rows() -> None:
         }
     )
     metrics = summarize_faults(events, rank_operations(ops), resolved_run, rtt_s=0.08)
-    assert metrics["fault_stall"] == pytest.approx(4.4)
-    assert metrics["fault_stall_over_predicted"] == pytest.approx(4.4 / 4.2)
+    # 80 ms RTT: TLP at 0.162 s, RTOs at 0.442, 1.002, 2.122 s: resumes 2.122 s after the start
+    assert metrics["fault_stall"] == pytest.approx(2.2)
+    assert metrics["fault_stall_over_predicted"] == pytest.approx(2.2 / 2.122)
     assert metrics["events_late"] == 1.0 and metrics["fault_survived"] == 1.0
     rows = [{"run_id": "p000-r0", "collective": "all_reduce", **metrics}]
     expectations = [
