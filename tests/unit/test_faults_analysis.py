@@ -480,3 +480,8 @@ def test_a_bulk_flows_stall_against_the_rto_series() -> None:
     assert flow_stalls(events, other, CTX).empty or pd.isna(
         flow_stalls(events, other, CTX).iloc[0]["flow_stall_s"]
     )
+
+
+def test_stall_ratio_metric_is_the_one_farthest_from_one() -> None:
+    faults = pd.DataFrame({"stall_over_predicted": [1.1, 0.7, None], "survived": [True] * 3})
+    assert fault_metrics(faults)["fault_stall_over_predicted"] == 0.7
