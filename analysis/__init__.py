@@ -6,7 +6,9 @@
 (:mod:`analysis.compare`); ``analysis.write_report(results, out)`` writes report.html, report.md,
 PNGs and CSVs (:mod:`analysis.report`, imported on first use because it loads matplotlib).
 Tables: :mod:`analysis.tables`; figures: :mod:`analysis.plots`; α-β model: :mod:`analysis.model`;
-nccl-tests metrics: :mod:`analysis.metrics`; pcap flows: :mod:`analysis.flows`.
+nccl-tests metrics: :mod:`analysis.metrics`; pcap flows: :mod:`analysis.flows`; a changing WAN's
+fault verdicts, RTO-series predictions and trace replay: :mod:`analysis.faults`
+(``analysis.faults.analyse(results)``).
 """
 
 from __future__ import annotations

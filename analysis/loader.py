@@ -28,7 +28,11 @@ from analysis.summary import iteration_times, summarize
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
-TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows")
+TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events")
+TABLES += ("flows_goodput",)
+# Columns without which a table cannot be analysed (a file from another tool or version): load
+# refuses it, naming the file and the columns, instead of a report failing half-way.
+REQUIRED = {"events": ("run_id", "event", "source", "action", "scheduled_unix")}
 RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
@@ -52,8 +56,9 @@ class Results:
     is the slowest rank's time (nccl-tests' convention).
     ``training_summary``: one row per training run (the manifest's summary of a ``kind:
     training`` workload, docs/results.md) + ``results`` and ``status``.
-    ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``: the
-    Parquet tables as written, + ``results`` (empty when absent). ``skipped``:
+    ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``,
+    ``events`` (a changing WAN's applied events), ``flows_goodput`` (bulk traffic's goodput
+    samples): the Parquet tables as written, + ``results`` (empty when absent). ``skipped``:
     collective/algorithm combinations that do not exist (per run). ``manifests``: results name
     -> manifest.json content.
     ``params``: the sweep parameter columns, in the order the sweeps wrote them.
@@ -72,6 +77,8 @@ class Results:
     tcp: pd.DataFrame
     queues: pd.DataFrame
     flows: pd.DataFrame
+    events: pd.DataFrame
+    flows_goodput: pd.DataFrame
     skipped: pd.DataFrame
     manifests: dict[str, dict[str, Any]]
     paths: dict[str, Path]
@@ -133,6 +140,12 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
             path = d / f"{name}.parquet"
             if path.is_file():
                 frame = pd.read_parquet(path)
+                missing = [c for c in REQUIRED.get(name, ()) if c not in frame.columns]
+                if missing:
+                    raise ResultsError(
+                        f"{path}: missing column(s) {', '.join(missing)} (docs/results.md, "
+                        f"{name}.parquet)"
+                    )
                 frame.insert(0, "results", source)
                 parts[name].append(frame)
         for run_id, run in runs.items():

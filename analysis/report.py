@@ -25,13 +25,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import fault_plots as FP
+from analysis import faults as F
 from analysis import plots as P
 from analysis import tables as T
 from analysis import training_plots as TP
 from analysis.loader import Results, load
 
 CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
-CSV_NAMES += ("congestion", "model_terms")
+CSV_NAMES += ("congestion", "model_terms", "faults", "trace_replay", "events_lateness")
 
 
 @dataclass
@@ -138,6 +140,8 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         )
     if not res.training_summary.empty:
         out.append(_training_section(res, csv))
+    if res.has("events"):
+        out.append(_faults_section(res, csv))
     speedup = T.speedup_table(res)
     if not speedup.empty:
         csv["speedup"] = speedup
@@ -208,6 +212,61 @@ def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
     return sec
 
 
+FAULT_SHOWN = [
+    "results", "run_id", "fault", "kind", "link", "at_s", "duration", "detect_s",
+    "affected_ops", "op_outcome", "baseline_s", "stall_s", "predicted_stall_s",
+    "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "flow_stall_s",
+    "flow_predicted_s", "tcp_retransmits",
+    "tcp_rto_max_ms", "tcp_backoff_max", "tcp_ca_states", "verdict",
+]  # fmt: skip
+
+
+def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    fr = F.analyse(res)
+    sec = Section(
+        "faults",
+        "WAN dynamics and faults",
+        'Per fault (docs/faults.md, "Results and report"): at = its start after the run\'s '
+        "first operation; detect = fault start to the first error; stall = the affected "
+        "operations' time beyond the median no-fault operation of the same run and arm; "
+        "predicted = Linux TCP's probes through the outage (silent: a tail loss probe at "
+        "2·srtt, then retransmissions at PTO + RTO0·(2^k−1); ICMP: ≈ D + RTO0; slow start not "
+        "modelled); recover = fault end to the "
+        "end of the first successful operation ending after it; survived = that operation "
+        "came with no error in between; flow stall = how long the bulk traffic crossing the "
+        "fault stopped (goodput samples), against the RTO series from the fault's start; tcp = "
+        "the WAN data sockets' tcp_info from 1 s before "
+        "to 5 s after the fault (where traced). Trace replay: achieved vs target rate per second "
+        "(seconds darkened by a fault left out). Events: applied minus scheduled time, late = "
+        "more than 20 ms.",
+    )
+    if not fr.faults.empty:
+        csv["faults"] = fr.faults.drop(columns=["intervals"], errors="ignore")
+        origin = F.clock_origins(fr.operations, res.events)
+        shown = fr.faults.assign(
+            at_s=[
+                s - origin.get((r, i), s)
+                for r, i, s in zip(
+                    fr.faults["results"], fr.faults["run_id"], fr.faults["start"], strict=True
+                )
+            ]
+        )
+        if res.params:
+            shown = shown.merge(
+                res.runs[["results", "run_id", *res.params]], on=["results", "run_id"]
+            )
+        cols = [c for c in FAULT_SHOWN if c in shown] + [p for p in res.params if p in shown]
+        sec.tables.append(("Faults", T.formatted(shown[cols])))
+    if not fr.traces.empty:
+        csv["trace_replay"] = fr.traces
+        sec.tables.append(("Trace replay", T.formatted(fr.traces)))
+    if not fr.lateness.empty:
+        csv["events_lateness"] = fr.lateness
+        sec.tables.append(("Event application", T.formatted(fr.lateness)))
+    sec.plots = [p for p in (FP.plot_timeline(res, fr),) if p]
+    return sec
+
+
 def write_report(source: Results | str | Path | Iterable[str | Path], out: Path | None = None):
     """Build the report of ``source`` (loaded results or paths) into ``out``; return a
     :class:`Report`."""
@@ -215,7 +274,7 @@ def write_report(source: Results | str | Path | Iterable[str | Path], out: Path 
     out = Path(out) if out is not None else default_out(res)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     # A report written again into the same directory must not keep figures it no longer has.
-    for name in P.PLOT_NAMES:
+    for name in (*P.PLOT_NAMES, *TP.PLOT_NAMES, *FP.PLOT_NAMES):
         (out / "plots" / f"{name}.png").unlink(missing_ok=True)
     for name in CSV_NAMES:
         (out / f"{name}.csv").unlink(missing_ok=True)
@@ -266,7 +325,8 @@ figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; max-width
 img { max-width: 100%; border: 1px solid #eee; }
 nav a { margin-right: 1em; }
 """
-TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "kind", "run_id"}
+TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "kind", "run_id", "verdict"}
+TEXT_COLUMNS |= {"predicted outcome"}
 
 
 def _html_table(df: pd.DataFrame) -> str:

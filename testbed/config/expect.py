@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from testbed.core.paths import MISSING, get_path
 from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
 
-# Summary columns an expectation may test: a collective's, then a training run's.
+# Summary columns an expectation may test: a collective's, a training run's, then a run's faults.
 Metric = Literal[
     "time_p50",
     "time_p95",
@@ -52,6 +52,16 @@ Metric = Literal[
     "compute_utilisation",
     "comm_per_step",
     "comm_measured_over_predicted",
+    # a changing WAN (analysis.faults.summarize_faults, added to every summary row of the run;
+    # the worst over its faults): seconds to the first error, stall beyond the no-fault
+    # operation, stall / RTO-series prediction, fault end to the first successful operation,
+    # 1.0 when every fault was survived, events applied > 20 ms late
+    "fault_detect",
+    "fault_stall",
+    "fault_stall_over_predicted",
+    "fault_recover",
+    "fault_survived",
+    "events_late",
 ]
 METRICS = get_args(Metric)
 # A training sweep's algorithm is the scenario field workload.algorithm and the summary column

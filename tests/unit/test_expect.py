@@ -3,8 +3,10 @@ twins for compare_to, fixed values, conditions, and what happens when nothing ma
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
+from analysis.faults import rank_operations, summarize_faults
 from testbed.config.expect import Expectation, check, parse_value, split_condition
 from testbed.config.scenario import parse_scenario
 from testbed.config.sweep import expand
@@ -194,3 +196,48 @@ def test_training_runs_compare_with_their_ddp_twin_across_a_swept_algorithm() ->
         ("passed", 2.36, pytest.approx(2.415)),
     ]
     assert checks[0].row == "p001-r0 diloco"
+
+
+def test_fault_metrics_on_summary_rows() -> None:
+    # the "2 s blackhole: stall within 20% of the RTO-series prediction, nothing fails":
+    # the runner adds analysis.faults.summarize_faults to every summary row of the run
+    resolved_run = {"workload": {"timeout": 30.0}, "tcp": {"retries2": 15}, "faults": []}
+    t0 = 1_700_000_000.0
+    ops = pd.DataFrame(
+        {
+            "run_id": "p000-r0",
+            "rank": 0,
+            "collective": "all_reduce",
+            "algorithm": "flat",
+            "size": 16 << 20,
+            "iteration": [0, 1, 2],
+            "start": [t0, t0 + 1.1, t0 + 4.4],
+            "seconds": [1.0, 3.2, 1.0],
+        }
+    )
+    events = pd.DataFrame(
+        {
+            "run_id": "p000-r0",
+            "event": [0, 1],
+            "source": "fault",
+            "fault": [0, 0],
+            "action": ["blackhole", "unblackhole"],
+            "link": "east-west",
+            "scheduled_unix": [t0 + 1.2, t0 + 3.2],
+            "applied_unix": [t0 + 1.2, t0 + 3.2],
+            "late_s": [0.001, 0.03],
+        }
+    )
+    metrics = summarize_faults(events, rank_operations(ops), resolved_run, rtt_s=0.08)
+    # 80 ms RTT: TLP at 0.162 s, RTOs at 0.442, 1.002, 2.122 s: resumes 2.122 s after the start
+    assert metrics["fault_stall"] == pytest.approx(2.2)
+    assert metrics["fault_stall_over_predicted"] == pytest.approx(2.2 / 2.122)
+    assert metrics["events_late"] == 1.0 and metrics["fault_survived"] == 1.0
+    rows = [{"run_id": "p000-r0", "collective": "all_reduce", **metrics}]
+    expectations = [
+        Expectation(metric="fault_stall_over_predicted", relation="<=", value=1.2),
+        Expectation(metric="fault_survived", relation="==", value=1),
+        Expectation(metric="fault_detect", relation="<", value=1),  # nothing failed: missing
+    ]
+    checks = check(expectations, rows, {"p000-r0": resolved_run}, [])
+    assert [c.status for c in checks] == ["passed", "passed", "unchecked"]

@@ -115,8 +115,10 @@ def test_load_gives_trace_tables_with_sweep_columns():
 
 def test_load_several_results_directories_at_once():
     res = load(FIXTURES)  # a directory of results directories
-    assert set(res.runs["results"]) == {"collectives", "congestion", "failure", "training"}
+    names = {"collectives", "congestion", "failure", "training", "faults"}
+    assert set(res.runs["results"]) == names
     assert set(res.params) == {
+        "faults[0].duration",
         "wan[0].rate",
         "tcp.congestion",
         "wan[0].loss",
