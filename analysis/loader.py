@@ -28,7 +28,10 @@ from analysis.summary import iteration_times, summarize
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
-TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows")
+TABLES = (
+    "collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events",
+    "flows_goodput",
+)  # fmt: skip
 RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
@@ -52,8 +55,11 @@ class Results:
     is the slowest rank's time (nccl-tests' convention).
     ``training_summary``: one row per training run (the manifest's summary of a ``kind:
     training`` workload, docs/results.md) + ``results`` and ``status``.
-    ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``: the
-    Parquet tables as written, + ``results`` (empty when absent). ``skipped``:
+    ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``,
+    ``events`` (the WAN's schedule steps and faults as applied), ``flows_goodput`` (the
+    ``traffic:`` flows' goodput samples): the Parquet tables as written, + ``results`` (empty
+    when absent). ``iterations`` leaves out operations that failed (``outcome`` error or
+    timeout; they are in ``collectives``). ``skipped``:
     collective/algorithm combinations that do not exist (per run). ``manifests``: results name
     -> manifest.json content.
     ``params``: the sweep parameter columns, in the order the sweeps wrote them.
@@ -72,6 +78,8 @@ class Results:
     tcp: pd.DataFrame
     queues: pd.DataFrame
     flows: pd.DataFrame
+    events: pd.DataFrame
+    flows_goodput: pd.DataFrame
     skipped: pd.DataFrame
     manifests: dict[str, dict[str, Any]]
     paths: dict[str, Path]
@@ -336,6 +344,11 @@ def _iterations(collectives: pd.DataFrame, runs: pd.DataFrame, params: list[str]
     keys = ["results", "run_id", "collective", "algorithm", "size", "iteration"]
     if collectives.empty or not set(keys) <= set(collectives.columns):
         return pd.DataFrame(columns=[*keys, "seconds", "correct", "start", "ranks"])
+    if "outcome" in collectives.columns:  # a failed operation's seconds are not a timing
+        ok = collectives["outcome"].isna() | (collectives["outcome"] == "ok")
+        collectives = collectives[ok & (collectives["iteration"] >= 0)]
+        if collectives.empty:
+            return pd.DataFrame(columns=[*keys, "seconds", "correct", "start", "ranks"])
     per = iteration_times(collectives, by=["results", "run_id"], sort=False)
     return _with_params(per, runs, params)
 
