@@ -75,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         progress = max(1, steps // 10)
         fail_at = injected_failure(ctx.rank)
         for step in range(steps):
-            if step == fail_at:
-                raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
             announcer.start(step)
             began = time.time()
             try:
+                if step == fail_at:
+                    raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
                 rec = trainer.step(step)
                 if step == steps - 1:
                     trainer.finish()

@@ -165,6 +165,39 @@ def test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text(
     assert (df[df["op"] < 2]["outcome"] == "ok").all() and len(df[df["op"] < 2]) == 8
 
 
+def test_training_steps_are_announced_and_a_failed_step_is_recorded(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("TESTBED_INJECT_FAULT", "train:rank:1:step:4")
+    data = {
+        "name": f"{RUN_TAG}-ev-train"[:32],
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [{"between": ["east", "west"], "rate": "1gbit", "delay": "5ms"}],
+        "backend": "userspace",
+        "workload": {"kind": "training", "algorithm": "ddp", "steps": 8, "timeout": "60s"},
+    }
+    with_timeline(
+        monkeypatch,
+        lambda plan: Timeline(
+            tuple(set_delay(plan, 0.0, 0.005, after) for after in (None, 2, 6)),
+            "workload",
+            None,
+        ),
+    )
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    assert not exp.run(selfcheck_seconds=0.3)
+    path = exp.results.path
+    df = pd.read_parquet(path / "training.parquet")
+    steps = {(r["rank"], r["step"]): r for r in df.to_dict("records")}
+    ev = pd.read_parquet(path / "events.parquet").sort_values("event")
+    # origin = step 0's start, the anchored event = step 2's start (rank 0 announces them)
+    assert ev.iloc[0]["scheduled_unix"] == pytest.approx(steps[(0, 0)]["start"], abs=0.005)
+    assert ev.iloc[1]["scheduled_unix"] == pytest.approx(steps[(0, 2)]["start"], abs=0.005)
+    # step 6 never started: its event was skipped
+    assert list(ev["status"]) == ["applied", "applied", "skipped"]
+    failed = df[df["outcome"] != "ok"]
+    assert (1, 4) in set(zip(failed["rank"], failed["step"], strict=True))
+    assert "injected failure at step 4" in steps[(1, 4)]["error"]
+
+
 def test_bulk_traffic_alone_records_its_goodput(root, tmp_path):
     data = scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}])
     data["name"] = f"{RUN_TAG}-ev-bulk"[:32]
