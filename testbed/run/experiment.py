@@ -307,6 +307,7 @@ class RunDynamics:
                 "failed": len(failed),
                 "late": sum(bool(r["late"]) for r in events),
                 "skipped": sum(r["status"] == "skipped" for r in events),
+                "skipped_trace_bins": self.runner.skipped_trace,
                 "undone": sum(r["status"] == "undone" for r in events),
                 "clock": self.timeline.clock,
             }

@@ -146,6 +146,17 @@ def test_a_fault_ended_by_its_own_event_is_not_undone_again() -> None:
     assert [r["status"] for r in runner.rows] == ["applied", "applied"]
 
 
+def test_trace_bins_that_never_came_are_counted_not_tabled() -> None:
+    bins = tuple(event(10.0 + k, source="trace", what=f"bin {k}") for k in range(1000))
+    with OriginClock(from_iterations=False) as clock:
+        runner = EventRunner(
+            Timeline((event(5.0, what="step"), *bins), "wall", None), None, clock, apply=str
+        ).start()
+        clock.set_origin()
+        runner.stop()
+    assert [r["what"] for r in runner.rows] == ["step"] and runner.skipped_trace == 1000
+
+
 def test_nothing_waits_when_the_workload_ends_before_the_origin() -> None:
     with OriginClock() as clock:
         runner = EventRunner(
