@@ -57,8 +57,10 @@ class Results:
     ``training_summary``: one row per training run (the manifest's summary of a ``kind:
     training`` workload, docs/results.md) + ``results`` and ``status``.
     ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``,
-    ``events`` (a changing WAN's applied events), ``flows_goodput`` (bulk traffic's goodput
-    samples): the Parquet tables as written, + ``results`` (empty when absent). ``skipped``:
+    ``events`` (the WAN's schedule steps and faults as applied), ``flows_goodput`` (the
+    ``traffic:`` flows' goodput samples): the Parquet tables as written, + ``results`` (empty
+    when absent). ``iterations`` leaves out operations that failed (``outcome`` error or
+    timeout; they are in ``collectives``). ``skipped``:
     collective/algorithm combinations that do not exist (per run). ``manifests``: results name
     -> manifest.json content.
     ``params``: the sweep parameter columns, in the order the sweeps wrote them.
@@ -349,6 +351,11 @@ def _iterations(collectives: pd.DataFrame, runs: pd.DataFrame, params: list[str]
     keys = ["results", "run_id", "collective", "algorithm", "size", "iteration"]
     if collectives.empty or not set(keys) <= set(collectives.columns):
         return pd.DataFrame(columns=[*keys, "seconds", "correct", "start", "ranks"])
+    if "outcome" in collectives.columns:  # a failed operation's seconds are not a timing
+        ok = collectives["outcome"].isna() | (collectives["outcome"] == "ok")
+        collectives = collectives[ok & (collectives["iteration"] >= 0)]
+        if collectives.empty:
+            return pd.DataFrame(columns=[*keys, "seconds", "correct", "start", "ranks"])
     per = iteration_times(collectives, by=["results", "run_id"], sort=False)
     return _with_params(per, runs, params)
 

@@ -1,7 +1,16 @@
-"""Bulk TCP sender and receiver run inside host namespaces (the link self-check's traffic).
+"""Bulk TCP sender and receivers run inside host namespaces: the link self-check's traffic and a
+scenario's `traffic:` flows.
 
     python -m traffic.bulk serve --port 5201 [--warmup 1.0] [--buffer BYTES]  # READY, one JSON line
     python -m traffic.bulk send --host west-h0 --port 5201 --duration 3 [--buffer BYTES]
+                                [--congestion cubic]
+    python -m traffic.bulk sink --port 5201 --out FILE [--interval 0.1]       # READY, samples
+
+``sink`` is the receiver of a scenario's ``traffic:`` flows (testbed.run.bulkflows): it accepts
+one connection and writes, every ``interval`` seconds until EOF, one JSON line
+``{"t": unix time at the end of the window, "seconds": window, "bytes": read in it,
+"goodput_bps"}`` to FILE (flushed as written), then prints a summary line. ``send
+--congestion`` sets the flow's algorithm (TCP_CONGESTION) before it connects.
 
 The receiver accepts one connection, counts bytes until EOF and prints goodput over the time after
 ``warmup`` seconds (so slow start does not count) and over the whole transfer. Standard library
@@ -110,10 +119,59 @@ def serve(port: int, warmup: float, buffer: int = 0, spacing: float = 0.05) -> d
     }
 
 
-def send(host: str, port: int, duration: float, buffer: int = 0) -> dict:
+def sink(port: int, out: str, interval: float = 0.1) -> dict:
+    """Receive one connection until EOF, writing its goodput every ``interval`` s to ``out``."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    with srv:
+        srv.bind(("0.0.0.0", port))
+        srv.listen(1)
+        print("READY", flush=True)
+        conn, peer = srv.accept()
+    view = memoryview(bytearray(CHUNK))
+    total = window = 0
+    samples = 0
+    with conn, open(out, "w") as f:
+        start = last = time.monotonic()
+        tick = last + interval
+
+        def sample(now: float) -> None:
+            nonlocal window, last, samples
+            rate = window * 8 / (now - last) if now > last else 0.0
+            row = {"t": time.time(), "seconds": now - last, "bytes": window, "goodput_bps": rate}
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            window, last, samples = 0, now, samples + 1
+
+        while True:
+            now = time.monotonic()
+            if now >= tick:
+                sample(now)
+                while tick <= now:  # a late wake-up: the next window still ends on the grid
+                    tick += interval
+            conn.settimeout(max(tick - now, 1e-3))
+            try:
+                n = conn.recv_into(view)
+            except TimeoutError:
+                continue
+            if not n:
+                break
+            window += n
+            total += n
+        end = time.monotonic()
+        if end > last:
+            sample(end)
+    return {"peer": peer[0], "bytes": total, "seconds": end - start, "samples": samples}
+
+
+def send(
+    host: str, port: int, duration: float, buffer: int = 0, congestion: str | None = None
+) -> dict:
     payload = memoryview(bytes(CHUNK))
     sent = 0
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if congestion:  # before connect: the handshake already runs under the flow's algorithm
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
     if buffer:
         _force_buffer(s, SO_SNDBUFFORCE, socket.SO_SNDBUF, buffer)
         # keep little unsent data queued: after the deadline only what is in flight drains,
@@ -146,11 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--duration", type=float, default=3.0)
     c.add_argument("--buffer", type=int, default=0, help="fixed send buffer, bytes")
+    c.add_argument("--congestion", default=None, help="TCP_CONGESTION of the flow")
+    k = sub.add_parser("sink")
+    k.add_argument("--port", type=int, required=True)
+    k.add_argument("--out", required=True, help="file of the goodput samples (JSON lines)")
+    k.add_argument("--interval", type=float, default=0.1, help="seconds per sample")
     args = p.parse_args(argv)
     if args.mode == "serve":
         result = serve(args.port, args.warmup, args.buffer, args.spacing)
+    elif args.mode == "sink":
+        result = sink(args.port, args.out, args.interval)
     else:
-        result = send(args.host, args.port, args.duration, args.buffer)
+        result = send(args.host, args.port, args.duration, args.buffer, args.congestion)
     print(json.dumps(result), flush=True)
     return 0
 

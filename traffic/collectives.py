@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 from traffic.context import RankContext
+from traffic.entry import failure_fields
 
 ALGORITHMS = ("flat", "hierarchical", "hierarchical-2d")
 
@@ -599,6 +600,9 @@ class Result:
     correct: bool
     phases: dict[str, float]
     start: float = 0.0  # unix time (time.time()) when the timed operation began
+    outcome: str = "ok"  # ok | error | timeout (traffic.entry.failure_fields)
+    error_type: str | None = None
+    error: str | None = None
     bad_index: int | None = None
     got: float | None = None
     want: float | None = None
@@ -626,12 +630,19 @@ def measure(
     prepared: Prepared,
     warmup: int,
     iterations: int,
+    announce: Callable[[int], None] | None = None,
 ) -> Iterator[Result]:
     """Run ``warmup`` untimed then ``iterations`` timed operations, yielding each timed result.
 
     Each run: refill the input and clear the output (untimed), world barrier, time the
     operation alone with ``perf_counter``, then check the output against the exact result.
-    Every rank must call this with the same arguments in the same order.
+    Every rank must call this with the same arguments in the same order. ``announce(i)`` is called
+    right before timed operation ``i`` starts (rank 0 tells the runner: traffic.announce).
+
+    An operation that raises (a gloo timeout or a closed pair: the process group is dead after
+    either, see docs/faults.md) yields its Result with ``outcome`` error|timeout, the
+    exception's type and text (a warm-up one with its negative ``iteration``), then the
+    exception propagates: the rank records the failed operation and exits with it.
     """
     coll = COLLECTIVES[collective]
     algo = coll.algorithms[algorithm]
@@ -646,10 +657,20 @@ def measure(
         if not coll.in_place:
             out.zero_()
         ctx.take_phases()
-        dist.barrier()
-        wall = time.time()  # the traces' clock, to line iterations up with tcp/queue samples
-        t0 = time.perf_counter()
-        algo(ctx, bufs)
+        wall, t0 = time.time(), time.perf_counter()
+        try:
+            dist.barrier()
+            if i >= 0 and announce is not None:
+                announce(i)
+            wall = time.time()  # the traces' clock, to line iterations up with tcp/queue samples
+            t0 = time.perf_counter()
+            algo(ctx, bufs)
+        except Exception as exc:
+            failed = Result(i, time.perf_counter() - t0, False, ctx.take_phases(), start=wall)
+            for key, value in failure_fields(exc).items():
+                setattr(failed, key, value)
+            yield failed
+            raise
         t1 = time.perf_counter()
         phases = ctx.take_phases()
         if i < 0:

@@ -126,8 +126,17 @@ def set_user_timeout(seconds: float) -> int:
     return done
 
 
+# s: joining (store, every pair's connect) may take this long whatever the operations' timeout:
+# ranks start torch seconds apart on a busy machine, and a short operation timeout (a fault test's
+# 3 s) must not fail the join.
+SETUP_TIMEOUT_S = 120.0
+
+
 def setup(spec: dict[str, Any], rank: int) -> RankContext:
-    """Join the process group and create the cluster, leaders and column groups."""
+    """Join the process group and create the cluster, leaders and column groups.
+
+    Joining uses ``max(timeout_s, SETUP_TIMEOUT_S)``; then every group's operations get
+    ``timeout_s`` (gloo's only timer: a blocked operation fails with "Timed out waiting ...")."""
     world = int(spec["world_size"])
     ranks = spec["ranks"]
     if len(ranks) != world:
@@ -136,7 +145,8 @@ def setup(spec: dict[str, Any], rank: int) -> RankContext:
         raise RuntimeError("LOCAL_WORLD_SIZE is set: gloo may bypass the network; unset it")
     clusters = topology(ranks)
     cols = columns(clusters)
-    timeout = timedelta(seconds=float(spec.get("timeout_s", 300)))
+    op_timeout = timedelta(seconds=float(spec.get("timeout_s", 300)))
+    timeout = max(op_timeout, timedelta(seconds=SETUP_TIMEOUT_S))
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo",
@@ -155,10 +165,16 @@ def setup(spec: dict[str, Any], rank: int) -> RankContext:
     leader_ranks = tuple(rs[0] for rs in clusters.values())
     leaders_group = dist.new_group(list(leader_ranks), timeout=timeout)
     column_ranks = column_group = None
+    groups = [None, *(g for g in (cluster_group, leaders_group) if g is not None)]
     for col in cols or []:
         g = dist.new_group(list(col), timeout=timeout)
+        groups.append(g)
         if rank in col:
             column_ranks, column_group = col, g
+    if op_timeout != timeout:
+        for g in groups:
+            if g is None or not dist.distributed_c10d._rank_not_in_group(g):
+                dist.distributed_c10d._set_pg_timeout(op_timeout, g)
     if me.get("tcp_user_timeout"):  # gloo has connected every pair by now (no lazy init)
         set_user_timeout(float(me["tcp_user_timeout"]))
     return RankContext(

@@ -59,6 +59,19 @@ def log(label: str, msg: str) -> None:
     print(f"{label}: {msg}", file=sys.stderr, flush=True)
 
 
+# gloo's text when an operation's deadline passed (gloo/transport/tcp/unbound_buffer.cc): the
+# process group timeout; any other exception of an operation is an "error".
+TIMEOUT_TEXT = "Timed out waiting"
+
+
+def failure_fields(exc: BaseException) -> dict[str, str]:
+    """The outcome columns of an operation that raised ``exc``: ``outcome`` timeout|error, the
+    exception's type and its full text (one row per rank and failed operation)."""
+    text = str(exc) or repr(exc)
+    outcome = "timeout" if TIMEOUT_TEXT in text else "error"
+    return {"outcome": outcome, "error_type": type(exc).__name__, "error": text}
+
+
 def exit_on_error(label: str, out: IO[str] | None, code: int) -> NoReturn:
     """From an ``except``: the traceback on stderr (prefixed), the rank's output flushed as far
     as it got, then ``os._exit(code)``, so a hung gloo thread cannot keep the process alive."""

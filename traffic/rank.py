@@ -18,10 +18,18 @@ not set ``LOCAL_WORLD_SIZE`` (some gloo builds then bypass the network).
 Output: ``{out_dir}/rank-{R}.jsonl``, one line per timed iteration, flushed as written::
 
     {"rank", "host", "cluster", "world_size", "collective", "algorithm", "size",
-     "requested_size", "count", "dtype", "iteration", "start", "seconds", "correct", "phases"}
+     "requested_size", "count", "dtype", "iteration", "op", "start", "seconds", "correct",
+     "phases", "outcome"}
 
 ``start`` is the unix time (``time.time()``, the clock of every trace table) the timed operation
-began on this rank.
+began on this rank; ``op`` numbers the timed operations across the run (0 = the first one).
+``outcome`` is ``ok``, or ``error``/``timeout`` for an operation that raised (then also
+``error_type`` and ``error``, the full text; a failed warm-up operation has a negative
+``iteration`` and no ``op``): the rank writes that row and exits with the error (gloo closes
+every pair of the group after a failure, so nothing after it could run).
+
+With ``"events_socket": PATH`` in the spec, rank 0 announces the start of every timed operation
+on that UNIX datagram socket (traffic.announce), for the runner's event timeline.
 
 plus ``"note"`` where the algorithm needs one and ``"first_bad_index"``, ``"got"``,
 ``"expected"`` when wrong. ``size`` is the bytes actually used (nccl-tests semantics, see
@@ -43,6 +51,7 @@ from typing import IO, Any
 
 from testbed.core.stats import quantile
 from traffic import collectives as C
+from traffic.announce import Announcer
 from traffic.context import RankContext, setup, teardown
 from traffic.entry import exit_on_error, log, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_WRONG
@@ -53,8 +62,21 @@ def _write(out: IO[str], record: dict[str, Any]) -> None:
     out.flush()
 
 
-def run(ctx: RankContext, spec: dict[str, Any], out: IO[str]) -> list[str]:
-    """Run every collective × size × algorithm of the spec; returns the wrong-result messages."""
+def run(
+    ctx: RankContext, spec: dict[str, Any], out: IO[str], announcer: Announcer | None = None
+) -> list[str]:
+    """Run every collective × size × algorithm of the spec; returns the wrong-result messages.
+
+    Timed operations are numbered across the whole run (``op``: 0 = the first timed one, what a
+    fault's ``after: {iteration: K}`` counts); rank 0 announces each one's start
+    (traffic.announce). An operation that fails is written with its outcome, then its
+    exception propagates (the process group is dead after a gloo error)."""
+    done = 0  # timed operations of the combinations before this one
+
+    def announce(i: int) -> None:
+        if announcer is not None:
+            announcer.start(done + i)
+
     colls = list(spec["collectives"])
     algos = list(spec["algorithms"])
     dtype_name = spec.get("dtype", "float32")
@@ -84,7 +106,7 @@ def run(ctx: RankContext, spec: dict[str, Any], out: IO[str]) -> list[str]:
                 note = C.note_for(ctx, coll, algo)
                 times = []
                 first_bad = None
-                results = C.measure(ctx, coll, algo, count, prepared, warmup, iterations)
+                results = C.measure(ctx, coll, algo, count, prepared, warmup, iterations, announce)
                 for res in results:
                     rec: dict[str, Any] = {
                         "rank": ctx.rank,
@@ -98,11 +120,17 @@ def run(ctx: RankContext, spec: dict[str, Any], out: IO[str]) -> list[str]:
                         "count": count,
                         "dtype": dtype_name,
                         "iteration": res.iteration,
+                        "op": done + res.iteration if res.iteration >= 0 else None,
                         "start": res.start,
                         "seconds": res.seconds,
                         "correct": res.correct,
                         "phases": res.phases,
+                        "outcome": res.outcome,
                     }
+                    if res.outcome != "ok":
+                        rec.update(error_type=res.error_type, error=res.error)
+                        _write(out, rec)
+                        continue
                     if note:
                         rec["note"] = note
                     if not res.correct:
@@ -116,6 +144,7 @@ def run(ctx: RankContext, spec: dict[str, Any], out: IO[str]) -> list[str]:
                             log(ctx.label, first_bad)
                     _write(out, rec)
                     times.append(res.seconds)
+                done += iterations
                 if first_bad:
                     wrong.append(first_bad)
                 if times:
@@ -134,17 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     args = rank_args("python -m traffic.rank", __doc__, argv)
     label = f"rank {args.rank}"
     out: IO[str] | None = None
+    announcer = Announcer(None)
     try:
         start = rank_start(args)
         spec, label = start.spec, start.label
+        announcer = Announcer.from_spec(spec, args.rank)
         out = (start.out_dir / f"rank-{args.rank}.jsonl").open("w")
         C.validate(spec["collectives"], spec["algorithms"], spec.get("dtype", "float32"))
         ctx = setup(spec, args.rank)
         log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster} {ctx.cluster_ranks}")
-        wrong = run(ctx, spec, out)
+        wrong = run(ctx, spec, out, announcer)
+        announcer.end()
         teardown()
         out.close()
     except BaseException:
+        announcer.end()
         exit_on_error(label, out, EXIT_ERROR)
     if wrong:
         log(label, f"{len(wrong)} wrong result(s); exiting {EXIT_WRONG}")

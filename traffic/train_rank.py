@@ -12,14 +12,18 @@ Output: ``{out_dir}/rank-{R}.jsonl``, one line per step, flushed as written::
 
     {"rank", "host", "cluster", "world_size", "algorithm", "step", "start", "end" (unix),
      "loss", "val_loss" (every eval_every steps and at the last one, else absent), "wall_s",
-     "compute_s", "comm_s", "wait_s", "payload_bytes"}
+     "compute_s", "comm_s", "wait_s", "payload_bytes", "outcome"}
 
 and on the last step of a DDP run (ddp, hierarchical) DDP's own timers: "ddp_backward_compute_s",
 "ddp_backward_comm_s", "ddp_overlap_s" (Trainer.ddp_timers).
 
-(traffic.training.trainer says what the times mean). Progress goes to stderr. Exit status: 0
-done; 1 any exception (traceback on stderr prefixed ``rank R (host):``, the steps measured so
-far are kept; the process leaves with ``os._exit`` so a hung gloo thread cannot keep it alive).
+(traffic.training.trainer says what the times mean). A step that raises (a gloo timeout, a
+closed pair) is written as ``{"rank", ..., "step", "start", "end", "outcome": "error"|"timeout",
+"error_type", "error"}`` and the rank exits with the error (the process group is dead). With
+``"events_socket"`` in the spec, rank 0 announces every step's start (traffic.announce).
+Progress goes to stderr. Exit status: 0 done; 1 any exception (traceback on stderr prefixed
+``rank R (host):``, the steps measured so far are kept; the process leaves with ``os._exit`` so
+a hung gloo thread cannot keep it alive).
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import IO
 
-from traffic.entry import exit_on_error, log, rank_args, rank_start
+from traffic.announce import Announcer
+from traffic.entry import exit_on_error, failure_fields, log, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 INJECT_ENV = "TESTBED_INJECT_FAULT"
@@ -48,9 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     args = rank_args("python -m traffic.train_rank", __doc__, argv)
     label = f"rank {args.rank}"
     out: IO[str] | None = None
+    announcer = Announcer(None)
     try:
         start = rank_start(args)
         spec, label = start.spec, start.label
+        announcer = Announcer.from_spec(spec, args.rank)
         out = (start.out_dir / f"rank-{args.rank}.jsonl").open("w")
         from traffic.context import setup, teardown
         from traffic.training.trainer import Trainer
@@ -70,12 +78,21 @@ def main(argv: list[str] | None = None) -> int:
         progress = max(1, steps // 10)
         fail_at = injected_failure(ctx.rank)
         for step in range(steps):
-            if step == fail_at:
-                raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
-            rec = trainer.step(step)
-            if step == steps - 1:
-                trainer.finish()
-                rec.update(trainer.ddp_timers())
+            announcer.start(step)
+            began = time.time()
+            try:
+                if step == fail_at:
+                    raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
+                rec = trainer.step(step)
+                if step == steps - 1:
+                    trainer.finish()
+                    rec.update(trainer.ddp_timers())
+            except Exception as exc:
+                failed = {"step": step, "start": began, "end": time.time(), **failure_fields(exc)}
+                out.write(json.dumps({**base, **failed}) + "\n")
+                out.flush()
+                raise
+            rec["outcome"] = "ok"
             if (step + 1) % every == 0 or step == steps - 1:
                 rec["val_loss"] = trainer.evaluate()
             out.write(json.dumps({**base, **rec}) + "\n")
@@ -87,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"step {step + 1}/{steps}: loss {rec['loss']:.3f}{shown}, "
                     f"{rec['wall_s'] * 1e3:.1f} ms",
                 )
+        announcer.end()
         teardown()
         out.close()
     except BaseException:
+        announcer.end()
         exit_on_error(label, out, EXIT_ERROR)
     log(label, "done")
     return EXIT_OK

@@ -12,7 +12,15 @@ Results layout (one directory per invocation)::
         tcp.parquet             tcp_info samples of the ranks' sockets (trace.tcp_info)
         queues.parquet          WAN bottleneck occupancy, drops, marks over time (trace.queues)
         flows.parquet           per-flow timelines from the headers-only pcaps (trace.pcap)
-        runs/<run_id>/          spec.json, rank-<r>.jsonl, rank-<r>.log of that run
+        events.parquet          every schedule step and fault applied (or not) and when
+        flows_goodput.parquet   goodput every 100 ms of the scenario's `traffic:` flows
+        runs/<run_id>/          spec.json, rank-<r>.jsonl, rank-<r>.log, flow-<i>.jsonl of that run
+
+A run whose WAN changes (schedule, trace, faults) or that has ``traffic:`` gets a clock origin
+(testbed.run.events.OriginClock: the ranks announce their iterations on a socket named in the
+spec), an EventRunner applying its timeline and its bulk flows (testbed.run.bulkflows) around
+the workload; they stop when the workload ends (events still to come are recorded as skipped,
+faults still in force undone) and before the testbed goes down.
 
 Tables are rewritten after every run (atomically), so an interrupted sweep keeps what it
 measured and ``--resume`` skips the runs whose status is final.
@@ -28,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import pandas as pd
@@ -35,14 +44,17 @@ import pandas as pd
 from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
 from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
-from testbed.config.scenario import TrainingWorkload, Workload
+from testbed.config.scenario import Scenario, TrainingWorkload, Workload
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
+from testbed.plan.timeline import Timeline
 from testbed.plan.topology import NetworkPlan
 from testbed.run import training
+from testbed.run.bulkflows import BulkFlows
+from testbed.run.events import EventRunner, OriginClock
 from testbed.run.ranks import RankLaunch, RankSpec, require_torch
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
@@ -53,7 +65,17 @@ from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
 TRACE_TABLES = ("tcp", "queues", "flows")
+DYNAMICS_TABLES = ("events", "flows_goodput")
 RANK_MODULE = "traffic.rank"
+# s: until every rank has joined (torch's import, then the join's own timeout,
+# traffic.context.SETUP_TIMEOUT_S = 120 s, whatever the operations' timeout)
+SETUP_DEADLINE = 180.0
+# s beyond workload.timeout without any rank writing anything: the ranks are stopped as hung.
+# Every operation is bounded by the timeout itself (gloo's), so this only catches what it
+# does not bound (a hang outside an operation, gloo#520's lazy connect).
+STALL_GRACE = 60.0
+# s of a looping trace the timeline expands when the run's length is not known beforehand
+HORIZON = 3600.0
 
 
 # -- model inputs from the plan ----------------------------------------------------------------
@@ -94,6 +116,7 @@ class RunResult:
     links: list[dict] = field(default_factory=list)
     delayline: list[dict] = field(default_factory=list)
     traces: dict[str, list[dict]] = field(default_factory=dict)  # tcp, queues, flows
+    dynamics: dict[str, list[dict]] = field(default_factory=dict)  # events, flows_goodput
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -121,6 +144,13 @@ def rank_problems(launch: RankLaunch, timeout: float) -> list[str]:
         code = launch.codes.get(slot.rank)
         if why == "timeout":
             late.append(f"{label} did not finish within {timeout:.0f}s")
+        elif why == "setup-timeout":
+            late.append(f"{label} did not join within {SETUP_DEADLINE:.0f}s")
+        elif why == "stalled":
+            late.append(
+                f"{label} made no progress for {timeout + STALL_GRACE:.0f}s (workload.timeout "
+                f"+ {STALL_GRACE:.0f}s) and was stopped as hung"
+            )
         elif why == "stopped":
             stopped.append(f"{label} stopped after another rank failed")
         elif why is None and code not in (None, 0):
@@ -171,7 +201,124 @@ def collectives_keys(w: Workload) -> dict[str, Any]:
     }
 
 
-def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult:
+# -- a changing WAN and bulk traffic around the workload ---------------------------------------
+def has_dynamics(sc: Scenario) -> bool:
+    return bool(sc.faults) or any(link.schedule or link.trace for link in sc.wan)
+
+
+def timeline_for(sc: Scenario, plan: NetworkPlan, base_dir: Path) -> Timeline:
+    """The run's timeline of WAN changes and faults (testbed.plan.timeline.build_timeline).
+
+    The one place the runner gets it from. Until ``build_timeline`` is in this version, a
+    scenario with a schedule, a trace or faults is refused with the reason (the run is skipped,
+    never run with its faults silently missing)."""
+    try:
+        from testbed.plan.timeline import build_timeline  # type: ignore[attr-defined]
+    except ImportError:
+        if has_dynamics(sc):
+            raise UnsupportedError(
+                "schedules, traces and faults need testbed.plan.timeline.build_timeline, which "
+                "this version does not have"
+            ) from None
+        return Timeline((), sc.clock, None)
+    horizon = max((f.start + f.duration for f in sc.traffic), default=0.0)
+    return build_timeline(sc, plan, base_dir, horizon if sc.workload is None else HORIZON)
+
+
+class RunDynamics:
+    """Around one run's workload: the clock origin, the event runner and the bulk flows.
+
+    ``clock`` is None when the run has no timeline and no traffic (nothing is started then).
+    The origin: the first measured iteration (``clock: workload`` with a workload), else the
+    moment the block is entered (``clock: wall``: the run's start, right before the ranks;
+    traffic alone: the traffic's start). On leaving (also on an error or Ctrl-C): the events
+    still to come are recorded as skipped, the faults still in force undone, the flows
+    stopped; ``result.dynamics`` gets the rows."""
+
+    def __init__(
+        self, tb: Testbed, sc: Scenario, run_dir: Path, base_dir: Path, result: RunResult
+    ) -> None:
+        assert tb.plan is not None
+        self.result = result
+        self.timeline = timeline_for(sc, tb.plan, base_dir)
+        self.clock: OriginClock | None = None
+        self.runner: EventRunner | None = None
+        self.flows: BulkFlows | None = None
+        self.errors: list[str] = []
+        if not self.timeline.events and not sc.traffic:
+            return
+        self.clock = OriginClock(from_iterations=sc.clock == "workload" and sc.workload is not None)
+        self.runner = EventRunner(self.timeline, tb, self.clock)
+        self.flows = BulkFlows(tb, list(sc.traffic), self.clock, run_dir)
+        self.wall = sc.clock == "wall" or sc.workload is None
+
+    def __enter__(self) -> RunDynamics:
+        if self.clock is None:
+            return self
+        assert self.runner is not None and self.flows is not None
+        try:
+            self.flows.start()
+            self.runner.start()
+            if self.wall:
+                self.clock.set_origin()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def spec_keys(self) -> dict[str, Any]:
+        """What the ranks' spec gets: the socket they announce their iterations on."""
+        return {"events_socket": self.clock.path} if self.clock is not None else {}
+
+    def wait_traffic(self) -> None:
+        """Until the flows are over (a run with traffic and no workload)."""
+        if self.flows is not None:
+            self.flows.wait()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.clock is None:
+            return
+        assert self.runner is not None and self.flows is not None
+        run_id = self.result.run_id
+        try:
+            self.clock.end()
+            self.runner.stop()
+            self.flows.stop()
+        finally:
+            self.clock.close()
+            events = self.runner.rows
+            self.result.dynamics = {
+                "events": [{"run_id": run_id, **r} for r in events],
+                "flows_goodput": [{"run_id": run_id, **r} for r in self.flows.rows()],
+            }
+            self.errors = list(self.flows.errors)
+            if self.runner.crashed is not None:
+                self.errors.append(f"event runner: {self.runner.crashed!r}")
+            failed = [
+                f"event {r['event']} ({r['what']}): {r['error']}" for r in events if r["error"]
+            ]
+            self.result.info["events"] = {
+                "applied": sum(r["status"] == "applied" for r in events),
+                "failed": len(failed),
+                "late": sum(bool(r["late"]) for r in events),
+                "skipped": sum(r["status"] == "skipped" for r in events),
+                "skipped_trace_bins": self.runner.skipped_trace,
+                "undone": sum(r["status"] == "undone" for r in events),
+                "clock": self.timeline.clock,
+            }
+            # an event that failed does not fail the run (the rest of the timeline went on);
+            # the run says so
+            self.result.info["event_errors"] = failed
+
+
+def execute(
+    spec: RunSpec, run_dir: Path, selfcheck_seconds: float, base_dir: Path | None = None
+) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
     if isinstance(sc.workload, TrainingWorkload):
@@ -190,10 +337,14 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
             checks = check_links(tb, duration=selfcheck_seconds, pings=20)
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
             workload = sc.workload
+            dynamics = RunDynamics(tb, sc, run_dir, base_dir or Path.cwd(), result)
             if workload is None:
+                with dynamics:
+                    dynamics.wait_traffic()
                 problems = tb.problems() + [
                     f"link {c.direction}: {c.problem}" for c in checks if not c.ok
                 ]
+                problems += dynamics.errors
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
@@ -202,14 +353,37 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
                 else:
                     keys, module = collectives_keys(workload), RANK_MODULE
                 rank_spec = RankSpec.build(
-                    tb, master.address, ranks, run_dir, workload.timeout, **keys
+                    tb,
+                    master.address,
+                    ranks,
+                    run_dir,
+                    workload.timeout,
+                    **keys,
+                    **dynamics.spec_keys(),
                 )
-                launch = RankLaunch(tb, ranks, rank_spec, run_dir, module)
+                joined: set[int] = set()
+
+                def has_joined(rank: int) -> bool:
+                    # both rank modules log "joined: ..." once torch.distributed is set up
+                    if rank not in joined and "joined:" in launch.log(rank):
+                        joined.add(rank)
+                    return rank in joined
+
+                launch = RankLaunch(tb, ranks, rank_spec, run_dir, module, joined=has_joined)
                 traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
-                with CpuMonitor() as cpu, traces:
-                    # after a rank failed, the others get 10 s to report their own error
-                    problems = launch.run(workload.timeout, failure_grace=10.0)
+                with CpuMonitor() as cpu, traces, dynamics:
+                    # workload.timeout bounds every operation (the ranks' process group
+                    # timeout), not the run: the ranks are stopped when they make no progress
+                    # for longer. After a rank failed, the others get 10 s to report their own
+                    # error.
+                    problems = launch.run(
+                        None,
+                        setup_timeout=SETUP_DEADLINE,
+                        failure_grace=10.0,
+                        stall=workload.timeout + STALL_GRACE,
+                    )
                     problems += rank_problems(launch, workload.timeout)
+                problems += dynamics.errors
                 # a link that carries more than its plan invalidates every number of the run
                 problems += [f"link {c.direction}: {c.problem}" for c in checks if c.leak]
                 result.info.update(cpu.summary())
@@ -248,6 +422,7 @@ def execute(spec: RunSpec, run_dir: Path, selfcheck_seconds: float) -> RunResult
     except TestbedError as exc:
         result.status = "skipped" if isinstance(exc, UnsupportedError) else "failed"
         result.reason = str(exc)
+        result.rows, result.skips = read_rank_rows(run_dir)
     return result
 
 
@@ -262,7 +437,8 @@ def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) ->
     """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
     p50/p95, algbw/busbw at p50, the model's prediction), its terms as ``model_<term>`` columns
     (analysis.model.predict_terms), the sweep ``params`` in front and the run's CPU verdict
-    behind."""
+    behind. Operations that failed (``outcome`` error|timeout) are not timings: left out."""
+    rows = [r for r in rows if r.get("outcome", "ok") == "ok" and r.get("iteration", 0) >= 0]
     if not rows:
         return []
     n = info.get("world_size") or len({r["rank"] for r in rows})
@@ -319,7 +495,14 @@ class Experiment:
         )
         self.tables: dict[str, list[dict]] = {
             name: self._load_table(name)
-            for name in ("collectives", "training", "links", "delayline", *TRACE_TABLES)
+            for name in (
+                "collectives",
+                "training",
+                "links",
+                "delayline",
+                *TRACE_TABLES,
+                *DYNAMICS_TABLES,
+            )
         }
         self.summaries: list[dict] = list(self.manifest.get("summary", []))
 
@@ -345,10 +528,13 @@ class Experiment:
         self.tables["delayline"] += [{**params, **row} for row in result.delayline]
         for name in TRACE_TABLES:
             self.tables[name] += [{**params, **row} for row in result.traces.get(name, [])]
+        for name in DYNAMICS_TABLES:
+            self.tables[name] += [{**params, **row} for row in result.dynamics.get(name, [])]
         if isinstance(workload, TrainingWorkload):
             queues = result.traces.get("queues", [])
-            row = training.summary(result.rows, queues, workload, result.info.get("topology"))
-            summary = [{**params, **row}] if result.rows else []
+            done = [r for r in result.rows if r.get("outcome", "ok") == "ok"]
+            row = training.summary(done, queues, workload, result.info.get("topology"))
+            summary = [{**params, **row}] if done else []
             summary = [
                 {**r, "cpu_saturated": bool(result.info.get("cpu_saturated"))} for r in summary
             ]
@@ -419,7 +605,12 @@ class Experiment:
             if on_start:
                 on_start(spec)
             try:
-                result = execute(spec, self.results.path / "runs" / spec.run_id, selfcheck_seconds)
+                result = execute(
+                    spec,
+                    self.results.path / "runs" / spec.run_id,
+                    selfcheck_seconds,
+                    base_dir=Path(self.source).parent if self.source else None,
+                )
             except _Interrupted as stop:
                 self.record(spec, stop.result)
                 raise KeyboardInterrupt from None

@@ -40,8 +40,9 @@ STACK_WAIT = 1.0  # seconds a stopped rank gets to write its SIGUSR1 stack dump
 STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", re.M)
 
 # Why a rank was stopped (RankLaunch.stopped): its deadline passed ("timeout"), the setup
-# deadline passed ("setup-timeout"), another rank failed ("stopped") or a link did ("link").
-STOP_REASONS = ("timeout", "setup-timeout", "stopped", "link")
+# deadline passed ("setup-timeout"), no rank wrote anything for the stall time ("stalled"),
+# another rank failed ("stopped") or a link did ("link").
+STOP_REASONS = ("timeout", "setup-timeout", "stalled", "stopped", "link")
 
 
 class RankNetwork(Protocol):
@@ -195,16 +196,20 @@ class RankLaunch:
 
     def run(
         self,
-        timeout: float,
+        timeout: float | None,
         *,
         setup_timeout: float | None = None,
         failure_grace: float = 5.0,
+        stall: float | None = None,
     ) -> list[str]:
         """Start every rank, wait, stop what still runs; the link problems that ended it.
 
         Deadlines: without ``setup_timeout``, ``timeout`` from the start. With it, every rank must
         have joined (``joined(rank)``) or exited within ``setup_timeout``, and the ``timeout``
-        clock starts then."""
+        clock starts then (None: no overall deadline). With ``stall``, the ranks are also
+        stopped ("stalled") once they are ready and no rank's output (``rank-R.jsonl``,
+        ``rank-R.log``) has grown for ``stall`` seconds: a deadline that follows progress, for
+        runs whose every operation is bounded by its own timeout."""
         if setup_timeout is not None and self.joined is None:
             raise ValueError("a setup timeout needs a joined() predicate")
         require_torch()
@@ -220,21 +225,36 @@ class RankLaunch:
                         stdout=log,
                         stderr=subprocess.STDOUT,
                     )
-            return self._wait(timeout, setup_timeout, failure_grace)
+            return self._wait(timeout, setup_timeout, failure_grace, stall)
         finally:
             self.stop_all("stopped")
 
+    def output_size(self) -> int:
+        """Bytes the ranks have written so far (their jsonl and log files): their progress."""
+        total = 0
+        for slot in self.ranks:
+            for path in (self.log_path(slot.rank), self.run_dir / f"rank-{slot.rank}.jsonl"):
+                with contextlib.suppress(OSError):
+                    total += path.stat().st_size
+        return total
+
     def _wait(
         self,
-        timeout: float,
+        timeout: float | None,
         setup_timeout: float | None,
         failure_grace: float,
+        stall: float | None = None,
     ) -> list[str]:
         start = time.monotonic()
         ready_at: float | None = start if setup_timeout is None else None
         first_failure: float | None = None
+        written, progress_at = -1, start
         while True:
             now = time.monotonic()
+            if stall is not None:
+                size = self.output_size()
+                if size != written:
+                    written, progress_at = size, now
             codes = {r: p.poll() for r, p in self.procs.items()}
             link_problems = self.tb.problems()
             if link_problems:
@@ -256,8 +276,15 @@ class RankLaunch:
             if ready_at is None and setup_timeout is not None and now - start > setup_timeout:
                 self.stop_all("setup-timeout")
                 return []
-            if ready_at is not None and now - ready_at > timeout:
+            if ready_at is not None and timeout is not None and now - ready_at > timeout:
                 self.stop_all("timeout")
+                return []
+            if (
+                ready_at is not None
+                and stall is not None
+                and now - max(progress_at, ready_at) > stall
+            ):
+                self.stop_all("stalled")
                 return []
             time.sleep(POLL)
 

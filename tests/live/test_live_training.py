@@ -101,5 +101,12 @@ def test_a_rank_that_dies_fails_the_run_and_keeps_the_steps_so_far(root, tmp_pat
     assert run["status"] == "failed"
     assert "rank 1" in run["reason"] and "injected failure at step 5" in run["reason"]
     df = pd.read_parquet(exp.results.path / "training.parquet")
-    assert sorted(df[df["rank"] == 1]["step"]) == [0, 1, 2, 3, 4]
-    assert df[df["rank"] == 0]["step"].max() >= 4  # rank 0 measured its steps until it was stopped
+    ok = df[df["outcome"] == "ok"]
+    assert sorted(ok[ok["rank"] == 1]["step"]) == [0, 1, 2, 3, 4]
+    assert ok[ok["rank"] == 0]["step"].max() >= 4  # rank 0 measured its steps until it failed
+    # the failed step is a row: rank 1's own error, then its peers' (the pair closed under them)
+    failed = df[df["outcome"] != "ok"]
+    (mine,) = failed[failed["rank"] == 1].to_dict("records")
+    assert mine["step"] == 5 and mine["error_type"] == "RuntimeError"
+    assert "injected failure at step 5" in mine["error"] and mine["outcome"] == "error"
+    assert failed["error"].str.len().min() > 0

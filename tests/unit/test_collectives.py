@@ -267,6 +267,79 @@ def test_killed_rank_fails_the_others_within_timeout(launch: Any, tmp_path: Path
     assert run.rows(0)  # what was measured before the failure is kept
 
 
+def test_rank_0_announces_every_timed_operation(launch: Any, tmp_path: Path) -> None:
+    from testbed.run.events import OriginClock
+
+    with OriginClock() as clock:
+        spec = make_spec(
+            ["a", "a", "b", "b"],
+            tmp_path / "out",
+            collectives=["all_reduce", "broadcast"],
+            algorithms=["flat"],
+            sizes=[4096],
+            iterations=3,
+            events_socket=clock.path,
+        )
+        run = launch(spec)
+        assert run.wait() == [0, 0, 0, 0], [run.stderr(r) for r in range(4)]
+        deadline = time.monotonic() + 5
+        while not clock.ended and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert clock.ended  # rank 0 said the workload is over
+        rows = {(r["rank"], r["op"]): r for r in run.rows() if "skipped" not in r}
+    # ops are numbered across the run: all_reduce 0-2, broadcast 3-5
+    assert sorted(clock.iterations) == list(range(6))
+    assert {op for _, op in rows} == set(range(6))
+    assert all(r["outcome"] == "ok" for r in rows.values())
+    assert clock.origin == clock.iterations[0]
+    for op, at in clock.iterations.items():
+        # announced right before rank 0 takes the row's start
+        assert 0 <= rows[(0, op)]["start"] - at.unix < 0.05
+
+
+def test_a_blocked_operation_fails_at_the_timeout_with_gloos_text(
+    launch: Any, tmp_path: Path
+) -> None:
+    """torch 2.13 gloo: the process group timeout bounds a collective whose peer stops
+    answering (SIGSTOP: its sockets stay open, nothing is read); each rank writes the failed
+    operation's row (outcome timeout or error, the full text) and exits 1."""
+    timeout = 3
+    spec = make_spec(
+        ["a", "a", "b", "b"],
+        tmp_path / "out",
+        collectives=["all_reduce"],
+        algorithms=["flat"],
+        sizes=[64 * 1024],
+        iterations=1_000_000,
+        timeout_s=timeout,
+    )
+    run = launch(spec)
+    victim = run.out_dir / "rank-3.jsonl"
+    deadline = time.monotonic() + 60
+    while not (victim.exists() and victim.stat().st_size > 0):
+        assert time.monotonic() < deadline, [run.stderr(r) for r in range(4)]
+        assert all(p.poll() is None for p in run.procs), [run.stderr(r) for r in range(4)]
+        time.sleep(0.05)
+    os.kill(run.procs[3].pid, signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        codes = [p.wait(timeout=timeout + 10) for p in run.procs[:3]]
+    finally:
+        os.kill(run.procs[3].pid, signal.SIGKILL)
+    assert codes == [1, 1, 1]
+    for rank in range(3):
+        failed = [r for r in run.rows(rank) if r.get("outcome", "ok") != "ok"]
+        assert len(failed) == 1, run.stderr(rank)
+        (row,) = failed
+        assert row["error"] and row["error_type"] and row["correct"] is False
+        # failed within the timeout (+ 5 s) of the stop: the timeout bounds the operation
+        assert row["start"] + row["seconds"] - stopped < timeout + 5
+    texts = [r["error"] for rank in range(3) for r in run.rows(rank) if r.get("error")]
+    assert any("Timed out waiting" in t for t in texts), texts
+    timed_out = [r for rank in range(3) for r in run.rows(rank) if r.get("outcome") == "timeout"]
+    assert timed_out and all("Timed out waiting" in r["error"] for r in timed_out)
+
+
 def test_bad_spec_exits_1_before_joining(launch: Any, tmp_path: Path) -> None:
     run = launch(make_spec(["a"], tmp_path / "out", collectives=["all_reduce", "gossip"]))
     assert run.wait() == [1]

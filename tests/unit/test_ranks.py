@@ -18,7 +18,8 @@ from testbed.run.experiment import rank_problems
 from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec, rank_env
 
 # Each rank does what spec["parts"][rank] says: "ok", "fail" (exit 3 = wrong result),
-# "hang", "join" (report joined, then hang), "slow-join" (never report joined).
+# "hang", "join" (report joined, then hang), "slow-join" (never report joined), "chatty" (a
+# jsonl line every 0.2 s for 2 s, then exit 0).
 RANK_MODULE = """
 import argparse, faulthandler, json, signal, sys, time
 from pathlib import Path
@@ -37,6 +38,11 @@ if part == "fail":
     sys.exit(3)  # traffic.exit_codes.EXIT_WRONG
 if part == "join":
     (out / f"rank-{a.rank}.joined").write_text("1")
+if part == "chatty":
+    with open(out / f"rank-{a.rank}.jsonl", "w") as f:
+        for i in range(10):
+            f.write("{}\\n"); f.flush(); time.sleep(0.2)
+    sys.exit(0)
 def hang_here():
     time.sleep(60)
 hang_here()
@@ -129,6 +135,19 @@ def test_setup_deadline_then_the_iterations_deadline(tmp_path):
     assert time.monotonic() - t0 < 15
     assert run.stopped == {0: "timeout", 1: "timeout"}
     assert run.stopped_state == {0: {"at": 0}, 1: {"at": 1}}
+
+
+def test_stall_deadline_follows_progress(tmp_path):
+    # no overall deadline: a rank that keeps writing runs past the stall time, a silent one is
+    # stopped once the stall time passed without anyone writing
+    run, _ = launch(tmp_path, ["chatty", "join"])
+    t0 = time.monotonic()
+    run.run(None, stall=1.0)
+    took = time.monotonic() - t0
+    assert run.codes[0] == 0 and run.stopped == {1: "stalled"}
+    assert 2.0 <= took < 15  # the chatty rank's 2 s, then 1 s of silence
+    problems = rank_problems(run, 1.0)
+    assert len(problems) == 1 and "rank 1 (h1) made no progress" in problems[0]
 
 
 def test_setup_deadline_needs_a_joined_predicate(tmp_path):

@@ -1,0 +1,486 @@
+"""The WAN's timeline, live: the clock origin the ranks announce and the thread that applies each
+event of a ``Timeline`` (testbed.plan.timeline) at its time, recording a row per event
+(``events.parquet``, docs/results.md).
+
+This module owns:
+
+* :class:`OriginClock`: the receiving end of the ranks' announcements (traffic.announce: rank 0
+  sends "iteration K start UNIX MONO" on a UNIX datagram socket in a private temporary
+  directory). The origin is the first measured iteration's start (``clock: workload``), or the
+  moment the runner sets it (``clock: wall``: the run's start; traffic without a workload: the
+  traffic's start). It knows when the workload has ended, so no wait lasts forever.
+* :func:`apply_event`: the one place that maps an event's action to the mechanism that does it
+  (``LinkBackend.set_rate`` / ``set_impairments`` for "set", ``FaultOps`` for the faults).
+* :class:`EventRunner`: a thread that waits for each event's time (absolute: origin + ``at``;
+  anchored: the start of iteration ``after_iteration`` + ``at``), sleeps until ``SPIN`` before it
+  and spins the rest (a sleep alone wakes up to a few ms late on a busy machine), applies it and
+  records when. An event whose application fails is recorded with its error and the run goes on
+  (the next events still apply). At the end it records the events that never came (the workload
+  ended first) as skipped (a trace's bins only as a count) and undoes the faults still in force
+  (blackholes off, resets off, links and gateways up), so that teardown and the next sweep point
+  start from a working network.
+
+Times: every row has unix times (``time.time()``, the clock of the other tables) and monotonic
+ones (``time.monotonic()``, the clock the ranks announce with); lateness is measured on the
+monotonic clock from the event's schedule to the moment its operation returned.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from testbed.core.errors import UnsupportedError
+from testbed.plan.timeline import Change, Event, Timeline
+from testbed.plan.topology import Impairment, NetworkPlan, WanDirection
+from traffic.announce import parse
+
+if TYPE_CHECKING:
+    from testbed.run.testbed import Testbed
+
+SPIN = 0.002  # s before an event's time: sleep until then, then spin (sub-ms wake-up)
+LATE = 0.020  # s: an event applied later than this after its schedule is flagged
+WAKE = 0.25  # s: longest sleep between two looks at the clock (an announcement wakes it sooner)
+READ_POLL = 0.1  # s: the announcement reader's receive timeout (how fast close() is noticed)
+
+# action -> the action that undoes it (faults still in force at the end of a run)
+UNDO = {
+    "blackhole": "unblackhole",
+    "reset": "unreset",
+    "link_down": "link_up",
+    "gateway_down": "gateway_up",
+}
+ENDS = {v: k for k, v in UNDO.items()}
+
+
+# -- the clock origin ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Instant:
+    unix: float
+    mono: float
+
+    @classmethod
+    def now(cls) -> Instant:
+        return cls(time.time(), time.monotonic())
+
+
+class OriginClock:
+    """The receiving end of the ranks' iteration announcements, and the clock origin.
+
+    ``path`` is the socket the ranks' spec names (``events_socket``). With
+    ``from_iterations`` (``clock: workload`` with a workload), the first announcement is the
+    origin; otherwise the runner calls :meth:`set_origin`. :meth:`end` says the workload is over
+    (the ranks' "end" announcement does too): waits return None from then on."""
+
+    def __init__(self, from_iterations: bool = True) -> None:
+        self.from_iterations = from_iterations
+        # A private directory: a short path (sun_path holds 108 bytes; run directories can be
+        # longer), reachable from every network namespace, removed by close().
+        self.dir = tempfile.mkdtemp(prefix="testbed-events-")
+        self.path = os.path.join(self.dir, "sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(READ_POLL)
+        self.cond = threading.Condition()
+        self.origin: Instant | None = None
+        self.iterations: dict[int, Instant] = {}
+        self.ended = False
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, name="origin-clock", daemon=True)
+        self._reader.start()
+
+    def __enter__(self) -> OriginClock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        while not self._closed:
+            try:
+                data = self.sock.recv(256)
+            except TimeoutError:
+                continue
+            except OSError:  # closed under us
+                return
+            got = parse(data)
+            if got is None:
+                continue
+            with self.cond:
+                at = Instant(got.unix, got.mono)
+                if got.kind == "end":
+                    self.ended = True
+                elif got.iteration is not None:
+                    self.iterations.setdefault(got.iteration, at)
+                    if self.origin is None and self.from_iterations:
+                        self.origin = at
+                self.cond.notify_all()
+
+    def set_origin(self, at: Instant | None = None) -> Instant:
+        """The origin is ``at`` (now by default) unless one is set already; the origin."""
+        with self.cond:
+            if self.origin is None:
+                self.origin = at or Instant.now()
+            self.cond.notify_all()
+            return self.origin
+
+    def end(self) -> None:
+        """The workload is over: nothing more will be announced."""
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+
+    def _wait_for(self, get: Callable[[], Instant | None], timeout: float | None) -> Instant | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while True:
+                got = get()
+                if got is not None or self.ended:
+                    return got
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self.cond.wait(WAKE if left is None else min(left, WAKE))
+
+    def wait_origin(self, timeout: float | None = None) -> Instant | None:
+        """The origin; None when the workload ended without one or ``timeout`` passed."""
+        return self._wait_for(lambda: self.origin, timeout)
+
+    def wait_iteration(self, k: int, timeout: float | None = None) -> Instant | None:
+        """When iteration ``k`` started; None when the workload ended before it or ``timeout``
+        passed."""
+        return self._wait_for(lambda: self.iterations.get(k), timeout)
+
+    def wait_change(self, timeout: float) -> None:
+        """Sleep up to ``timeout``; an announcement, a new origin or the end wake it sooner."""
+        with self.cond:
+            self.cond.wait(timeout)
+
+    def close(self) -> None:
+        self._closed = True
+        self.end()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self._reader.join(timeout=2 * READ_POLL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- applying one event -------------------------------------------------------------------------
+class Faults(Protocol):
+    """testbed.net.faults.FaultOps (design C/B): each method returns the operation's text."""
+
+    def blackhole(self, directions: Sequence[str], on: bool) -> str: ...
+    def reset(self, link: str, on: bool) -> str: ...
+    def link(self, link: str, up: bool) -> str: ...
+    def gateway(self, cluster: str, up: bool) -> str: ...
+
+
+def fault_ops(plan: NetworkPlan) -> Faults:
+    """The mechanisms of the faults for ``plan`` (testbed.net.faults.FaultOps)."""
+    try:
+        from testbed.net.faults import FaultOps  # type: ignore[import-not-found]
+    except ImportError:
+        raise UnsupportedError(
+            "faults need testbed.net.faults.FaultOps, which this version does not have"
+        ) from None
+    return FaultOps(plan)  # type: ignore[no-any-return]
+
+
+def impairment_for(d: WanDirection, change: Change, compensation_s: float) -> Impairment:
+    """The emulator's new settings for direction ``d``: the change's delay minus the direction's
+    RTT compensation (what the path adds on its own, testbed.plan.compensation), its jitter,
+    loss, reorder and Gilbert-Elliott burst loss."""
+    fields = {f.name for f in dataclasses.fields(Impairment)}
+    extra: dict[str, float] = {}
+    for name in ("ge_p", "ge_r"):
+        value = getattr(change, name)
+        if name in fields:
+            extra[name] = value
+        elif value:
+            raise UnsupportedError("burst loss (ge_p, ge_r) needs an Impairment that has them")
+    return dataclasses.replace(
+        d.impairment,
+        delay=max(0.0, change.delay - compensation_s),
+        jitter=change.jitter,
+        loss=change.loss,
+        reorder=change.reorder,
+        **extra,
+    )
+
+
+class EventTarget:
+    """What events act on: a live testbed's link backend (the state of each WAN direction as the
+    events left it) and its fault mechanisms (made on first use)."""
+
+    def __init__(self, tb: Testbed, faults: Callable[[NetworkPlan], Faults] | None = None) -> None:
+        assert tb.plan is not None and tb.backend is not None, "the testbed is not up"
+        self.tb = tb
+        self.plan = tb.plan
+        self.backend = tb.backend
+        self._make_faults = faults
+        self._faults: Faults | None = None
+        self.directions = {d.name: d for d in self.plan.wan}
+        # rate, buffer and impairment in force, per direction: the plan's until changed
+        self.state = {
+            d.name: Change(d.name, d.rate, d.buffer, d.delay, d.jitter, d.loss, d.reorder)
+            for d in self.plan.wan
+        }
+
+    def faults(self) -> Faults:
+        if self._faults is None:
+            self._faults = (self._make_faults or fault_ops)(self.plan)
+        return self._faults
+
+    def set(self, changes: Sequence[Change]) -> str:
+        """Apply each direction's new state: the shaper's rate and buffer where they change
+        (``set_rate``), the emulator's impairment where it changes (``set_impairments``)."""
+        rates: dict[str, tuple[int, int]] = {}
+        imps: dict[str, Impairment] = {}
+        for c in changes:
+            if c.direction not in self.directions:
+                raise ValueError(f"no WAN direction {c.direction!r}")
+            old = self.state[c.direction]
+            if (c.rate, c.buffer) != (old.rate, old.buffer):
+                rates[c.direction] = (c.rate, c.buffer)
+            if _impairment_of(c) != _impairment_of(old):
+                comp = self.tb.compensation_of(c.direction)
+                imps[c.direction] = impairment_for(
+                    self.directions[c.direction], c, comp.compensation_s if comp else 0.0
+                )
+        done = []
+        if rates:
+            self.backend.set_rate(rates)  # type: ignore[attr-defined]
+            done.append(
+                "set_rate "
+                + ", ".join(f"{n} {r} bit/s buffer {b} B" for n, (r, b) in rates.items())
+            )
+        if imps:
+            self.backend.set_impairments(imps)
+            done.append(
+                "set_impairments "
+                + ", ".join(
+                    f"{n} delay {i.delay * 1e3:.3f} ms jitter {i.jitter * 1e3:.3f} ms "
+                    f"loss {i.loss:g} reorder {i.reorder:g}"
+                    for n, i in imps.items()
+                )
+            )
+        for c in changes:
+            self.state[c.direction] = c
+        return "; ".join(done) or "nothing changed"
+
+
+def _impairment_of(c: Change) -> tuple[float, ...]:
+    return (c.delay, c.jitter, c.loss, c.reorder, c.ge_p, c.ge_r)
+
+
+def apply_event(event: Event, target: EventTarget) -> str:
+    """Apply ``event``; the operation used (text for events.parquet). Raises on failure."""
+    a = event.action
+    if a == "set":
+        return target.set(event.changes)
+    if a in ("blackhole", "unblackhole"):
+        return target.faults().blackhole(event.directions, on=a == "blackhole")
+    if a in ("reset", "unreset"):
+        return target.faults().reset(_named(event.link, event), on=a == "reset")
+    if a in ("link_down", "link_up"):
+        return target.faults().link(_named(event.link, event), up=a == "link_up")
+    if a in ("gateway_down", "gateway_up"):
+        return target.faults().gateway(_named(event.cluster, event), up=a == "gateway_up")
+    raise ValueError(f"unknown event action {a!r}")
+
+
+def _named(value: str | None, event: Event) -> str:
+    if value is None:
+        raise ValueError(f"a {event.action} event names no link or cluster")
+    return value
+
+
+# -- the runner ---------------------------------------------------------------------------------
+class EventRunner:
+    """Applies ``timeline``'s events to a live testbed at their times on ``clock``.
+
+    ``start()`` starts the thread; ``stop()`` (the workload ended, or an error) ends it, records
+    the events that never came and undoes the faults still in force; ``rows`` are the
+    events.parquet rows. ``apply`` replaces :func:`apply_event` on ``target`` (tests of the
+    timing alone)."""
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        tb: Testbed | None,
+        clock: OriginClock,
+        *,
+        faults: Callable[[NetworkPlan], Faults] | None = None,
+        apply: Callable[[Event], str] | None = None,
+    ) -> None:
+        self.timeline = timeline
+        self.clock = clock
+        if apply is None:
+            assert tb is not None, "an EventRunner without apply needs a testbed"
+            target = EventTarget(tb, faults)
+            self.apply: Callable[[Event], str] = lambda e: apply_event(e, target)
+        else:
+            self.apply = apply
+        self.backend = tb.backend.name if tb is not None and tb.backend is not None else None
+        self.rows: list[dict[str, Any]] = []
+        self.skipped_trace = 0  # trace bins that never came (no rows for them)
+        # Absolute events in time order (the timeline sorts them; a long trace has thousands,
+        # so only the first is looked at), anchored ones (a few faults) all looked at.
+        indexed = list(enumerate(timeline.events))
+        self.absolute = collections.deque(
+            sorted(((i, e) for i, e in indexed if e.after_iteration is None), key=_at)
+        )
+        self.anchored = [(i, e) for i, e in indexed if e.after_iteration is not None]
+        # (action family, link, cluster, directions) -> the event that put it in force
+        self.in_force: dict[tuple, tuple[int, Event]] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="event-runner", daemon=True)
+        self.crashed: BaseException | None = None
+
+    @property
+    def pending(self) -> list[tuple[int, Event]]:
+        return sorted([*self.absolute, *self.anchored], key=lambda p: p[0])
+
+    def start(self) -> EventRunner:
+        if self.absolute or self.anchored:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread (after the event it is applying), record what never came, undo."""
+        self._stopping = True
+        with self.clock.cond:
+            self.clock.cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        for i, e in self.pending:
+            # A looping trace is expanded far beyond most runs (its horizon): the bins that never
+            # came are counted, not tabled.
+            if e.source == "trace":
+                self.skipped_trace += 1
+            else:
+                self.rows.append(self._row(i, e, None, status="skipped"))
+        self.absolute.clear()
+        self.anchored.clear()
+        for key, (i, e) in list(self.in_force.items()):
+            undo = dataclasses.replace(e, action=UNDO[e.action], what=f"{e.what}: undone at end")
+            self._apply(i, undo, None, status="undone")
+            self.in_force.pop(key, None)
+        self.rows.sort(key=lambda r: (r["event"], r["status"] == "undone"))
+
+    # -- the thread --------------------------------------------------------------------------
+    def _target(self, e: Event) -> Instant | None:
+        """When ``e`` is due, once that is known."""
+        base = self.clock.origin if e.after_iteration is None else None
+        if e.after_iteration is not None:
+            base = self.clock.iterations.get(e.after_iteration)
+        if base is None:
+            return None
+        return Instant(base.unix + e.at, base.mono + e.at)
+
+    def _next(self) -> tuple[Instant, int, tuple[int, Event]] | None:
+        """The next event whose time is known: (when, where: -1 = the absolute queue's head,
+        else its index among the anchored ones, the event). Ties go to the timeline's order."""
+        best: tuple[float, int, int, Instant] | None = None
+        if self.absolute and (t := self._target(self.absolute[0][1])) is not None:
+            best = (t.mono, self.absolute[0][0], -1, t)
+        for n, (i, e) in enumerate(self.anchored):
+            if (t := self._target(e)) is not None and (best is None or (t.mono, i) < best[:2]):
+                best = (t.mono, i, n, t)
+        if best is None:
+            return None
+        where = best[2]
+        return best[3], where, self.absolute[0] if where < 0 else self.anchored[where]
+
+    def _run(self) -> None:
+        try:
+            while (self.absolute or self.anchored) and not self._stopping:
+                got = self._next()
+                if got is None:
+                    self.clock.wait_change(WAKE)
+                    continue
+                at, where, (i, e) = got
+                left = at.mono - time.monotonic()
+                if left > SPIN:
+                    self.clock.wait_change(min(left - SPIN, WAKE))
+                    continue
+                while time.monotonic() < at.mono:
+                    pass
+                if where < 0:
+                    self.absolute.popleft()
+                else:
+                    del self.anchored[where]
+                self._apply(i, e, at)
+        except BaseException as exc:  # recorded; stop() still skips and undoes the rest
+            self.crashed = exc
+
+    def _apply(self, i: int, e: Event, at: Instant | None, status: str = "applied") -> None:
+        t0 = time.monotonic()
+        operation, error = "", None
+        try:
+            operation = self.apply(e)
+        except Exception as exc:  # the run goes on: recorded with its error
+            error = f"{type(exc).__name__}: {exc}"
+        done = Instant.now()
+        if error is None:
+            key = _key(e)
+            if e.action in UNDO:
+                self.in_force[key] = (i, e)
+            elif e.action in ENDS:
+                self.in_force.pop(key, None)
+        row = self._row(i, e, at, status="failed" if error else status)
+        row.update(
+            applied_unix=done.unix,
+            applied_mono=done.mono,
+            apply_s=done.mono - t0,
+            operation=operation,
+            error=error,
+        )
+        if at is not None:
+            row["late_s"] = done.mono - at.mono
+            row["late"] = row["late_s"] > LATE
+        self.rows.append(row)
+
+    def _row(self, i: int, e: Event, at: Instant | None, status: str) -> dict[str, Any]:
+        return {
+            "event": i,
+            "source": e.source,
+            "fault": e.fault,
+            "action": e.action,
+            "link": e.link,
+            "cluster": e.cluster,
+            "directions": ",".join(e.directions),
+            "what": e.what,
+            "at": e.at,
+            "after_iteration": e.after_iteration,
+            "scheduled_unix": at.unix if at else None,
+            "scheduled_mono": at.mono if at else None,
+            "applied_unix": None,
+            "applied_mono": None,
+            "apply_s": None,
+            "late_s": None,
+            "late": None,
+            "backend": self.backend,
+            "operation": "",
+            "error": None,
+            "status": status,
+        }
+
+
+def _at(p: tuple[int, Event]) -> tuple[float, int]:
+    return (p[1].at, p[0])
+
+
+def _key(e: Event) -> tuple:
+    family = e.action if e.action in UNDO else ENDS.get(e.action, e.action)
+    return (family, e.link, e.cluster, tuple(sorted(e.directions)))

@@ -1,0 +1,220 @@
+"""Live tests of the runner side of a changing WAN: real ranks announce their iterations, the
+event runner applies a "set" through the link backend at its iteration, a blackhole longer than
+the process group timeout fails the run with gloo's text per rank, and bulk traffic records its
+goodput. Userspace backend (this kernel has no sch_netem).
+
+Until the timeline (testbed.plan.timeline.build_timeline) and the fault mechanisms
+(testbed.net.faults.FaultOps) are on this branch, the tests hand the runner their own timeline
+(``experiment.timeline_for``) and a blackhole made of one iptables DROP rule in the wire
+namespace (``IptablesBlackhole``, the same rule FaultOps is specified to add).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import RUN_TAG, scenario
+
+from testbed.config.sweep import expand
+from testbed.core.frames import GOODPUT_FACTOR
+from testbed.plan.timeline import Change, Event, Timeline
+from testbed.plan.topology import NetworkPlan
+from testbed.run import events, experiment
+from testbed.run.experiment import Experiment
+
+pytestmark = pytest.mark.live
+
+
+def workload_scenario(name: str, delay: str, **workload) -> dict:
+    data = scenario(
+        wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": delay}],
+        backend="userspace",
+    )
+    data["name"] = f"{RUN_TAG}-{name}"[:32]
+    data["workload"] = {
+        "collectives": ["all_reduce"],
+        "sizes": ["64KiB"],
+        "warmup": 1,
+        "timeout": "60s",
+        **workload,
+    }
+    return data
+
+
+def with_timeline(monkeypatch, make: Callable[[NetworkPlan], Timeline]) -> None:
+    """The run gets ``make(plan)`` as its timeline (build_timeline's place)."""
+    monkeypatch.setattr(
+        experiment, "timeline_for", lambda sc, plan, base_dir: make(plan), raising=True
+    )
+
+
+def set_delay(plan: NetworkPlan, at: float, delay: float, after: int | None) -> Event:
+    changes = tuple(
+        Change(d.name, d.rate, d.buffer, delay, d.jitter, d.loss, d.reorder) for d in plan.wan
+    )
+    return Event(
+        at, after, "set", "schedule", None, "east-west", None,
+        tuple(d.name for d in plan.wan), changes, f"delay {delay * 1e3:g} ms",
+    )  # fmt: skip
+
+
+class IptablesBlackhole:  # stands where FaultOps(plan) will
+    """Blackhole by one iptables DROP rule per direction in its wire namespace, first in mangle
+    PREROUTING: before the delay line's NFQUEUE rule, so the line never sees the packets."""
+
+    def __init__(self, plan: NetworkPlan) -> None:
+        self.dirs = {d.name: d.impairment for d in plan.wan}
+
+    def blackhole(self, directions: Sequence[str], on: bool) -> str:
+        ops = []
+        for name in directions:
+            imp = self.dirs[name]
+            rule = ["PREROUTING", "-i", imp.ingress_if, "-j", "DROP"]
+            op = ["iptables", "-w", "-t", "mangle", "-I" if on else "-D", *rule]
+            if on:
+                op.insert(6, "1")  # -I PREROUTING 1: first
+            subprocess.run(["ip", "netns", "exec", imp.ns, *op], check=True, capture_output=True)
+            ops.append(f"{imp.ns}: {' '.join(op)}")
+        return "; ".join(ops)
+
+
+def jsonl(run_dir: Path, rank: int) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / f"rank-{rank}.jsonl").read_text().splitlines()]
+
+
+def test_iterations_are_announced_and_a_set_moves_the_collective(root, tmp_path, monkeypatch):
+    data = workload_scenario("ev-set", "10ms", iterations=6)
+    with_timeline(
+        monkeypatch,
+        lambda plan: Timeline(
+            (
+                set_delay(plan, 0.0, 0.010, None),  # at the origin, changes nothing
+                set_delay(plan, 0.0, 0.030, 2),  # 10 ms -> 30 ms when iteration 2 starts
+            ),
+            "workload",
+            None,
+        ),
+    )
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]["p000-r0"]["reason"]
+    path = exp.results.path
+    ev = pd.read_parquet(path / "events.parquet").sort_values("event")
+    assert list(ev["status"]) == ["applied", "applied"], ev.to_dict("records")
+    rank0 = {r["op"]: r for r in jsonl(path / "runs" / "p000-r0", 0)}
+    # the origin is the first timed operation's start, iteration 2's start anchors the set
+    # (rank 0 announces right before it takes the row's start: within a few ms)
+    assert ev.iloc[0]["scheduled_unix"] == pytest.approx(rank0[0]["start"], abs=0.005)
+    assert ev.iloc[1]["scheduled_unix"] == pytest.approx(rank0[2]["start"], abs=0.005)
+    assert ev.iloc[0]["operation"] == "nothing changed"
+    assert ev.iloc[1]["operation"].startswith("set_impairments east->west delay")
+    late = ev.iloc[1]["late_s"]
+    assert 0 <= late < 0.020 and not ev.iloc[1]["late"], late  # the SIGHUP reload, acked
+    assert ev.iloc[1]["backend"] == "userspace"
+    # the collective slows down: every ring step crosses the WAN one way, now 20 ms longer
+    df = pd.read_parquet(path / "collectives.parquet")
+    slowest = df.groupby("op")["seconds"].max()
+    before = statistics.median(slowest[[0, 1]])
+    after = statistics.median(slowest[[3, 4, 5]])
+    assert after - before > 0.020, (before, after)
+    assert (df["outcome"] == "ok").all()
+    assert exp.manifest["runs"]["p000-r0"]["events"]["applied"] == 2
+
+
+def test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text(
+    root, tmp_path, monkeypatch
+):
+    timeout = 3.0
+    data = workload_scenario("ev-pg", "2ms", iterations=200, timeout=f"{timeout:g}s")
+
+    def timeline(plan: NetworkPlan) -> Timeline:
+        hole = Event(
+            0.0, 2, "blackhole", "fault", 0, "east-west", None,
+            tuple(d.name for d in plan.wan), (), "blackhole on (60 s)",
+        )  # fmt: skip
+        return Timeline((hole,), "workload", None)
+
+    with_timeline(monkeypatch, timeline)
+    monkeypatch.setattr(events, "fault_ops", IptablesBlackhole)
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    assert not exp.run(selfcheck_seconds=0.5)
+    run = exp.manifest["runs"]["p000-r0"]
+    assert run["status"] == "failed"
+    assert "Timed out waiting" in run["reason"], run["reason"]
+    path = exp.results.path
+    ev = pd.read_parquet(path / "events.parquet")
+    on = ev[ev["status"] == "applied"].iloc[0]
+    assert on["action"] == "blackhole" and on["error"] is None
+    # undone at the end (nothing left in force for teardown)
+    assert list(ev[ev["status"] == "undone"]["action"]) == ["unblackhole"]
+    df = pd.read_parquet(path / "collectives.parquet")
+    failed = df[df["outcome"] != "ok"]
+    assert set(failed["rank"]) == {0, 1, 2, 3}, df.tail(8).to_dict("records")
+    timed_out = failed[failed["outcome"] == "timeout"]
+    assert len(timed_out) and timed_out["error"].str.contains("Timed out waiting").all()
+    assert set(failed["error_type"]) and failed["error"].str.len().min() > 0
+    # every rank failed within timeout + 5 s of the blackhole
+    ended = failed["start"] + failed["seconds"]
+    assert (ended - on["applied_unix"]).max() < timeout + 5, ended - on["applied_unix"]
+    # the operations before it are kept, ok
+    assert (df[df["op"] < 2]["outcome"] == "ok").all() and len(df[df["op"] < 2]) == 8
+
+
+def test_training_steps_are_announced_and_a_failed_step_is_recorded(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("TESTBED_INJECT_FAULT", "train:rank:1:step:4")
+    data = {
+        "name": f"{RUN_TAG}-ev-train"[:32],
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [{"between": ["east", "west"], "rate": "1gbit", "delay": "5ms"}],
+        "backend": "userspace",
+        "workload": {"kind": "training", "algorithm": "ddp", "steps": 8, "timeout": "60s"},
+    }
+    with_timeline(
+        monkeypatch,
+        lambda plan: Timeline(
+            tuple(set_delay(plan, 0.0, 0.005, after) for after in (None, 2, 6)),
+            "workload",
+            None,
+        ),
+    )
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    assert not exp.run(selfcheck_seconds=0.3)
+    path = exp.results.path
+    df = pd.read_parquet(path / "training.parquet")
+    steps = {(r["rank"], r["step"]): r for r in df.to_dict("records")}
+    ev = pd.read_parquet(path / "events.parquet").sort_values("event")
+    # origin = step 0's start, the anchored event = step 2's start (rank 0 announces them)
+    assert ev.iloc[0]["scheduled_unix"] == pytest.approx(steps[(0, 0)]["start"], abs=0.005)
+    assert ev.iloc[1]["scheduled_unix"] == pytest.approx(steps[(0, 2)]["start"], abs=0.005)
+    # step 6 never started: its event was skipped
+    assert list(ev["status"]) == ["applied", "applied", "skipped"]
+    failed = df[df["outcome"] != "ok"]
+    assert (1, 4) in set(zip(failed["rank"], failed["step"], strict=True))
+    assert "injected failure at step 4" in steps[(1, 4)]["error"]
+
+
+def test_bulk_traffic_alone_records_its_goodput(root, tmp_path):
+    data = scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}])
+    data["name"] = f"{RUN_TAG}-ev-bulk"[:32]
+    data["backend"] = "userspace"
+    data["traffic"] = [
+        {"kind": "bulk", "from": "east-h0", "to": "west-h1", "congestion": "cubic",
+         "start": "0.5s", "duration": "3s"},
+    ]  # fmt: skip
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]["p000-r0"]["reason"]
+    g = pd.read_parquet(exp.results.path / "flows_goodput.parquet")
+    assert set(g["flow"]) == {0} and set(g["from"]) == {"east-h0"} and set(g["to"]) == {"west-h1"}
+    assert set(g["congestion"]) == {"cubic"}
+    assert 25 <= len(g) <= 40  # 3 s in 100 ms samples (+ start-up, + the last partial one)
+    assert g["t"].is_monotonic_increasing
+    assert g["seconds"].median() == pytest.approx(0.1, abs=0.02)
+    steady = g["goodput_bps"].iloc[10:-2]  # after slow start, before the end
+    ceiling = 100e6 * GOODPUT_FACTOR
+    assert 0.6 * ceiling < steady.median() < 1.05 * ceiling, steady.describe()
+    assert g["bytes"].sum() * 8 / g["seconds"].sum() < 1.05 * ceiling

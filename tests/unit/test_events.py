@@ -1,0 +1,186 @@
+"""The event runner's clock and schedule (testbed.run.events) with real announcements on a real
+UNIX datagram socket (traffic.announce), and its pure parts; what an event does to a live
+testbed is tests/live/test_events_runner.py's."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import pytest
+
+from testbed.core.errors import UnsupportedError
+from testbed.plan.timeline import Change, Event, Timeline
+from testbed.plan.topology import Impairment
+from testbed.run.events import LATE, EventRunner, OriginClock, impairment_for
+from traffic.announce import Announcer, format_end, format_start, parse
+
+
+def event(at: float, action: str = "set", after: int | None = None, **kw) -> Event:
+    fields = dict(
+        at=at,
+        after_iteration=after,
+        action=action,
+        source="fault" if action != "set" else "schedule",
+        fault=None,
+        link="east-west",
+        cluster=None,
+        directions=("east->west",),
+        changes=(),
+        what=f"{action} at {at}",
+    )
+    fields.update(kw)
+    return Event(**fields)
+
+
+def test_announcements_round_trip_and_strays_are_ignored() -> None:
+    got = parse(format_start(7, 1700000000.123456, 12345.5))
+    assert got is not None and (got.kind, got.iteration) == ("iteration", 7)
+    assert got.unix == pytest.approx(1700000000.123456) and got.mono == pytest.approx(12345.5)
+    end = parse(format_end(1.0, 2.0))
+    assert end is not None and end.kind == "end" and end.iteration is None
+    for stray in (b"", b"hello", b"iteration x start 1 2", b"\xff\xfe", b"end 1"):
+        assert parse(stray) is None
+
+
+def test_an_announcer_without_a_listener_never_fails(tmp_path) -> None:
+    Announcer(None).start(0)  # no socket in the spec: nothing at all
+    lonely = Announcer(str(tmp_path / "nobody"))
+    lonely.start(0)
+    lonely.end()
+    assert Announcer.from_spec({"events_socket": "/x"}, rank=1).sock is None  # rank 0 only
+
+
+def test_the_origin_is_the_first_announced_iteration_and_the_end_stops_every_wait() -> None:
+    with OriginClock() as clock:
+        rank0 = Announcer(clock.path)
+        assert clock.wait_origin(timeout=0.05) is None  # nothing announced yet
+        before = time.monotonic()
+        rank0.start(0)
+        origin = clock.wait_origin(timeout=5)
+        assert origin is not None and before <= origin.mono <= time.monotonic()
+        rank0.start(1)
+        one = clock.wait_iteration(1, timeout=5)
+        assert one is not None and one.mono >= origin.mono
+        assert clock.origin == origin  # later iterations do not move it
+        rank0.end()
+        t0 = time.monotonic()
+        assert clock.wait_iteration(5) is None  # ended: no wait forever
+        assert time.monotonic() - t0 < 5
+        directory = clock.dir
+    assert not os.path.exists(directory)  # nothing left behind
+
+
+def test_wall_clock_origin_is_set_by_the_runner_and_announcements_do_not_move_it() -> None:
+    with OriginClock(from_iterations=False) as clock:
+        origin = clock.set_origin()
+        Announcer(clock.path).start(0)
+        assert clock.wait_iteration(0, timeout=5) is not None
+        assert clock.origin == origin
+
+
+def test_events_apply_at_their_times_and_failures_do_not_stop_the_rest() -> None:
+    applied: list[tuple[str, float]] = []
+
+    def apply(e: Event) -> str:
+        applied.append((e.what, time.monotonic()))
+        if e.what == "broken":
+            raise RuntimeError("no such qdisc")
+        return f"did {e.what}"
+
+    timeline = Timeline(
+        (
+            event(0.05, what="first"),
+            event(0.10, what="broken"),
+            event(0.15, "blackhole", what="hole on"),
+            event(0.02, after=1, what="after iteration 1"),
+            event(0.0, after=9, what="never"),
+        ),
+        "workload",
+        None,
+    )
+    with OriginClock() as clock:
+        runner = EventRunner(timeline, None, clock, apply=apply).start()
+        rank0 = Announcer(clock.path)
+        rank0.start(0)
+        time.sleep(0.3)
+        rank0.start(1)
+        time.sleep(0.2)
+        clock.end()
+        runner.stop()
+    rows = {(r["what"], r["status"]): r for r in runner.rows}
+    origin = clock.iterations[0]
+    for what, at in (("first", 0.05), ("hole on", 0.15)):
+        row = rows[(what, "applied")]
+        assert row["scheduled_mono"] == pytest.approx(origin.mono + at)
+        # never early; late by the busy machine at most (the spin makes it ~0 when quiet)
+        assert 0 <= row["late_s"] < 0.2 and row["late"] == (row["late_s"] > LATE)
+        assert row["operation"] == f"did {what}" and row["error"] is None
+    assert "no such qdisc" in rows[("broken", "failed")]["error"]
+    anchored = rows[("after iteration 1", "applied")]
+    assert anchored["scheduled_mono"] == pytest.approx(clock.iterations[1].mono + 0.02)
+    assert rows[("never", "skipped")]["applied_unix"] is None
+    # the blackhole was still on at the end: undone, after its own row
+    undo = rows[("hole on: undone at end", "undone")]
+    assert undo["action"] == "unblackhole" and undo["error"] is None
+    assert [w for w, _ in applied][-1] == "hole on: undone at end"
+    order = [w for w, _ in applied]
+    assert order.index("first") < order.index("broken") < order.index("hole on")
+
+
+def test_a_fault_ended_by_its_own_event_is_not_undone_again() -> None:
+    seen: list[str] = []
+    timeline = Timeline(
+        (event(0.0, "link_down", what="down"), event(0.05, "link_up", what="up")),
+        "wall",
+        None,
+    )
+    with OriginClock(from_iterations=False) as clock:
+        runner = EventRunner(timeline, None, clock, apply=lambda e: seen.append(e.action) or "ok")
+        runner.start()
+        clock.set_origin()
+        time.sleep(0.3)
+        runner.stop()
+    assert seen == ["link_down", "link_up"]
+    assert [r["status"] for r in runner.rows] == ["applied", "applied"]
+
+
+def test_trace_bins_that_never_came_are_counted_not_tabled() -> None:
+    bins = tuple(event(10.0 + k, source="trace", what=f"bin {k}") for k in range(1000))
+    with OriginClock(from_iterations=False) as clock:
+        runner = EventRunner(
+            Timeline((event(5.0, what="step"), *bins), "wall", None), None, clock, apply=str
+        ).start()
+        clock.set_origin()
+        runner.stop()
+    assert [r["what"] for r in runner.rows] == ["step"] and runner.skipped_trace == 1000
+
+
+def test_nothing_waits_when_the_workload_ends_before_the_origin() -> None:
+    with OriginClock() as clock:
+        runner = EventRunner(
+            Timeline((event(1.0),), "workload", None), None, clock, apply=lambda e: "x"
+        ).start()
+        t0 = time.monotonic()
+        clock.end()
+        runner.stop()
+        assert time.monotonic() - t0 < 2
+    assert [r["status"] for r in runner.rows] == ["skipped"]
+
+
+def test_impairment_for_subtracts_the_compensation_and_refuses_what_it_cannot_carry() -> None:
+    imp = Impairment("ns", "in", "out", 0.010, 0.0, 0.0, 0.0, 1000)
+    d = type("D", (), {"impairment": imp})()
+    c = Change("east->west", 100_000_000, 125_000, 0.030, 0.001, 0.01, 0.0)
+    got = impairment_for(d, c, compensation_s=0.0002)  # type: ignore[arg-type]
+    assert got.delay == pytest.approx(0.0298) and got.jitter == 0.001 and got.loss == 0.01
+    assert got.ns == "ns" and got.netem_limit == 1000
+    assert impairment_for(d, dataclasses.replace(c, delay=0.0), 0.0002).delay == 0.0  # type: ignore[arg-type]
+    has_ge = {f.name for f in dataclasses.fields(Impairment)} >= {"ge_p", "ge_r"}
+    burst = dataclasses.replace(c, ge_p=0.01, ge_r=0.25)
+    if has_ge:
+        assert impairment_for(d, burst, 0.0).ge_p == 0.01  # type: ignore[arg-type]
+    else:
+        with pytest.raises(UnsupportedError):
+            impairment_for(d, burst, 0.0)  # type: ignore[arg-type]
