@@ -369,7 +369,7 @@ class EventRunner:
             if e.source == "trace":
                 self.skipped_trace += 1
             else:
-                self.rows.append(self._row(i, e, None, status="skipped"))
+                self._append(self._row(i, e, None, status="skipped"), e)
         self.absolute.clear()
         self.anchored.clear()
         for key, (i, e) in list(self.in_force.items()):
@@ -449,7 +449,18 @@ class EventRunner:
         if at is not None:
             row["late_s"] = done.mono - at.mono
             row["late"] = row["late_s"] > LATE
-        self.rows.append(row)
+        self._append(row, e)
+
+    def _append(self, row: dict[str, Any], e: Event) -> None:
+        """One row per changed direction for a ``set`` (its new state as numeric columns, for
+        the analysis' timelines and trace replay); one row for the other actions."""
+        if not e.changes:
+            self.rows.append({**row, "direction": None, **dict.fromkeys(SETTING_COLUMNS)})
+            return
+        for c in e.changes:
+            settings = (c.rate, c.buffer, c.delay, c.jitter, c.loss, c.reorder, c.ge_p, c.ge_r)
+            numeric = dict(zip(SETTING_COLUMNS, settings, strict=True))
+            self.rows.append({**row, "direction": c.direction, **numeric})
 
     def _row(self, i: int, e: Event, at: Instant | None, status: str) -> dict[str, Any]:
         return {
@@ -475,6 +486,18 @@ class EventRunner:
             "error": None,
             "status": status,
         }
+
+
+SETTING_COLUMNS = (
+    "rate_bps",
+    "buffer_bytes",
+    "delay_s",
+    "jitter_s",
+    "loss",
+    "reorder",
+    "ge_p",
+    "ge_r",
+)
 
 
 def _at(p: tuple[int, Event]) -> tuple[float, int]:

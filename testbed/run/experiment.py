@@ -50,7 +50,7 @@ from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
-from testbed.plan.timeline import Timeline
+from testbed.plan.timeline import Timeline, build_timeline
 from testbed.plan.topology import NetworkPlan
 from testbed.run import training
 from testbed.run.bulkflows import BulkFlows
@@ -206,23 +206,18 @@ def has_dynamics(sc: Scenario) -> bool:
     return bool(sc.faults) or any(link.schedule or link.trace for link in sc.wan)
 
 
-def timeline_for(sc: Scenario, plan: NetworkPlan, base_dir: Path) -> Timeline:
-    """The run's timeline of WAN changes and faults (testbed.plan.timeline.build_timeline).
-
-    The one place the runner gets it from. Until ``build_timeline`` is in this version, a
-    scenario with a schedule, a trace or faults is refused with the reason (the run is skipped,
-    never run with its faults silently missing)."""
-    try:
-        from testbed.plan.timeline import build_timeline  # type: ignore[attr-defined]
-    except ImportError:
-        if has_dynamics(sc):
-            raise UnsupportedError(
-                "schedules, traces and faults need testbed.plan.timeline.build_timeline, which "
-                "this version does not have"
-            ) from None
-        return Timeline((), sc.clock, None)
+def timeline_for(sc: Scenario, plan: NetworkPlan, source: Path | None) -> Timeline:
+    """The run's timeline of WAN changes and faults: traces (relative to the scenario file
+    ``source``) looped up to the traffic's end, or up to HORIZON beside a workload (whose
+    length is not known in advance)."""
     horizon = max((f.start + f.duration for f in sc.traffic), default=0.0)
-    return build_timeline(sc, plan, base_dir, horizon if sc.workload is None else HORIZON)
+    return build_timeline(
+        sc,
+        plan,
+        source.parent if source else Path.cwd(),
+        horizon if sc.workload is None else HORIZON,
+        source=str(source) if source else "<scenario>",
+    )
 
 
 class RunDynamics:
@@ -236,11 +231,11 @@ class RunDynamics:
     stopped; ``result.dynamics`` gets the rows."""
 
     def __init__(
-        self, tb: Testbed, sc: Scenario, run_dir: Path, base_dir: Path, result: RunResult
+        self, tb: Testbed, sc: Scenario, run_dir: Path, source: Path | None, result: RunResult
     ) -> None:
         assert tb.plan is not None
         self.result = result
-        self.timeline = timeline_for(sc, tb.plan, base_dir)
+        self.timeline = timeline_for(sc, tb.plan, source)
         self.clock: OriginClock | None = None
         self.runner: EventRunner | None = None
         self.flows: BulkFlows | None = None
@@ -317,7 +312,7 @@ class RunDynamics:
 
 
 def execute(
-    spec: RunSpec, run_dir: Path, selfcheck_seconds: float, base_dir: Path | None = None
+    spec: RunSpec, run_dir: Path, selfcheck_seconds: float, source: Path | None = None
 ) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
@@ -337,7 +332,7 @@ def execute(
             checks = check_links(tb, duration=selfcheck_seconds, pings=20)
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
             workload = sc.workload
-            dynamics = RunDynamics(tb, sc, run_dir, base_dir or Path.cwd(), result)
+            dynamics = RunDynamics(tb, sc, run_dir, source, result)
             if workload is None:
                 with dynamics:
                     dynamics.wait_traffic()
@@ -609,7 +604,7 @@ class Experiment:
                     spec,
                     self.results.path / "runs" / spec.run_id,
                     selfcheck_seconds,
-                    base_dir=Path(self.source).parent if self.source else None,
+                    source=Path(self.source) if self.source else None,
                 )
             except _Interrupted as stop:
                 self.record(spec, stop.result)
