@@ -41,6 +41,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.faults import rank_operations, summarize_faults
 from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
 from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
@@ -217,6 +218,25 @@ def timeline_for(sc: Scenario, plan: NetworkPlan, source: Path | None) -> Timeli
         source.parent if source else Path.cwd(),
         horizon if sc.workload is None else HORIZON,
         source=str(source) if source else "<scenario>",
+    )
+
+
+def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
+    """The run's fault metrics (analysis.faults.summarize_faults) for its summary rows, so that
+    expectations can test them; empty for a run without events."""
+    events = result.dynamics.get("events", [])
+    if not events:
+        return {}
+    rows = pd.DataFrame([{"run_id": spec.run_id, **r} for r in result.rows])
+    if isinstance(spec.scenario.workload, TrainingWorkload):
+        ops = rank_operations(pd.DataFrame(), rows)
+    else:
+        ops = rank_operations(rows)
+    sc = spec.scenario
+    rtt = sum(sc.wan[0].direction(rev)["delay"] for rev in (False, True)) if sc.wan else 0.0
+    tcp = pd.DataFrame(result.traces.get("tcp", []))
+    return summarize_faults(
+        pd.DataFrame(events), ops, sc.model_dump(mode="json"), rtt, tcp if not tcp.empty else None
     )
 
 
@@ -535,8 +555,11 @@ class Experiment:
             ]
         else:
             summary = summarize(result.rows, result.info, params)
+        faults = fault_summary(spec, result)
+        if faults and not summary:  # every operation failed: the fault metrics still count
+            summary = [dict(params)]
         for s in summary:
-            s.update(run_id=spec.run_id, repeat=spec.repeat)
+            s.update(run_id=spec.run_id, repeat=spec.repeat, **faults)
         self.summaries = [s for s in self.summaries if s.get("run_id") != spec.run_id] + summary
         if isinstance(workload, TrainingWorkload):
             training.fill_targets(self.summaries, self.tables["training"], list(spec.params))
