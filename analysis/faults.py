@@ -863,13 +863,17 @@ def summarize_faults(
     resolved: dict[str, Any],
     rtt_s: float,
     tcp: pd.DataFrame | None = None,
+    queues: pd.DataFrame | None = None,
+    goodput: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The fault metrics of one run for its summary rows (what the runner adds so that
     expectations can test them): ``events`` and ``ops`` (:func:`rank_operations`) of the run,
     its resolved scenario (tcp.retries2, workload.timeout, faults) and configured RTT; ``tcp``:
-    its WAN data sockets' tcp_info samples, if traced."""
+    its WAN data sockets' tcp_info samples, if traced; ``queues`` and ``goodput``
+    (flows_goodput) for ``trace_correlation``, the lowest per-second correlation of achieved
+    and target rate over the traced directions (None without a trace)."""
     if events.empty:
-        return fault_metrics(pd.DataFrame(columns=FAULT_COLUMNS))
+        return {**fault_metrics(pd.DataFrame(columns=FAULT_COLUMNS)), "trace_correlation": None}
     run_id = str(events["run_id"].iloc[0]) if "run_id" in events else ""
     events = events.assign(results="", run_id=run_id)
     ops = ops.assign(results="", run_id=run_id)
@@ -885,7 +889,20 @@ def summarize_faults(
     )
     specs = {("", run_id): dict(enumerate(resolved.get("faults") or []))}
     faults = fault_table(events, ops, {("", run_id): ctx}, specs)
-    return fault_metrics(faults, lateness_table(events))
+    out = fault_metrics(faults, lateness_table(events))
+    out["trace_correlation"] = None
+    bins = trace_targets(events)
+    if not bins.empty:
+        q = pd.DataFrame() if queues is None else queues.assign(results="", run_id=run_id)
+        g = None if goodput is None else goodput.assign(results="", run_id=run_id)
+        dark = [
+            (f.start, f.end if f.end is not None and not pd.isna(f.end) else math.inf)
+            for f in faults.itertuples(index=False)
+        ]
+        table = trace_table(achieved_rates(bins, q, g), {("", run_id): dark})
+        if table["correlation"].notna().any():
+            out["trace_correlation"] = float(table["correlation"].min())
+    return out
 
 
 def clock_origins(operations: pd.DataFrame, events: pd.DataFrame) -> dict[tuple[str, str], float]:

@@ -62,6 +62,7 @@ Metric = Literal[
     "fault_recover",
     "fault_survived",
     "events_late",
+    "trace_correlation",
 ]
 METRICS = get_args(Metric)
 # A training sweep's algorithm is the scenario field workload.algorithm and the summary column

@@ -234,10 +234,15 @@ def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
         ops = rank_operations(rows)
     sc = spec.scenario
     rtt = sum(sc.wan[0].direction(rev)["delay"] for rev in (False, True)) if sc.wan else 0.0
-    tcp = pd.DataFrame(result.traces.get("tcp", []))
-    return summarize_faults(
-        pd.DataFrame(events), ops, sc.model_dump(mode="json"), rtt, tcp if not tcp.empty else None
-    )
+    tables = {
+        name: (pd.DataFrame(rows) if rows else None)
+        for name, rows in (
+            ("tcp", result.traces.get("tcp", [])),
+            ("queues", result.traces.get("queues", [])),
+            ("goodput", result.dynamics.get("flows_goodput", [])),
+        )
+    }
+    return summarize_faults(pd.DataFrame(events), ops, sc.model_dump(mode="json"), rtt, **tables)
 
 
 class RunDynamics:

@@ -22,7 +22,9 @@ from analysis.faults import (
     operation_table,
     per_second,
     predict_stall,
+    rank_operations,
     retransmit_times,
+    summarize_faults,
     tcp_around_faults,
     tcp_give_up,
     tcp_timers,
@@ -319,6 +321,15 @@ def test_trace_replay_follows_the_target() -> None:
     t = trace_table(bins).iloc[0]
     assert t["correlation"] > 0.95
     assert t["achieved_over_target"] == pytest.approx(0.95, rel=0.02)
+
+
+def test_run_summary_carries_the_trace_correlation_for_expectations() -> None:
+    events, queues = _trace_run(noise=0.05)
+    events, queues = events.drop(columns="results"), queues.drop(columns="results")
+    ops = rank_operations(pd.DataFrame())
+    got = summarize_faults(events, ops, {}, 0.08, queues=queues)
+    assert got["trace_correlation"] > 0.95
+    assert summarize_faults(events, ops, {}, 0.08)["trace_correlation"] is None  # no counters
 
 
 def test_trace_replay_that_does_not_follow_is_uncorrelated() -> None:
