@@ -1,11 +1,12 @@
 """Configuring links, addresses and routes inside namespaces with rtnetlink requests.
 
-This module owns the rtnetlink messages the build sends (one per :mod:`testbed.plan.render`
-``IpOp``: a link up, a bridge, a bridge port, an IPv4 address, ``gso_max_segs``, an IPv4 route),
-over the shared framing of :mod:`testbed.net.netlink`. One worker thread enters each namespace
-in turn (``setns``), opens a ``NETLINK_ROUTE`` socket there and sends that namespace's requests
-back to back, then reads their acks. It replaces an ``ip -n NS -batch`` process per namespace:
-at 8 clusters x 16 hosts (164 namespaces) those cost ~0.4 s of CPU, mostly process start-up.
+This module owns the rtnetlink messages the build and the faults (:mod:`testbed.net.faults`) send
+(one per :mod:`testbed.plan.render` ``IpOp``: a link up or down, a bridge, a bridge port, an IPv4
+address, ``gso_max_segs``, an IPv4 route), over the shared framing of :mod:`testbed.net.netlink`.
+One worker thread enters each namespace in turn (``setns``), opens a ``NETLINK_ROUTE`` socket
+there and sends that namespace's requests back to back, then reads their acks. It replaces an
+``ip -n NS -batch`` process per namespace: at 8 clusters x 16 hosts (164 namespaces) those cost
+~0.4 s of CPU, mostly process start-up.
 A refused request raises NetError naming the namespace and the request as an ``ip`` command.
 """
 
@@ -24,6 +25,7 @@ from testbed.plan.render import (
     BridgeAdd,
     GsoMaxSegs,
     IpOp,
+    LinkDown,
     LinkUp,
     RouteAdd,
     SetMaster,
@@ -32,7 +34,7 @@ from testbed.plan.render import (
 
 NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE = 16, 20, 24
-NLM_F_EXCL, NLM_F_CREATE = 0x200, 0x400
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 IFF_UP = 0x1
 IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_GSO_MAX_SEGS = 3, 10, 18, 40
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
@@ -48,15 +50,18 @@ U32 = struct.Struct("=I")
 
 ACK = netlink.NLM_F_REQUEST | netlink.NLM_F_ACK
 CREATE = ACK | NLM_F_CREATE | NLM_F_EXCL
+REPLACE = ACK | NLM_F_CREATE | NLM_F_REPLACE
 
 
 def _name(name: str) -> bytes:
     return netlink.nla(IFLA_IFNAME, name.encode() + b"\0")
 
 
-def _link(name: str, attrs: bytes = b"", up: bool = False) -> bytes:
-    """RTM_NEWLINK on the existing link ``name`` (found by name: no index needed)."""
-    return IFINFOMSG.pack(0, 0, 0, IFF_UP if up else 0, IFF_UP if up else 0) + _name(name) + attrs
+def _link(name: str, attrs: bytes = b"", up: bool | None = None) -> bytes:
+    """RTM_NEWLINK on the existing link ``name`` (found by name: no index needed); ``up``
+    True/False sets the administrative state, None leaves it."""
+    change = 0 if up is None else IFF_UP
+    return IFINFOMSG.pack(0, 0, 0, IFF_UP if up else 0, change) + _name(name) + attrs
 
 
 def _bridge(name: str) -> bytes:
@@ -109,6 +114,8 @@ def request(op: IpOp) -> tuple[int, int, bytes]:
     match op:
         case LinkUp(dev):
             return RTM_NEWLINK, ACK, _link(dev, up=True)
+        case LinkDown(dev):
+            return RTM_NEWLINK, ACK, _link(dev, up=False)
         case BridgeAdd(name):
             return RTM_NEWLINK, CREATE, _bridge(name)
         case SetMaster(port, master):
@@ -117,8 +124,8 @@ def request(op: IpOp) -> tuple[int, int, bytes]:
             return RTM_NEWADDR, CREATE, _addr(cidr, dev)
         case GsoMaxSegs(dev, segs):
             return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GSO_MAX_SEGS, U32.pack(segs)))
-        case RouteAdd(dst, via, src):
-            return RTM_NEWROUTE, CREATE, _route(dst, via, src)
+        case RouteAdd(dst, via, src, replace):
+            return RTM_NEWROUTE, REPLACE if replace else CREATE, _route(dst, via, src)
     raise TypeError(f"not an ip operation: {op!r}")
 
 

@@ -13,6 +13,7 @@ text. The qdisc lines are pieces: which of them a testbed gets is its link backe
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import NamedTuple
 
@@ -45,6 +46,12 @@ class LinkUp(NamedTuple):
     dev: str
 
 
+class LinkDown(NamedTuple):
+    """Administratively down (a fault): the kernel flushes the routes through it."""
+
+    dev: str
+
+
 class BridgeAdd(NamedTuple):
     """A bridge without STP and without forwarding delay: ports forward as soon as they are up."""
 
@@ -70,9 +77,10 @@ class RouteAdd(NamedTuple):
     dst: str  # "default" or a CIDR
     via: str
     src: str | None = None
+    replace: bool = False  # create or replace (a fault's restore: idempotent)
 
 
-IpOp = LinkUp | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
+IpOp = LinkUp | LinkDown | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
 
 
 def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
@@ -111,6 +119,8 @@ def ip_line(op: IpOp) -> str:
     match op:
         case LinkUp(dev):
             return f"link set {dev} up"
+        case LinkDown(dev):
+            return f"link set {dev} down"
         case BridgeAdd(name):
             return f"link add {name} type bridge stp_state 0 forward_delay 0"
         case SetMaster(port, master):
@@ -119,8 +129,9 @@ def ip_line(op: IpOp) -> str:
             return f"addr add {cidr} dev {dev}"
         case GsoMaxSegs(dev, segs):
             return f"link set dev {dev} gso_max_segs {segs}"
-        case RouteAdd(dst, via, src):
-            return f"route add {dst} via {via}" + (f" src {src}" if src else "")
+        case RouteAdd(dst, via, src, replace):
+            verb = "replace" if replace else "add"
+            return f"route {verb} {dst} via {via}" + (f" src {src}" if src else "")
     raise TypeError(f"not an ip operation: {op!r}")
 
 
@@ -170,6 +181,22 @@ def wan_shaper_lines(d: WanDirection) -> list[str]:
     return lines
 
 
+def rate_change_lines(d: WanDirection, rate: int, buffer: int) -> list[str]:
+    """Lines changing the bottleneck of ``d`` to ``rate`` bit/s and a ``buffer``-byte queue in
+    place (``tc class change``, ``tc qdisc change``): HTB recomputes rate, ceil, burst and
+    quantum of the class and keeps its token state; the leaf keeps the packets it holds (a
+    byte-limited queue does not follow the rate on its own, so its limit changes with it)."""
+    s = dataclasses.replace(
+        d.shaper, rate=rate, burst=htb_burst(rate), quantum=htb_quantum(rate), buffer=buffer
+    )
+    changed = dataclasses.replace(d, rate=rate, buffer=buffer, shaper=s)
+    _root, cls, leaf = wan_shaper_lines(changed)
+    return [
+        cls.replace("class add", "class change", 1),
+        leaf.replace("qdisc add", "qdisc change", 1),
+    ]
+
+
 def fabric_shaper_lines(p: FabricPort) -> list[str]:
     """A fabric link end, shaped only: HTB for the rate with a bfifo leaf; its delay is left out."""
     if p.rate is None:
@@ -197,7 +224,13 @@ def netem_args(imp: Impairment) -> str:
     parts = [f"limit {imp.netem_limit}", f"delay {round(imp.delay * 1e6)}us"]
     if imp.jitter:
         parts.append(f"{round(imp.jitter * 1e6)}us distribution normal")
-    if imp.loss:
+    if imp.ge_p:
+        # Simple Gilbert with the random loss in the good state: tc takes p, r, 1-h (loss in
+        # the bad state: all) and 1-k (loss in the good state), in percent (tc-netem(8)).
+        parts.append(
+            f"loss gemodel {imp.ge_p * 100:.6g}% {imp.ge_r * 100:.6g}% 100% {imp.loss * 100:.6g}%"
+        )
+    elif imp.loss:
         parts.append(f"loss random {imp.loss * 100:.6g}%")
     if imp.reorder:
         parts.append(f"reorder {imp.reorder * 100:.6g}%")
