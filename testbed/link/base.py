@@ -15,9 +15,16 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from testbed.core.errors import NetError, UnsupportedError
+from testbed.net import rtnl
 from testbed.net.build import run_batches
 from testbed.net.registry import Record
-from testbed.plan.render import fabric_shaper_lines, rate_change_lines, wan_shaper_lines
+from testbed.plan.render import (
+    TcOp,
+    fabric_shaper_lines,
+    rate_change_lines,
+    rate_change_ops,
+    wan_shaper_lines,
+)
 from testbed.plan.topology import MIN_BUFFER, FabricPort, Impairment, NetworkPlan, WanDirection
 
 
@@ -80,18 +87,24 @@ class LinkBackend:
     def set_rate(self, changes: dict[str, tuple[int, int]]) -> None:
         """Give running WAN directions (by name) a new bottleneck: (rate bit/s, buffer bytes).
         In place: the HTB class changes rate (its token state and its leaf's packets survive)
-        and the leaf its byte limit, one ``tc`` batch per namespace, all namespaces side by
-        side; returns once the kernel applied them. A buffer below the plan's floor (two GSO
-        packets) is raised to it, as at bring-up."""
-        per_ns: dict[str, list[str]] = {}
+        and the leaf its byte limit, as rtnetlink requests from this process (a ``tc`` process
+        per namespace cost several ms; benchmarks/fault_ops.py), a marking leaf by a ``tc``
+        batch (sch_red's parameters are tc's to compute); returns once the kernel applied
+        them. A buffer below the plan's floor (two GSO packets) is raised to it, as at
+        bring-up."""
+        ops: dict[str, list[TcOp]] = {}
+        red: dict[str, list[str]] = {}
         for name, (rate, buffer) in changes.items():
             d = self._direction(name)
             if rate <= 0:
                 raise NetError(f"{name}: rate {rate} bit/s: HTB needs a positive rate")
-            per_ns.setdefault(d.shaper.ns, []).extend(
-                rate_change_lines(d, rate, max(buffer, MIN_BUFFER))
-            )
-        run_batches([(["tc", "-n", ns], lines) for ns, lines in per_ns.items()])
+            buffer = max(buffer, MIN_BUFFER)
+            ops.setdefault(d.shaper.ns, []).extend(rate_change_ops(d, rate, buffer))
+            if d.marking:
+                red.setdefault(d.shaper.ns, []).append(rate_change_lines(d, rate, buffer)[-1])
+        rtnl.apply(ops)
+        if red:
+            run_batches([(["tc", "-n", ns], lines) for ns, lines in red.items()])
 
     def _direction(self, name: str) -> WanDirection:
         try:

@@ -181,20 +181,60 @@ def wan_shaper_lines(d: WanDirection) -> list[str]:
     return lines
 
 
+class HtbChange(NamedTuple):
+    """``tc class change`` of a bottleneck's HTB class 1:1 (rate = ceil, burst = cburst)."""
+
+    dev: str
+    rate: int  # bit/s
+    burst: int  # bytes
+    quantum: int  # bytes
+
+
+class FifoLimit(NamedTuple):
+    """``tc qdisc change`` of a bottleneck's bfifo leaf 10: to a new byte limit."""
+
+    dev: str
+    limit: int  # bytes
+
+
+TcOp = HtbChange | FifoLimit
+
+
+def rate_change_ops(d: WanDirection, rate: int, buffer: int) -> list[TcOp]:
+    """Changing the bottleneck of ``d`` to ``rate`` bit/s and a ``buffer``-byte queue in place:
+    HTB recomputes rate, ceil, burst and quantum of the class and keeps its token state; the
+    leaf keeps the packets it holds (a byte-limited queue does not follow the rate on its own,
+    so its limit changes with it). :mod:`testbed.net.rtnl` sends them as rtnetlink requests;
+    :func:`tc_line` is each one as a ``tc`` command. A marking (red) leaf is not one of them:
+    :func:`rate_change_lines`."""
+    ops: list[TcOp] = [HtbChange(d.shaper.ifname, rate, htb_burst(rate), htb_quantum(rate))]
+    if not d.marking:
+        ops.append(FifoLimit(d.shaper.ifname, buffer))
+    return ops
+
+
+def tc_line(op: TcOp) -> str:
+    """``op`` as a line of ``tc -batch`` input (the class and leaf of :func:`shaper_lines`)."""
+    match op:
+        case HtbChange(dev, rate, burst, quantum):
+            return (
+                f"class change dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
+                f"burst {burst}b cburst {burst}b quantum {quantum}"
+            )
+        case FifoLimit(dev, limit):
+            return f"qdisc change dev {dev} parent 1:1 handle 10: bfifo limit {limit}"
+    raise TypeError(f"not a tc operation: {op!r}")
+
+
 def rate_change_lines(d: WanDirection, rate: int, buffer: int) -> list[str]:
-    """Lines changing the bottleneck of ``d`` to ``rate`` bit/s and a ``buffer``-byte queue in
-    place (``tc class change``, ``tc qdisc change``): HTB recomputes rate, ceil, burst and
-    quantum of the class and keeps its token state; the leaf keeps the packets it holds (a
-    byte-limited queue does not follow the rate on its own, so its limit changes with it)."""
-    s = dataclasses.replace(
-        d.shaper, rate=rate, burst=htb_burst(rate), quantum=htb_quantum(rate), buffer=buffer
-    )
-    changed = dataclasses.replace(d, rate=rate, buffer=buffer, shaper=s)
-    _root, cls, leaf = wan_shaper_lines(changed)
-    return [
-        cls.replace("class add", "class change", 1),
-        leaf.replace("qdisc add", "qdisc change", 1),
-    ]
+    """:func:`rate_change_ops` as ``tc`` lines, plus a marking leaf's change (its limit and
+    bandwidth: ``sch_red`` takes them in one ``tc qdisc change``)."""
+    lines = [tc_line(op) for op in rate_change_ops(d, rate, buffer)]
+    if d.marking:
+        changed = dataclasses.replace(d, rate=rate, buffer=buffer)
+        leaf = f"qdisc change dev {d.shaper.ifname} parent 1:1 handle 10: {red_args(changed)}"
+        lines.append(leaf)
+    return lines
 
 
 def fabric_shaper_lines(p: FabricPort) -> list[str]:

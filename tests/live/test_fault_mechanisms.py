@@ -32,6 +32,7 @@ from testbed.config.scenario import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.net.faults import FaultOps
+from testbed.plan.render import rate_change_lines
 from testbed.plan.topology import bdp_bytes
 from testbed.run.selfcheck import probe_rtt
 from testbed.run.testbed import Testbed
@@ -389,6 +390,41 @@ def test_set_rate_goodput_follows_100_30_100_mbit(line3, flows):
     for rate, g in zip((100e6, 30e6, 100e6), goodputs, strict=True):
         assert 0.6 * rate * GOODPUT_FACTOR <= g <= 1.03 * rate, (rate, goodputs)
     assert flow.send_error is None and flow.recv_error is None
+
+
+def _shaper_state(ns: str, dev: str) -> tuple[str, str]:
+    """``tc -d`` dumps of ``dev``'s classes and qdiscs (with HTB's buffers in ticks; this tc
+    prints no JSON for HTB classes)."""
+
+    def show(what: str) -> str:
+        argv = ["tc", "-n", ns, "-d", what, "show", "dev", dev]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+    return show("class"), show("qdisc")
+
+
+@pytest.mark.parametrize("rate", [30_000_000, 40_000_000_000])
+def test_set_rate_by_rtnetlink_leaves_what_tc_class_change_leaves(line3, rate):
+    """The rate change's rtnetlink requests against ``tc`` itself: the same class and leaf
+    afterwards (above 34 Gbit/s the 64-bit rate attributes too)."""
+    d = next(d for d in line3.plan.wan if d.name == "east->mid")
+    ns, dev = d.shaper.ns, d.shaper.ifname
+    try:
+        line3.backend.set_rate({d.name: (rate, 409_600)})
+        ours = _shaper_state(ns, dev)
+        line3.backend.set_rate({d.name: (d.rate, d.buffer)})
+        assert _shaper_state(ns, dev) != ours
+        tc = subprocess.run(
+            ["tc", "-n", ns, "-batch", "-"],
+            input="\n".join(rate_change_lines(d, rate, 409_600)) + "\n",
+            capture_output=True,
+            text=True,
+        )
+        assert tc.returncode == 0, tc.stderr
+        assert _shaper_state(ns, dev) == ours
+    finally:
+        line3.backend.set_rate({d.name: (d.rate, d.buffer)})
+    print(ours)
 
 
 def test_a_delay_step_is_followed_by_the_rtt(line3):
