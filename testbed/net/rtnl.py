@@ -3,8 +3,8 @@ requests.
 
 This module owns the rtnetlink messages the build, the faults (:mod:`testbed.net.faults`) and a
 rate change (``LinkBackend.set_rate``) send: one per :mod:`testbed.plan.render` ``IpOp`` (a link
-up or down, a bridge, a bridge port, an IPv4 address, ``gso_max_segs``, an IPv4 route) or
-``TcOp`` (an HTB class's rate, a bfifo's limit), over the shared framing of
+up or down, its device group, a bridge, a bridge port, an IPv4 address, ``gso_max_segs``, an IPv4
+route) or ``TcOp`` (an HTB class's rate, a bfifo's limit), over the shared framing of
 :mod:`testbed.net.netlink`. One worker thread enters each namespace in turn (``setns``), opens a
 ``NETLINK_ROUTE`` socket there and sends that namespace's requests back to back, then reads their
 acks. It replaces an ``ip -n NS -batch`` (or ``tc``) process per namespace: at 8 clusters x 16
@@ -32,6 +32,7 @@ from testbed.plan.render import (
     HtbChange,
     IpOp,
     LinkDown,
+    LinkGroup,
     LinkUp,
     RouteAdd,
     SetMaster,
@@ -46,7 +47,7 @@ NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE, RTM_NEWQDISC, RTM_NEWTCLASS = 16, 20, 24, 36, 40
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 IFF_UP = 0x1
-IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_GSO_MAX_SEGS = 3, 10, 18, 40
+IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_GROUP, IFLA_GSO_MAX_SEGS = 3, 10, 18, 27, 40
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 IFLA_BR_FORWARD_DELAY, IFLA_BR_STP_STATE = 1, 5
 IFA_ADDRESS, IFA_LOCAL = 1, 2
@@ -190,6 +191,8 @@ def request(op: Op) -> tuple[int, int, bytes]:
             return RTM_NEWADDR, CREATE, _addr(cidr, dev)
         case GsoMaxSegs(dev, segs):
             return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GSO_MAX_SEGS, U32.pack(segs)))
+        case LinkGroup(dev, group):
+            return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GROUP, U32.pack(group)))
         case RouteAdd(dst, via, src, replace):
             return RTM_NEWROUTE, REPLACE if replace else CREATE, _route(dst, via, src)
     raise TypeError(f"not an ip operation: {op!r}")

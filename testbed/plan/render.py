@@ -73,6 +73,13 @@ class GsoMaxSegs(NamedTuple):
     segs: int
 
 
+class LinkGroup(NamedTuple):
+    """The interface's device group (a fault's switch: ``iptables -m devgroup`` matches it)."""
+
+    dev: str
+    group: int
+
+
 class RouteAdd(NamedTuple):
     dst: str  # "default" or a CIDR
     via: str
@@ -80,7 +87,7 @@ class RouteAdd(NamedTuple):
     replace: bool = False  # create or replace (a fault's restore: idempotent)
 
 
-IpOp = LinkUp | LinkDown | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
+IpOp = LinkUp | LinkDown | LinkGroup | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
 
 
 def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
@@ -129,6 +136,8 @@ def ip_line(op: IpOp) -> str:
             return f"addr add {cidr} dev {dev}"
         case GsoMaxSegs(dev, segs):
             return f"link set dev {dev} gso_max_segs {segs}"
+        case LinkGroup(dev, group):
+            return f"link set dev {dev} group {group}"
         case RouteAdd(dst, via, src, replace):
             verb = "replace" if replace else "add"
             return f"route {verb} {dst} via {via}" + (f" src {src}" if src else "")

@@ -216,6 +216,7 @@ def test_a_2s_blackhole_stalls_tcp_for_the_rto_series_then_it_resumes(flows):
     tb = up(scenario(wan=[{"between": ["east", "west"], "rate": "50mbit", "delay": "40ms"}]))
     try:
         ops = FaultOps(tb.plan)
+        ops.prepare()  # the rules in place: the blackhole is then one rtnetlink request
         flow = Flow(tb, "east-h0", "west-h0")
         flows.append(flow)
         time.sleep(3.0)  # past slow start: the RTT estimate includes the flow's queue

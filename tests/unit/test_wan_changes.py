@@ -16,10 +16,11 @@ from testbed.link.base import LinkBackend
 from testbed.link.kernel import KernelBackend
 from testbed.link.userspace import DelayLineSupervisor
 from testbed.net import rtnl
-from testbed.net.faults import FaultOps, restore_text
+from testbed.net.faults import FaultOps, restore_text, wire_rules
 from testbed.net.registry import Record
 from testbed.plan.render import (
     LinkDown,
+    LinkGroup,
     LinkUp,
     RouteAdd,
     ip_line,
@@ -146,3 +147,18 @@ def test_fault_requests_set_the_link_down_and_replace_routes() -> None:
     assert (kind, flags) == (rtnl.RTM_NEWROUTE, rtnl.REPLACE)
     assert flags & 0x200 == 0  # no NLM_F_EXCL: an existing route is not an error
     assert ip_line(op) == "route replace 10.2.3.0/24 via 10.9.0.2 src 10.1.0.1"
+
+
+def test_the_wire_rules_act_only_on_ports_in_their_device_group() -> None:
+    text = wire_rules()
+    assert text == (
+        "*raw\n-I PREROUTING -m devgroup --src-group 0x100000/0x100000 -j DROP\nCOMMIT\n"
+        "*filter\n"
+        "-I FORWARD -m devgroup --src-group 0x200000/0x200000 -p udp -j DROP\n"
+        "-I FORWARD -m devgroup --src-group 0x200000/0x200000 -p tcp -j REJECT "
+        "--reject-with tcp-reset\n"
+        "COMMIT\n"
+    )
+    assert ip_line(LinkGroup("to-east", 1 << 20)) == "link set dev to-east group 1048576"
+    _, _, body = rtnl.request(LinkGroup("to-east", 1 << 20))
+    assert rtnl.IFINFOMSG.unpack_from(body)[3:] == (0, 0)  # the admin state is left alone
