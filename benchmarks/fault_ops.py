@@ -58,7 +58,7 @@ def operations(tb: Testbed) -> dict[str, Callable[[bool], object]]:
     imp = d.impairment
     slow = dataclasses.replace(imp, delay=imp.delay + 0.020)
     return {
-        "set_rate (tc class+qdisc change)": lambda s: backend.set_rate(
+        "set_rate (rtnetlink: HTB class + bfifo limit)": lambda s: backend.set_rate(
             {d.name: (30_000_000 if s else d.rate, d.buffer)}
         ),
         "set_impairments (delay step)": lambda s: backend.set_impairments(
