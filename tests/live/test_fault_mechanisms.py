@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import scenario, unique_name
+from helpers import delay_steps, scenario, unique_name
 
 from testbed.config.scenario import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
@@ -446,6 +446,34 @@ def test_a_delay_step_is_followed_by_the_rtt(line3):
     print(f"RTT {r0 * 1e3:.2f} ms -> {r1 * 1e3:.2f} ms (set_impairments {took * 1e3:.1f} ms)")
     assert r0 == pytest.approx(0.020, abs=1e-3)
     assert r1 == pytest.approx(0.040, abs=1e-3)
+
+
+def test_the_delay_line_bunches_at_a_delay_decrease_and_gaps_at_an_increase(line3):
+    """Packets every ~1 ms; the delay goes 30 -> 10 ms (the packets that arrive while the old
+    ones drain leave together after the last of them: a burst, in order) and back to 30 ms (a
+    gap of about the difference). netem reorders at the decrease instead: the same steps in
+    test_kernel_backend.py."""
+    if not line3.link_stats():
+        pytest.skip("the delay line's behaviour: this testbed runs netem")
+    sent, got, steps = delay_steps(line3, "east->mid", next(PORTS))
+    seqs = [s_ for s_, _ in got]
+    gaps = [(s_, b - a) for (_, a), (s_, b) in itertools.pairwise(got)]
+    # the burst: the most packets delivered within 0.5 ms of each other in a row, after the
+    # decrease; the gap: the longest pause after the increase
+    run = best = 0
+    for s_, g in gaps:
+        if s_ >= steps["down"]:
+            run = run + 1 if g < 0.0005 else 0
+            best = max(best, run)
+    after_up = max(g for s_, g in gaps if s_ >= steps["up"])
+    print(
+        f"{sent} packets ~{0.45 / sent * 1e3:.2f} ms apart: {len(got)} arrived, in order: "
+        f"{seqs == sorted(seqs)}; after 30 -> 10 ms: {best + 1} delivered back to back "
+        f"(< 0.5 ms apart); after 10 -> 30 ms: a {after_up * 1e3:.1f} ms gap"
+    )
+    assert seqs == sorted(seqs) and len(got) == sent  # never reordered, nothing lost
+    assert best + 1 >= 8  # ~20 ms of arrivals held back, then released together
+    assert 0.012 <= after_up <= 0.040  # ~20 ms: the new packets wait the extra delay
 
 
 # ------------------------------------------------------------------------------ burst loss
