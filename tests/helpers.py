@@ -1,5 +1,6 @@
 """Helpers shared by the test files (imported as ``helpers``; pytest advises against importing
-conftest): unique testbed names of this run and a small default scenario."""
+conftest): unique testbed names of this run, a small default scenario, and delay steps under a
+packet stream (the live tests of both link backends)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,82 @@ def scenario(**overrides: Any) -> dict[str, Any]:
     }
     data.update(overrides)
     return data
+
+
+def delay_steps(
+    tb: Any, direction: str, port: int, first: float = 0.030, then: float = 0.010
+) -> tuple[int, list[tuple[int, float]], dict[str, int]]:
+    """Send a datagram about every ms across ``direction`` of a live testbed for 0.45 s while
+    its delay goes ``first`` -> ``then`` (at 0.15 s) -> ``first`` (at 0.30 s), through the link
+    backend's ``set_impairments`` (compensated like the bring-up). Returns the number sent, the
+    (sequence, kernel receive time) of each arrival in arrival order, and the first sequence
+    number sent after each step ("down", "up"). The direction's delay is restored after."""
+    import dataclasses
+    import socket
+    import struct
+    import threading
+    import time
+
+    from testbed.net import netns
+
+    d = next(d for d in tb.plan.wan if d.name == direction)
+    comp = tb.compensation_of(d.name)
+    offset = comp.compensation_s if comp else 0.0
+    src, dst = f"{d.src}-h0", f"{d.dst}-h0"
+    addr = tb.hosts[dst]
+
+    def receiver() -> socket.socket:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS: kernel receive times
+        s.bind((addr, port))
+        return s
+
+    rx, tx = netns.run_in(
+        [
+            (tb.namespace(dst), receiver),
+            (tb.namespace(src), lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)),
+        ]
+    )
+    got: list[tuple[int, float]] = []
+
+    def collect() -> None:
+        rx.settimeout(1.0)
+        try:
+            while True:
+                data, anc, _, _ = rx.recvmsg(64, socket.CMSG_SPACE(16))
+                sec, nsec = struct.unpack("@qq", anc[0][2][:16])
+                got.append((int.from_bytes(data[:4], "big"), sec + nsec * 1e-9))
+        except (TimeoutError, OSError):
+            return
+
+    def delay(seconds: float) -> None:
+        imp = dataclasses.replace(d.impairment, delay=seconds - offset)
+        tb.backend.set_impairments({d.name: imp})
+
+    delay(first)
+    t = threading.Thread(target=collect)
+    t.start()
+    steps: dict[str, int] = {}
+    seq = 0
+    start = time.monotonic()
+
+    def step() -> None:  # beside the sender, which keeps its pace while a step is applied
+        for name, at, value in (("down", 0.15, then), ("up", 0.30, first)):
+            time.sleep(max(0.0, start + at - time.monotonic()))
+            steps[name] = seq
+            delay(value)
+
+    stepper = threading.Thread(target=step)
+    stepper.start()
+    try:
+        while time.monotonic() < start + 0.45:
+            tx.sendto(seq.to_bytes(4, "big"), (addr, port))
+            seq += 1
+            time.sleep(0.001)
+        stepper.join()
+        t.join()
+    finally:
+        delay(d.delay)
+        rx.close()
+        tx.close()
+    return seq, got, steps

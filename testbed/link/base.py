@@ -2,9 +2,10 @@
 
 A backend is chosen once (``testbed.link.choose``) and then asked, never compared by name: which
 plans it can emulate (``check``), the qdiscs it needs (``tc_batches``, PURE), the processes it
-runs beside them (``start``/``stop``), changes to a running link (``set_impairments``), and
-what it observed (``problems``, ``link_stats``, ``queue_trace``). The base class's defaults
-render shaping alone; a backend overrides what it adds.
+runs beside them (``start``/``stop``), changes to a running link (``set_rate``,
+``set_impairments``), and what it observed (``problems``, ``link_stats``, ``queue_trace``). The
+base class's defaults render shaping alone and change it in place; a backend overrides what it
+adds.
 """
 
 from __future__ import annotations
@@ -13,10 +14,18 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import ClassVar
 
-from testbed.core.errors import UnsupportedError
+from testbed.core.errors import NetError, UnsupportedError
+from testbed.net import rtnl
+from testbed.net.build import run_batches
 from testbed.net.registry import Record
-from testbed.plan.render import fabric_shaper_lines, wan_shaper_lines
-from testbed.plan.topology import FabricPort, Impairment, NetworkPlan, WanDirection
+from testbed.plan.render import (
+    TcOp,
+    fabric_shaper_lines,
+    rate_change_lines,
+    rate_change_ops,
+    wan_shaper_lines,
+)
+from testbed.plan.topology import MIN_BUFFER, FabricPort, Impairment, NetworkPlan, WanDirection
 
 
 class LinkBackend:
@@ -27,6 +36,7 @@ class LinkBackend:
 
     def __init__(self, reason: str = "") -> None:
         self.reason = reason  # why this backend was chosen, for the user
+        self.directions: dict[str, WanDirection] = {}  # the running plan's, by name (start)
 
     # -- what it can do (pure) ----------------------------------------------------------------
     def check(self, plan: NetworkPlan) -> None:
@@ -67,14 +77,46 @@ class LinkBackend:
         return None
 
     def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
-        """Start what runs beside the qdiscs; ``trace_interval`` asks for queue samples."""
+        """Start what runs beside the qdiscs; ``trace_interval`` asks for queue samples. An
+        override calls this first: the running directions are what :meth:`set_rate` changes."""
+        self.directions = {d.name: d for d in plan.wan}
 
     def stop(self) -> None:
         """Stop it, keeping its statistics readable (the testbed's files go right after)."""
 
+    def set_rate(self, changes: dict[str, tuple[int, int]]) -> None:
+        """Give running WAN directions (by name) a new bottleneck: (rate bit/s, buffer bytes).
+        In place: the HTB class changes rate (its token state and its leaf's packets survive)
+        and the leaf its byte limit, as rtnetlink requests from this process (a ``tc`` process
+        per namespace cost several ms; benchmarks/fault_ops.py), a marking leaf by a ``tc``
+        batch (sch_red's parameters are tc's to compute); returns once the kernel applied
+        them. A buffer below the plan's floor (two GSO packets) is raised to it, as at
+        bring-up."""
+        ops: dict[str, list[TcOp]] = {}
+        red: dict[str, list[str]] = {}
+        for name, (rate, buffer) in changes.items():
+            d = self._direction(name)
+            if rate <= 0:
+                raise NetError(f"{name}: rate {rate} bit/s: HTB needs a positive rate")
+            buffer = max(buffer, MIN_BUFFER)
+            ops.setdefault(d.shaper.ns, []).extend(rate_change_ops(d, rate, buffer))
+            if d.marking:
+                red.setdefault(d.shaper.ns, []).append(rate_change_lines(d, rate, buffer)[-1])
+        rtnl.apply(ops)
+        if red:
+            run_batches([(["tc", "-n", ns], lines) for ns, lines in red.items()])
+
+    def _direction(self, name: str) -> WanDirection:
+        try:
+            return self.directions[name]
+        except KeyError:
+            known = ", ".join(self.directions) or "none: the backend is not started"
+            raise NetError(f"no WAN direction {name!r} (directions: {known})") from None
+
     def set_impairments(self, changes: dict[str, Impairment]) -> None:
-        """Give running WAN directions (by name) new delay, jitter, loss and reorder, for the
-        packets that arrive from now on; returns once applied. Used by the RTT compensation
+        """Give running WAN directions (by name) new delay, jitter, loss, reorder and burst
+        loss (``ge_p``, ``ge_r``), for the packets that arrive from now on; returns once
+        applied. Used by the RTT compensation
         at bring-up; meant for schedules that change a link while it carries traffic."""
         if changes:
             raise UnsupportedError(

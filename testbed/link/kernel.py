@@ -36,13 +36,18 @@ class KernelBackend(LinkBackend):
     def wire_lines(self, plan: NetworkPlan) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for d in plan.wan:
-            if d.impairment.active:
+            # A direction changed later gets its netem now, idle or not: a `replace` then
+            # changes it in place (adding a root qdisc under traffic would reset the device's
+            # queue, and the RTT compensation measured the path with it).
+            if d.impairment.active or d.changes_later:
                 out.setdefault(d.impairment.ns, []).extend(netem_lines(d.impairment))
         return out
 
     def set_impairments(self, changes: dict[str, Impairment]) -> None:
         """``tc qdisc replace`` of each wire's netem (one batch per wire namespace, in
-        parallel): in place where it runs, keeping what it holds."""
+        parallel): in place where it runs, keeping what it holds. netem stamps each packet's
+        send time at enqueue, so the held ones keep their old delay: a delay decrease larger
+        than the gap between packets reorders them (docs/faults.md)."""
         per_ns: dict[str, list[str]] = {}
         for imp in changes.values():
             per_ns.setdefault(imp.ns, []).extend(netem_lines(imp, verb="replace"))

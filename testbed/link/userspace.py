@@ -45,7 +45,7 @@ from testbed.link.delayline import (
 )
 from testbed.net import procs, registry
 from testbed.net.registry import Record
-from testbed.plan.topology import Impairment, NetworkPlan, WanDirection
+from testbed.plan.topology import MIN_BUFFER, Impairment, NetworkPlan, WanDirection
 
 STATS_INTERVAL = 0.5
 STOP_TIMEOUT = 5.0  # seconds a line gets to flush and exit after SIGTERM before SIGKILL
@@ -162,6 +162,7 @@ class UserspaceBackend(LinkBackend):
         return self.supervisor.go
 
     def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
+        super().start(plan, record, trace_interval)
         if self.supervisor is None:
             self.supervisor = DelayLineSupervisor(plan, record, trace_interval)
         self.supervisor.start()
@@ -169,6 +170,17 @@ class UserspaceBackend(LinkBackend):
     def set_impairments(self, changes: dict[str, Impairment]) -> None:
         assert self.supervisor is not None, "the delay lines are not running"
         self.supervisor.set_impairments(changes)
+
+    def set_rate(self, changes: dict[str, tuple[int, int]]) -> None:
+        """HTB in place where the kernel holds the queue (the base class), the line's reload
+        where the line is the bottleneck (its emulated queue keeps what it holds)."""
+        owned = {n: c for n, c in changes.items() if line_holds_queue(self._direction(n))}
+        kernel = {n: c for n, c in changes.items() if n not in owned}
+        if kernel:
+            super().set_rate(kernel)
+        if owned:
+            assert self.supervisor is not None, "the delay lines are not running"
+            self.supervisor.set_rates(owned)
 
     def stop(self) -> None:
         # The lines' files go with the testbed's state directory: keep what they said.
@@ -198,13 +210,17 @@ class DelayLineSupervisor:
         self.trace_interval = trace_interval
         self.record = record
         self.dir = registry.STATE_DIR / record.prefix
-        # What each direction's line emulates now: the plan's, until set_impairments.
+        # What each direction's line emulates now: the plan's, until set_impairments (and, where
+        # the line is the bottleneck, set_rates).
         self.impairments: dict[str, Impairment] = {d.name: d.impairment for d in plan.wan}
+        self.rates: dict[str, tuple[int, int]] = {d.name: (d.rate, d.buffer) for d in plan.wan}
         self.lines: list[LineProcess] = []
         self.launcher: subprocess.Popen | None = None  # until it has reported every line
         by_wire: dict[str, list[WanDirection]] = {}
         for d in plan.wan:
-            if d.impairment.active or line_holds_queue(d):
+            # A direction that a schedule, trace or fault changes later gets its line now, idle
+            # or not: a running testbed cannot add one (its queue number is in the wire's rules).
+            if d.impairment.active or line_holds_queue(d) or d.changes_later:
                 by_wire.setdefault(d.impairment.ns, []).append(d)
         for ns, dirs in by_wire.items():
             label = ns.removeprefix(f"{plan.prefix}-")
@@ -247,14 +263,17 @@ class DelayLineSupervisor:
                     "jitter": imp.jitter,
                     "loss": imp.loss,
                     "reorder": imp.reorder,
+                    "ge_p": imp.ge_p,
+                    "ge_r": imp.ge_r,
                     # Reproducible per direction, different between directions.
                     "seed": zlib.crc32(f"{self.plan.scenario}/{d.name}".encode()),
                 }
             )
             if line_holds_queue(d):
+                rate, buffer = self.rates[d.name]
                 queues[-1].update(
-                    rate=d.rate,
-                    buffer=d.buffer,
+                    rate=rate,
+                    buffer=buffer,
                     aqm=d.aqm.model_dump(),
                     ce_mark=DEFAULT_CE_MARK,
                 )
@@ -301,19 +320,38 @@ class DelayLineSupervisor:
             )
 
     def set_impairments(self, changes: dict[str, Impairment]) -> None:
-        """Rewrite the config of each line serving a changed direction, SIGHUP it, and wait
-        for its acknowledgement (the ``reloads`` count in its stats file, rewritten right after
-        the reload); a refused reload or a silent line is a NetError."""
+        """New delay, jitter, loss, reorder and burst loss for the lines' directions (see
+        :meth:`reload`)."""
+        self._served(changes)
+        self.impairments.update(changes)
+        self.reload(changes)
+
+    def set_rates(self, changes: dict[str, tuple[int, int]]) -> None:
+        """New (rate bit/s, buffer bytes) of directions whose bottleneck is the line."""
+        self._served(changes)
+        self.rates.update(
+            {n: (rate, max(buffer, MIN_BUFFER)) for n, (rate, buffer) in changes.items()}
+        )
+        self.reload(changes)
+
+    def _served(self, changes: dict[str, Any]) -> dict[str, LineProcess]:
         served = {d.name: line for line in self.lines for d in line.directions}
         missing = sorted(set(changes) - set(served))
         if missing:
             raise UnsupportedError(
                 f"{', '.join(missing)}: no delay line runs for these directions (they had "
-                "nothing to emulate at bring-up); a running testbed cannot add one"
+                "nothing to emulate at bring-up and no schedule, trace or fault marked them "
+                "`changes_later`); a running testbed cannot add one"
             )
-        self.impairments.update(changes)
+        return served
+
+    def reload(self, changed: dict[str, Any]) -> None:
+        """Rewrite the config of each line serving a changed direction, SIGHUP it, and wait
+        for its acknowledgement (the ``reloads`` count in its stats file, rewritten right after
+        the reload); a refused reload or a silent line is a NetError."""
+        served = self._served(changed)
         waiting = []
-        for line in {id(served[n]): served[n] for n in changes}.values():
+        for line in {id(served[n]): served[n] for n in changed}.values():
             assert line.pid is not None
             before = self._stats(line).get("reloads", 0)
             atomic_write_text(line.config_path, json.dumps(self._config(line), indent=1))

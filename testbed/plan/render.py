@@ -13,6 +13,7 @@ text. The qdisc lines are pieces: which of them a testbed gets is its link backe
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import NamedTuple
 
@@ -45,6 +46,12 @@ class LinkUp(NamedTuple):
     dev: str
 
 
+class LinkDown(NamedTuple):
+    """Administratively down (a fault): the kernel flushes the routes through it."""
+
+    dev: str
+
+
 class BridgeAdd(NamedTuple):
     """A bridge without STP and without forwarding delay: ports forward as soon as they are up."""
 
@@ -66,13 +73,21 @@ class GsoMaxSegs(NamedTuple):
     segs: int
 
 
+class LinkGroup(NamedTuple):
+    """The interface's device group (a fault's switch: ``iptables -m devgroup`` matches it)."""
+
+    dev: str
+    group: int
+
+
 class RouteAdd(NamedTuple):
     dst: str  # "default" or a CIDR
     via: str
     src: str | None = None
+    replace: bool = False  # create or replace (a fault's restore: idempotent)
 
 
-IpOp = LinkUp | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
+IpOp = LinkUp | LinkDown | LinkGroup | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
 
 
 def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
@@ -111,6 +126,8 @@ def ip_line(op: IpOp) -> str:
     match op:
         case LinkUp(dev):
             return f"link set {dev} up"
+        case LinkDown(dev):
+            return f"link set {dev} down"
         case BridgeAdd(name):
             return f"link add {name} type bridge stp_state 0 forward_delay 0"
         case SetMaster(port, master):
@@ -119,8 +136,11 @@ def ip_line(op: IpOp) -> str:
             return f"addr add {cidr} dev {dev}"
         case GsoMaxSegs(dev, segs):
             return f"link set dev {dev} gso_max_segs {segs}"
-        case RouteAdd(dst, via, src):
-            return f"route add {dst} via {via}" + (f" src {src}" if src else "")
+        case LinkGroup(dev, group):
+            return f"link set dev {dev} group {group}"
+        case RouteAdd(dst, via, src, replace):
+            verb = "replace" if replace else "add"
+            return f"route {verb} {dst} via {via}" + (f" src {src}" if src else "")
     raise TypeError(f"not an ip operation: {op!r}")
 
 
@@ -170,6 +190,62 @@ def wan_shaper_lines(d: WanDirection) -> list[str]:
     return lines
 
 
+class HtbChange(NamedTuple):
+    """``tc class change`` of a bottleneck's HTB class 1:1 (rate = ceil, burst = cburst)."""
+
+    dev: str
+    rate: int  # bit/s
+    burst: int  # bytes
+    quantum: int  # bytes
+
+
+class FifoLimit(NamedTuple):
+    """``tc qdisc change`` of a bottleneck's bfifo leaf 10: to a new byte limit."""
+
+    dev: str
+    limit: int  # bytes
+
+
+TcOp = HtbChange | FifoLimit
+
+
+def rate_change_ops(d: WanDirection, rate: int, buffer: int) -> list[TcOp]:
+    """Changing the bottleneck of ``d`` to ``rate`` bit/s and a ``buffer``-byte queue in place:
+    HTB recomputes rate, ceil, burst and quantum of the class and keeps its token state; the
+    leaf keeps the packets it holds (a byte-limited queue does not follow the rate on its own,
+    so its limit changes with it). :mod:`testbed.net.rtnl` sends them as rtnetlink requests;
+    :func:`tc_line` is each one as a ``tc`` command. A marking (red) leaf is not one of them:
+    :func:`rate_change_lines`."""
+    ops: list[TcOp] = [HtbChange(d.shaper.ifname, rate, htb_burst(rate), htb_quantum(rate))]
+    if not d.marking:
+        ops.append(FifoLimit(d.shaper.ifname, buffer))
+    return ops
+
+
+def tc_line(op: TcOp) -> str:
+    """``op`` as a line of ``tc -batch`` input (the class and leaf of :func:`shaper_lines`)."""
+    match op:
+        case HtbChange(dev, rate, burst, quantum):
+            return (
+                f"class change dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
+                f"burst {burst}b cburst {burst}b quantum {quantum}"
+            )
+        case FifoLimit(dev, limit):
+            return f"qdisc change dev {dev} parent 1:1 handle 10: bfifo limit {limit}"
+    raise TypeError(f"not a tc operation: {op!r}")
+
+
+def rate_change_lines(d: WanDirection, rate: int, buffer: int) -> list[str]:
+    """:func:`rate_change_ops` as ``tc`` lines, plus a marking leaf's change (its limit and
+    bandwidth: ``sch_red`` takes them in one ``tc qdisc change``)."""
+    lines = [tc_line(op) for op in rate_change_ops(d, rate, buffer)]
+    if d.marking:
+        changed = dataclasses.replace(d, rate=rate, buffer=buffer)
+        leaf = f"qdisc change dev {d.shaper.ifname} parent 1:1 handle 10: {red_args(changed)}"
+        lines.append(leaf)
+    return lines
+
+
 def fabric_shaper_lines(p: FabricPort) -> list[str]:
     """A fabric link end, shaped only: HTB for the rate with a bfifo leaf; its delay is left out."""
     if p.rate is None:
@@ -197,7 +273,13 @@ def netem_args(imp: Impairment) -> str:
     parts = [f"limit {imp.netem_limit}", f"delay {round(imp.delay * 1e6)}us"]
     if imp.jitter:
         parts.append(f"{round(imp.jitter * 1e6)}us distribution normal")
-    if imp.loss:
+    if imp.ge_p:
+        # Simple Gilbert with the random loss in the good state: tc takes p, r, 1-h (loss in
+        # the bad state: all) and 1-k (loss in the good state), in percent (tc-netem(8)).
+        parts.append(
+            f"loss gemodel {imp.ge_p * 100:.6g}% {imp.ge_r * 100:.6g}% 100% {imp.loss * 100:.6g}%"
+        )
+    elif imp.loss:
         parts.append(f"loss random {imp.loss * 100:.6g}%")
     if imp.reorder:
         parts.append(f"reorder {imp.reorder * 100:.6g}%")

@@ -106,7 +106,13 @@ class FabricPort:
 
 @dataclass(frozen=True)
 class Impairment:
-    """Propagation of one direction: delay/jitter/loss/reorder, applied in a wire namespace."""
+    """Propagation of one direction: delay/jitter/loss/reorder, applied in a wire namespace.
+
+    ``ge_p``/``ge_r`` turn on Gilbert-Elliott burst loss (a ``burst_loss`` fault): per packet
+    the link moves good -> bad with probability ``ge_p`` and bad -> good with ``ge_r``; every
+    packet is lost in the bad state, ``loss`` applies in the good one (netem ``loss gemodel p r
+    100% loss``; the delay line's model does the same). Long-run loss ~ p/(p+r) (plus ``loss``
+    of the rest), mean burst 1/r packets. Off (0, 0) at bring-up: only faults set it."""
 
     ns: str
     ingress_if: str  # where packets of this direction enter the wire (userspace line hooks here)
@@ -116,10 +122,12 @@ class Impairment:
     loss: float
     reorder: float
     netem_limit: int  # packets
+    ge_p: float = 0.0  # Gilbert-Elliott: good -> bad per packet (0: off)
+    ge_r: float = 0.0  # bad -> good per packet
 
     @property
     def active(self) -> bool:
-        return bool(self.delay or self.jitter or self.loss or self.reorder)
+        return bool(self.delay or self.jitter or self.loss or self.reorder or self.ge_p)
 
 
 @dataclass(frozen=True)

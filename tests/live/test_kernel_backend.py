@@ -149,3 +149,61 @@ def test_dctcp_is_in_effect_on_the_senders_socket(make_testbed):
     assert any(r["ecn"] for r in sampler.rows)
     assert any(r["dctcp_alpha"] is not None for r in sampler.rows)
     assert _qdisc_stats(tb, "east->west")["marked"] > 0
+
+
+def test_netem_changes_in_place_burst_loss_rate_and_a_blackhole_first(make_testbed):
+    """The kernel side of a changing WAN: netem `replace` with `loss gemodel` (the burst loss),
+    the HTB class and bfifo changed in place (set_rate), and a blackhole's DROP in the wire's raw
+    table coming before netem (tests/live/test_fault_mechanisms.py does the rest on any
+    backend)."""
+    import dataclasses
+
+    from testbed.net.faults import FaultOps
+
+    tb = make_testbed(wan(delay="10ms"))
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    imp = d.impairment
+    tb.backend.set_impairments({d.name: dataclasses.replace(imp, ge_p=0.1, ge_r=0.5)})
+    shown = subprocess.run(
+        ["tc", "-n", imp.ns, "qdisc", "show", "dev", imp.egress_if],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "gemodel" in shown, shown
+    r = probe_rtt(tb, "east-h0", "west-h0", count=400, interval=0.01)
+    # p/(p+r) = 1/6 of the forward probes; ~33 bursts of 2: 3 sigma is about +-60%
+    print(f"gemodel 10%/50%: lost {r['lost']} of {r['sent']}\n{shown}")
+    assert 0.06 <= r["lost"] / r["sent"] <= 0.30, r["lost"]
+    tb.backend.set_impairments({d.name: imp})
+    tb.backend.set_rate({d.name: (30_000_000, 409_600)})
+    classes = subprocess.run(
+        ["tc", "-n", d.shaper.ns, "class", "show", "dev", d.shaper.ifname],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "rate 30Mbit ceil 30Mbit" in classes, classes
+    ops = FaultOps(tb.plan)
+    ops.blackhole([d.name], True)
+    try:
+        r = probe_rtt(tb, "east-h0", "west-h0", count=20, interval=0.01)
+        assert r["lost"] == r["sent"], r
+    finally:
+        ops.blackhole([d.name], False)
+    assert probe_rtt(tb, "east-h0", "west-h0", count=20, interval=0.01)["lost"] == 0
+
+
+def test_netem_reorders_at_a_delay_decrease(make_testbed):
+    """netem stamps each packet's send time at enqueue: after a 30 -> 10 ms step the new
+    packets leave before the ones still held (the delay line bunches them instead:
+    test_fault_mechanisms.py)."""
+    from helpers import delay_steps
+
+    tb = make_testbed(wan(delay="10ms"))
+    sent, got, steps = delay_steps(tb, "east->west", 47999)
+    seqs = [s for s, _ in got]
+    overtaken = sum(1 for i in range(1, len(seqs)) if seqs[i] < seqs[i - 1])
+    print(f"{sent} sent, {len(got)} arrived, {overtaken} arrived after a later one; steps {steps}")
+    assert len(got) == sent  # nothing lost
+    assert overtaken >= 1  # reordered at the decrease

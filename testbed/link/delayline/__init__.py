@@ -33,6 +33,9 @@ Config (JSON)::
      "stats_file": "/run/.../stats.json", "stats_interval": 0.5}
 
     delay/jitter in seconds, loss/reorder as fractions 0..1, seed optional (None = random).
+    Optional per queue: ``ge_p``, ``ge_r`` (Gilbert-Elliott burst loss, fractions: good -> bad and
+    bad -> good per packet; every packet is lost in the bad state, ``loss`` applies in the good
+    one; 0 = off).
     Optional per queue: ``maxlen`` (kernel queue length, default 262144), ``copy_mode``
     ("header", default, or "meta"); bottleneck emulation: ``rate`` (bit/s), ``buffer`` (bytes),
     ``aqm`` ({"kind": "droptail" | "red" (kmin, kmax, pmax) | "step" (k), "ecn"}), ``ce_mark``.
@@ -52,12 +55,13 @@ Protocol with the supervisor
        queued. (With the launcher, ``--rules NS FILE`` has each line apply its own rules once
        bound, before it says READY.)
     Changing a running line: rewrite the config file and send SIGHUP. Each queue (by ``num``)
-       takes the file's delay, jitter, loss, reorder and bottleneck settings for packets that
-       arrive from then on; held packets keep their release times and the queue stays FIFO.
-       The queue set, ``maxlen`` and ``copy_mode`` are fixed at bind time: a file that changes
-       them, or an invalid one, is refused whole (an ``errors`` entry until a reload succeeds,
-       old settings kept). The stats file is rewritten right after; its ``reloads`` count
-       (SIGHUPs handled) is the acknowledgement, its ``errors`` say whether it was refused.
+       takes the file's delay, jitter, loss, reorder, burst-loss and bottleneck settings for
+       packets that arrive from then on; held packets keep their release times and the queue
+       stays FIFO. The queue set, ``maxlen`` and ``copy_mode`` are fixed at bind time: a file
+       that changes them, or an invalid one, is refused whole (an ``errors`` entry until a
+       reload succeeds, old settings kept). The stats file is rewritten right after; its
+       ``reloads`` count (SIGHUPs handled) is the acknowledgement, its ``errors`` say whether
+       it was refused.
     3. to stop: delete the rules first (:func:`iptables_delete_rules`), then SIGTERM (or SIGINT).
        The process keeps delaying what it still holds (and what was queued before the rules went)
        until the deadlines, or accepts at once if a deadline is more than ``flush_grace`` away,
@@ -90,7 +94,8 @@ Design choices
     * Reordering only when ``reorder`` > 0: with that probability a packet skips the delay and is
       accepted at once (netem-like), overtaking the held ones.
     * Loss: ``NF_DROP`` at arrival with probability ``loss`` per *queued packet* (see above for
-      why the plan makes that one wire packet).
+      why the plan makes that one wire packet); with ``ge_p`` a Gilbert-Elliott state machine
+      first (the bad state drops every packet: ``dropped_burst``).
     * Each queue's deadlines are non-decreasing, so a queue is a FIFO (deque). Due packets are
       released with one ``NFQNL_MSG_VERDICT_BATCH`` ("accept all ids <= N") per queue per wakeup;
       per-packet verdicts only for drops and reordered packets (sent before any batch that covers
@@ -114,8 +119,9 @@ Stats file (JSON, replaced atomically every ``stats_interval`` s and at exit)::
      "cpu_system_seconds", "cpu_percent" (since the previous write), "cpu_percent_avg",
      "sched_fifo", "rcvbuf", "enobufs", "wakeups", "verdict_sends", "reloads", "final",
      "errors": [str, ...],
-     "queues": {"1001": {"num", "name", "delay", "jitter", "loss", "reorder", "copy_mode",
-                         "packets", "bytes", "accepted", "dropped_loss", "reordered", "held",
+     "queues": {"1001": {"num", "name", "delay", "jitter", "loss", "reorder", "ge_p", "ge_r",
+                         "copy_mode", "packets", "bytes", "accepted", "dropped_loss",
+                         "dropped_burst", "reordered", "held",
                          "max_held", "lateness_us": {"p50", "p99", "max", "count"},
                          "queue_dropped", "user_dropped", "verdict_errors",
                          "timestamp_fallbacks"}}}

@@ -37,6 +37,10 @@ class QueueConfig:
     jitter: float = 0.0
     loss: float = 0.0
     reorder: float = 0.0
+    # Gilbert-Elliott burst loss (model.decide): good -> bad and bad -> good per packet; every
+    # packet is lost in the bad state, ``loss`` applies in the good one. 0 = off.
+    ge_p: float = 0.0
+    ge_r: float = 0.0
     seed: int | None = None
     maxlen: int = DEFAULT_MAXLEN
     copy_mode: str = "header"
@@ -64,6 +68,8 @@ class QueueConfig:
             jitter=float(d.get("jitter", 0.0)),
             loss=float(d.get("loss", 0.0)),
             reorder=float(d.get("reorder", 0.0)),
+            ge_p=float(d.get("ge_p", 0.0)),
+            ge_r=float(d.get("ge_r", 0.0)),
             seed=None if d.get("seed") is None else int(d["seed"]),
             maxlen=int(d.get("maxlen", DEFAULT_MAXLEN)),
             copy_mode=str(d.get("copy_mode", "header")),
@@ -83,10 +89,12 @@ def _check_queue(q: QueueConfig) -> None:
         v = getattr(q, key)
         if not (math.isfinite(v) and 0.0 <= v <= 60.0):
             raise ConfigError(f"queue {q.num}: {key}={v} must be within 0..60 seconds")
-    for key in ("loss", "reorder"):
+    for key in ("loss", "reorder", "ge_p", "ge_r"):
         v = getattr(q, key)
         if not (math.isfinite(v) and 0.0 <= v <= 1.0):
             raise ConfigError(f"queue {q.num}: {key}={v} must be a fraction 0..1")
+    if q.ge_p and not q.ge_r:
+        raise ConfigError(f"queue {q.num}: ge_p without ge_r would never leave the bad state")
     if q.maxlen < 1:
         raise ConfigError(f"queue {q.num}: maxlen must be >= 1")
     if q.copy_mode not in ("header", "meta"):

@@ -558,7 +558,10 @@ class DelayLine:
             self._error("reload", f"config reload refused: {e}")
         else:
             for num, qc in new.items():
-                self.by_num[num].cfg = qc  # its random stream (Queue.rng) goes on
+                q = self.by_num[num]
+                q.cfg = qc  # its random stream (Queue.rng) goes on
+                if not qc.ge_p:
+                    q.ge_bad = False  # a burst model turned on again starts in the good state
             self._watch_always = any(q.cfg.reorder > 0 for q in self.queues)
             self.errors.pop("reload", None)
         self.reloads += 1

@@ -1,7 +1,8 @@
 """The pure per-packet model of one WAN direction: no sockets, no clock of its own.
 
 This module owns a direction's state (:class:`Queue`) and the arithmetic applied to each packet:
-:func:`decide` (loss, reordering, delay and order-preserving jitter) and the emulated bottleneck
+:func:`decide` (loss, Gilbert-Elliott burst loss, reordering, delay and order-preserving jitter)
+and the emulated bottleneck
 queue (:func:`enqueue`, with :func:`wire_bytes` and the marking law of
 :mod:`testbed.core.aqm`).
 The hot path (:meth:`testbed.link.delayline.loop.DelayLine._drain`) calls :func:`decide` once per
@@ -36,7 +37,9 @@ class Queue:
     packets: int = 0
     nbytes: int = 0
     accepted: int = 0
-    dropped_loss: int = 0
+    dropped_loss: int = 0  # random and burst losses
+    dropped_burst: int = 0  # of which in the Gilbert-Elliott bad state
+    ge_bad: bool = False  # the Gilbert-Elliott state (False: good)
     reordered: int = 0
     max_held: int = 0
     verdict_errors: int = 0
@@ -72,10 +75,23 @@ def decide(q: Queue, pid: int, arrival: float, length: int, tos: int) -> int:
     went to ``q.deadlines`` (and its id to ``q.ids``).
 
     Order: loss, then the bottleneck (which may drop or mark), then reordering (accept now), else
-    release = max(departure + max(0, delay + N(0, jitter)), the previous release)."""
+    release = max(departure + max(0, delay + N(0, jitter)), the previous release).
+
+    Loss: with Gilbert-Elliott on (``ge_p``), the state moves first (good -> bad with ``ge_p``,
+    bad -> good with ``ge_r``), then a packet in the bad state is lost; in the good state (and
+    without the model) it is lost with ``loss``. Long-run loss is p/(p+r) (plus ``loss`` of
+    the rest) and a burst lasts 1/r packets on average, as netem's ``loss gemodel p r 100%
+    loss``."""
     q.packets += 1
     q.nbytes += length
     cfg = q.cfg
+    if cfg.ge_p:
+        if q.rng.random() < (cfg.ge_r if q.ge_bad else cfg.ge_p):
+            q.ge_bad = not q.ge_bad
+        if q.ge_bad:
+            q.dropped_loss += 1
+            q.dropped_burst += 1
+            return NF_DROP
     if cfg.loss and q.rng.random() < cfg.loss:
         q.dropped_loss += 1
         return NF_DROP

@@ -1,0 +1,164 @@
+"""Changing a running WAN, the pure parts: the rate change lines, which emulators a direction
+that changes later gets at bring-up, and what the faults act on (links, ports, routes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.config.scenario import parse_scenario
+from testbed.core.errors import NetError
+from testbed.link.base import LinkBackend
+from testbed.link.kernel import KernelBackend
+from testbed.link.userspace import DelayLineSupervisor
+from testbed.net import rtnl
+from testbed.net.faults import FaultOps, restore_text, wire_rules
+from testbed.net.registry import Record
+from testbed.plan.render import (
+    LinkDown,
+    LinkGroup,
+    LinkUp,
+    RouteAdd,
+    ip_line,
+    rate_change_lines,
+    wan_shaper_lines,
+)
+from testbed.plan.topology import MIN_BUFFER, NetworkPlan, build_plan, htb_burst
+
+
+def plan(clusters: tuple[str, ...] = ("east", "west"), **wan: Any) -> NetworkPlan:
+    links = [{"between": [a, b], "rate": "100mbit", **wan} for a, b in itertools.pairwise(clusters)]
+    data = {"name": "changes", "clusters": {c: {"hosts": 2} for c in clusters}, "wan": links}
+    return build_plan(parse_scenario(data, "changes.yaml"), "mctb0002", 65)
+
+
+def later(p: NetworkPlan, *names: str) -> NetworkPlan:
+    """``p`` with ``names`` marked as changed later (what the timeline's build_plan sets)."""
+    wan = tuple(dataclasses.replace(d, changes_later=d.name in names) for d in p.wan)
+    return dataclasses.replace(p, wan=wan)
+
+
+def test_rate_change_lines_change_the_class_and_the_leaf_in_place() -> None:
+    d = plan().wan[0]
+    cls, leaf = rate_change_lines(d, 30_000_000, 400_000)
+    dev = d.shaper.ifname
+    burst = htb_burst(30_000_000)
+    assert cls == (
+        f"class change dev {dev} parent 1: classid 1:1 htb rate 30000000bit ceil 30000000bit "
+        f"burst {burst}b cburst {burst}b quantum {d.shaper.quantum}"
+    )
+    assert leaf == f"qdisc change dev {dev} parent 1:1 handle 10: bfifo limit 400000"
+    # the same class and leaf as at bring-up, with the verb changed
+    _, add_cls, add_leaf = wan_shaper_lines(d)
+    assert add_cls.split(" htb ")[0] == cls.replace("change", "add", 1).split(" htb ")[0]
+    assert add_leaf.split(" bfifo ")[0] == leaf.replace("change", "add", 1).split(" bfifo ")[0]
+
+
+def test_a_marking_leaf_changes_its_limit_and_bandwidth() -> None:
+    d = plan(delay="5ms", buffer="8bdp", aqm={"kind": "step", "k": "30KB"}).wan[0]
+    _, leaf = rate_change_lines(d, 20_000_000, 500_000)
+    assert leaf.startswith(f"qdisc change dev {d.shaper.ifname} parent 1:1 handle 10: red ")
+    assert "limit 500000 " in leaf and "bandwidth 20000000bit" in leaf
+
+
+def test_set_rate_refuses_unknown_directions_and_a_zero_rate() -> None:
+    b = LinkBackend()
+    with pytest.raises(NetError, match="not started"):
+        b.set_rate({"east->west": (10_000_000, MIN_BUFFER)})
+    b.directions = {d.name: d for d in plan().wan}
+    with pytest.raises(NetError, match=r"no WAN direction 'north->west'.*east->west"):
+        b.set_rate({"north->west": (10_000_000, MIN_BUFFER)})
+    with pytest.raises(NetError, match="positive rate"):
+        b.set_rate({"east->west": (0, MIN_BUFFER)})
+
+
+def test_the_kernel_backend_installs_netem_from_the_start_for_a_direction_changed_later() -> None:
+    p = plan()  # nothing to delay at bring-up
+    assert KernelBackend().wire_lines(p) == {}
+    lines = KernelBackend().wire_lines(later(p, "west->east"))
+    ((ns, (netem,)),) = lines.items()
+    assert ns == p.wan[1].impairment.ns
+    assert netem.startswith(f"qdisc add dev {p.wan[1].impairment.egress_if} root handle 1: netem")
+    assert "delay 0us" in netem
+
+
+def test_the_delay_line_runs_for_a_direction_changed_later(tmp_path: Path) -> None:
+    p = plan()
+    rec = Record(name="x", prefix=p.prefix, slot=65, owner_pid=0, owner_start=None)
+    assert DelayLineSupervisor(p, rec).lines == []
+    sup = DelayLineSupervisor(later(p, "east->west"), rec)
+    (line,) = sup.lines
+    assert [d.name for d in line.directions] == ["east->west"]
+    (q,) = sup._config(line)["queues"]
+    assert (q["delay"], q["loss"], q["ge_p"], q["ge_r"]) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_fault_ops_find_each_links_wire_and_gateway_ports() -> None:
+    p = plan(("east", "mid", "west"))
+    ops = FaultOps(p)
+    assert set(ops.links) == {"east-mid", "mid-west"}
+    em = ops.links["east-mid"]
+    assert em.wire == f"{p.prefix}-wan-east-mid"
+    assert em.ends == ((f"{p.prefix}-east-gw", "w-mid"), (f"{p.prefix}-mid-gw", "w-east"))
+    assert ops.ports(f"{p.prefix}-mid-gw") == ["w-east", "w-west", "h0", "h1", "br0"]
+    with pytest.raises(NetError, match=r"no WAN link 'east-west'.*east-mid, mid-west"):
+        ops.reset("east-west", True)
+    with pytest.raises(NetError, match="no WAN direction 'west->east'"):
+        ops.blackhole(["west->east"], True)
+    with pytest.raises(NetError, match="no cluster 'north'"):
+        ops.gateway("north", True)
+
+
+def test_routes_through_a_port_include_the_clusters_beyond_it() -> None:
+    p = plan(("east", "mid", "west"))
+    ops = FaultOps(p)
+    east_gw = f"{p.prefix}-east-gw"
+    through = ops.routes_through(east_gw, "w-mid")
+    # east reaches mid's subnet and west's (two hops away) over the same port
+    assert sorted(r.dst for r in through) == [f"10.65.{k}.0/24" for k in (1, 2)]
+    assert through == [r for r in p.routes if r.ns == east_gw]
+    mid_gw = f"{p.prefix}-mid-gw"
+    assert [r.dst for r in ops.routes_through(mid_gw, "w-west")] == ["10.65.2.0/24"]
+    assert [r.dst for r in ops.routes_through(mid_gw, "w-east")] == ["10.65.0.0/24"]
+
+
+def test_restore_text_inserts_first_and_deletes_one_copy() -> None:
+    assert restore_text("raw", ["PREROUTING -i to-east -j DROP"], True) == (
+        "*raw\n-I PREROUTING -i to-east -j DROP\nCOMMIT\n"
+    )
+    assert restore_text("filter", ["FORWARD -p udp -j DROP"], False) == (
+        "*filter\n-D FORWARD -p udp -j DROP\nCOMMIT\n"
+    )
+    assert ip_line(LinkDown("w-west")) == "link set w-west down"
+
+
+def test_fault_requests_set_the_link_down_and_replace_routes() -> None:
+    kind, flags, body = rtnl.request(LinkDown("w-west"))  # by name: no index lookup
+    _family, _type, _index, ifflags, change = rtnl.IFINFOMSG.unpack_from(body)
+    assert (kind, flags, ifflags, change) == (rtnl.RTM_NEWLINK, rtnl.ACK, 0, rtnl.IFF_UP)
+    _, _, up_body = rtnl.request(LinkUp("w-west"))
+    assert rtnl.IFINFOMSG.unpack_from(up_body)[3:] == (rtnl.IFF_UP, rtnl.IFF_UP)
+    op = RouteAdd("10.2.3.0/24", "10.9.0.2", "10.1.0.1", replace=True)
+    kind, flags, _ = rtnl.request(op)
+    assert (kind, flags) == (rtnl.RTM_NEWROUTE, rtnl.REPLACE)
+    assert flags & 0x200 == 0  # no NLM_F_EXCL: an existing route is not an error
+    assert ip_line(op) == "route replace 10.2.3.0/24 via 10.9.0.2 src 10.1.0.1"
+
+
+def test_the_wire_rules_act_only_on_ports_in_their_device_group() -> None:
+    text = wire_rules()
+    assert text == (
+        "*raw\n-I PREROUTING -m devgroup --src-group 0x100000/0x100000 -j DROP\nCOMMIT\n"
+        "*filter\n"
+        "-I FORWARD -m devgroup --src-group 0x200000/0x200000 -p udp -j DROP\n"
+        "-I FORWARD -m devgroup --src-group 0x200000/0x200000 -p tcp -j REJECT "
+        "--reject-with tcp-reset\n"
+        "COMMIT\n"
+    )
+    assert ip_line(LinkGroup("to-east", 1 << 20)) == "link set dev to-east group 1048576"
+    _, _, body = rtnl.request(LinkGroup("to-east", 1 << 20))
+    assert rtnl.IFINFOMSG.unpack_from(body)[3:] == (0, 0)  # the admin state is left alone
