@@ -38,11 +38,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from testbed.core.errors import UnsupportedError
+from testbed.net.faults import FaultOps
 from testbed.plan.timeline import Change, Event, Timeline
-from testbed.plan.topology import Impairment, NetworkPlan, WanDirection
+from testbed.plan.topology import Impairment, WanDirection
 from traffic.announce import parse
 
 if TYPE_CHECKING:
@@ -176,45 +176,18 @@ class OriginClock:
 
 
 # -- applying one event -------------------------------------------------------------------------
-class Faults(Protocol):
-    """testbed.net.faults.FaultOps (design C/B): each method returns the operation's text."""
-
-    def blackhole(self, directions: Sequence[str], on: bool) -> str: ...
-    def reset(self, link: str, on: bool) -> str: ...
-    def link(self, link: str, up: bool) -> str: ...
-    def gateway(self, cluster: str, up: bool) -> str: ...
-
-
-def fault_ops(plan: NetworkPlan) -> Faults:
-    """The mechanisms of the faults for ``plan`` (testbed.net.faults.FaultOps)."""
-    try:
-        from testbed.net.faults import FaultOps  # type: ignore[import-not-found]
-    except ImportError:
-        raise UnsupportedError(
-            "faults need testbed.net.faults.FaultOps, which this version does not have"
-        ) from None
-    return FaultOps(plan)  # type: ignore[no-any-return]
-
-
 def impairment_for(d: WanDirection, change: Change, compensation_s: float) -> Impairment:
     """The emulator's new settings for direction ``d``: the change's delay minus the direction's
     RTT compensation (what the path adds on its own, testbed.plan.compensation), its jitter,
     loss, reorder and Gilbert-Elliott burst loss."""
-    fields = {f.name for f in dataclasses.fields(Impairment)}
-    extra: dict[str, float] = {}
-    for name in ("ge_p", "ge_r"):
-        value = getattr(change, name)
-        if name in fields:
-            extra[name] = value
-        elif value:
-            raise UnsupportedError("burst loss (ge_p, ge_r) needs an Impairment that has them")
     return dataclasses.replace(
         d.impairment,
         delay=max(0.0, change.delay - compensation_s),
         jitter=change.jitter,
         loss=change.loss,
         reorder=change.reorder,
-        **extra,
+        ge_p=change.ge_p,
+        ge_r=change.ge_r,
     )
 
 
@@ -222,13 +195,12 @@ class EventTarget:
     """What events act on: a live testbed's link backend (the state of each WAN direction as the
     events left it) and its fault mechanisms (made on first use)."""
 
-    def __init__(self, tb: Testbed, faults: Callable[[NetworkPlan], Faults] | None = None) -> None:
+    def __init__(self, tb: Testbed) -> None:
         assert tb.plan is not None and tb.backend is not None, "the testbed is not up"
         self.tb = tb
         self.plan = tb.plan
         self.backend = tb.backend
-        self._make_faults = faults
-        self._faults: Faults | None = None
+        self._faults: FaultOps | None = None
         self.directions = {d.name: d for d in self.plan.wan}
         # rate, buffer and impairment in force, per direction: the plan's until changed
         self.state = {
@@ -236,9 +208,9 @@ class EventTarget:
             for d in self.plan.wan
         }
 
-    def faults(self) -> Faults:
+    def faults(self) -> FaultOps:
         if self._faults is None:
-            self._faults = (self._make_faults or fault_ops)(self.plan)
+            self._faults = FaultOps(self.plan)
         return self._faults
 
     def set(self, changes: Sequence[Change]) -> str:
@@ -259,7 +231,7 @@ class EventTarget:
                 )
         done = []
         if rates:
-            self.backend.set_rate(rates)  # type: ignore[attr-defined]
+            self.backend.set_rate(rates)
             done.append(
                 "set_rate "
                 + ", ".join(f"{n} {r} bit/s buffer {b} B" for n, (r, b) in rates.items())
@@ -320,14 +292,16 @@ class EventRunner:
         tb: Testbed | None,
         clock: OriginClock,
         *,
-        faults: Callable[[NetworkPlan], Faults] | None = None,
         apply: Callable[[Event], str] | None = None,
     ) -> None:
         self.timeline = timeline
         self.clock = clock
         if apply is None:
             assert tb is not None, "an EventRunner without apply needs a testbed"
-            target = EventTarget(tb, faults)
+            target = EventTarget(tb)
+            if any(e.action != "set" for e in timeline.events):
+                # the rules go in now, before the origin, so no fault pays for them when due
+                target.faults().prepare()
             self.apply: Callable[[Event], str] = lambda e: apply_event(e, target)
         else:
             self.apply = apply

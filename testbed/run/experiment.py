@@ -319,6 +319,8 @@ class RunDynamics:
             self.errors = list(self.flows.errors)
             if self.runner.crashed is not None:
                 self.errors.append(f"event runner: {self.runner.crashed!r}")
+            # counts per event (a set has a row per direction; an undo shares its start's index)
+            events = list({(r["event"], r["status"]): r for r in events}.values())
             failed = [
                 f"event {r['event']} ({r['what']}): {r['error']}" for r in events if r["error"]
             ]
