@@ -93,8 +93,13 @@ def size_probes(rate: float, rtt: float, window: float = 1.0, burst: int = 0) ->
     )
 
 
-def judge(capacity_ratio: float | None, goodput_ratio: float | None) -> list[str]:
-    """The flag rule for one direction's capacity and TCP goodput (ratios to their ceilings)."""
+def judge(
+    capacity_ratio: float | None, goodput_ratio: float | None, repairing: bool = False
+) -> list[str]:
+    """The flag rule for one direction's capacity and TCP goodput (ratios to their ceilings).
+    ``repairing``: every window start of the TCP probe fell inside a loss repair (out-of-order
+    data already held, which lands inside the window and reads high); such a reading above
+    LEAK is a flag, not a leak, when the capacity probe found none."""
     problems = []
     if capacity_ratio is None:
         problems.append("capacity probe gave no result")
@@ -106,7 +111,13 @@ def judge(capacity_ratio: float | None, goodput_ratio: float | None) -> list[str
     elif capacity_ratio < CAPACITY_LOW:
         problems.append(f"capacity {capacity_ratio:.1%} of the configured rate")
     if goodput_ratio is not None:
-        if goodput_ratio > LEAK:
+        if goodput_ratio > LEAK and repairing and (capacity_ratio or 0) <= LEAK:
+            problems.append(
+                f"TCP goodput read {goodput_ratio:.1%} of the configured ceiling with every "
+                "window start inside a loss repair (not a leak: the capacity probe read "
+                f"{capacity_ratio or 0:.1%})"
+            )
+        elif goodput_ratio > LEAK:
             problems.append(f"LEAK: TCP goodput {goodput_ratio:.1%} of the configured ceiling")
         elif goodput_ratio < 1 - TOLERANCE:
             problems.append(f"TCP goodput {goodput_ratio:.1%} of the configured ceiling")
@@ -297,6 +308,7 @@ def check_direction(
     except (NetError, ValueError, OSError, KeyError) as exc:
         problems.append(f"capacity probe: {exc}")
     goodput = ratio = window = None
+    repairing = False
     congestion = ""
     try:
         with initial_window(tb, src, dst, sizes.initcwnd):
@@ -310,10 +322,11 @@ def check_direction(
         else:
             ratio = goodput / good_conf
             window = result["seconds"] - max(m["t"] for m in result["marks"])
+            repairing = all(m.get("ooo_packets", 0) > 0 for m in result["marks"])
     except (NetError, ValueError, OSError) as exc:
         problems.append(str(exc))
     if capacity_ratio is not None or not any(p.startswith("capacity probe") for p in problems):
-        problems += judge(capacity_ratio, ratio)
+        problems += judge(capacity_ratio, ratio, repairing)
     else:
         problems += judge(1.0, ratio)  # the probe failed (said above); judge TCP alone
     comp = tb.compensation_of(d.name)
@@ -338,7 +351,7 @@ def check_direction(
         goodput_window_s=window,
         initcwnd=sizes.initcwnd,
         seconds=time.monotonic() - began,
-        leak=any((r or 0) > LEAK for r in (capacity_ratio, ratio)),
+        leak=any(p.startswith("LEAK") for p in problems),
         delay_configured_s=comp.configured_s if comp else None,
         delay_emulated_s=comp.emulated_s if comp else None,
         floor_s=comp.floor_s if comp else None,

@@ -69,3 +69,13 @@ def test_the_capacity_window_opens_after_the_full_token_bucket_is_spent() -> Non
     slow = size_probes(5e6, 0.02, burst=67050)
     assert slow.capacity_overdrive > 1.05 and slow.capacity_skip <= 0.31
     assert size_probes(5e9, 0.05, burst=625000).capacity_skip == 0.1
+
+
+def test_a_tcp_over_reading_taken_inside_a_loss_repair_is_flagged_not_a_leak() -> None:
+    # 100 Mbit/s, 80 ms RTT: the slow-start overshoot's repair held in-order delivery until
+    # after every window start (out-of-order packets at each), reading 101.3%; UDP read 100.0%
+    (problem,) = judge(1.0, 1.013, repairing=True)
+    assert not problem.startswith("LEAK") and "loss repair" in problem
+    # a capacity leak still makes the TCP reading one, and clean starts are judged as before
+    assert judge(1.02, 1.013, repairing=True)[0].startswith("LEAK")
+    assert judge(1.0, 1.013)[0].startswith("LEAK")
