@@ -108,9 +108,12 @@ def print_summary(exp) -> None:
     links = exp.tables.get("links") or []
     if links:
         print_checks([_Row(r) for r in links])
-    if exp.summaries:
-        training = any("final_loss" in s for s in exp.summaries)
-        out.print(_training_table(exp) if training else _collectives_table(exp))
+    if any("final_loss" in s for s in exp.summaries):
+        out.print(_training_table(exp))
+    elif any("collective" in s for s in exp.summaries):
+        out.print(_collectives_table(exp))
+    if any(info.get("events") for info in exp.manifest["runs"].values()):
+        out.print(_dynamics_table(exp))
     for run_id, info in exp.manifest["runs"].items():
         if info["status"] != "ok":
             colour = "yellow" if info["status"] == "skipped" else "red"
@@ -145,6 +148,8 @@ def _collectives_table(exp) -> Table:
     ):
         t.add_column(col, justify="right")
     for s in exp.summaries:
+        if "collective" not in s:  # a run whose every operation failed: faults only
+            continue
         flags = []
         if s.get("cpu_saturated"):
             flags.append("CPU-saturated")
@@ -165,6 +170,43 @@ def _collectives_table(exp) -> Table:
             format_duration(pred) if pred else "-",
             f"{ratio:.2f}" if ratio else "-",
             " ".join(flags),
+        )
+    return t
+
+
+def _dynamics_table(exp) -> Table:
+    """Per run with a changing WAN: its events and the worst of its faults (analysis.faults)."""
+    t = Table(title="WAN dynamics and faults (per run: the worst over its faults)")
+    params = list(exp.runs[0].params)
+    columns = (*params, "events", "late", "failed", "detect", "stall", "stall/pred", "recover")
+    for col in (*columns, "survived", "trace corr"):
+        t.add_column(col, justify="right")
+    worst = {s["run_id"]: s for s in exp.summaries if "fault_detect" in s}
+
+    def dur(v: Any) -> str:
+        return "-" if v is None or v != v else format_duration(v)
+
+    def num(v: Any, fmt: str) -> str:
+        return "-" if v is None or v != v else format(v, fmt)
+
+    for run in exp.runs:
+        info = exp.manifest["runs"].get(run.run_id, {})
+        ev = info.get("events") or {}
+        if not ev:
+            continue
+        s = worst.get(run.run_id, {})
+        survived = s.get("fault_survived")
+        t.add_row(
+            *(escape(str(run.params.get(p, ""))) for p in params),
+            str(ev.get("applied", 0)),
+            str(ev.get("late", 0)),
+            str(ev.get("failed", 0)),
+            dur(s.get("fault_detect")),
+            dur(s.get("fault_stall")),
+            num(s.get("fault_stall_over_predicted"), ".2f"),
+            dur(s.get("fault_recover")),
+            "-" if survived is None else ("yes" if survived else "no"),
+            num(s.get("trace_correlation"), ".3f"),
         )
     return t
 
@@ -198,6 +240,8 @@ def _training_table(exp) -> Table:
         return "-" if v is None or v != v else format_duration(v)
 
     for s in exp.summaries:
+        if "final_loss" not in s:  # a run whose every operation failed: faults only
+            continue
         target = num(s.get("target_loss"), ".3f")
         if s.get("target_from") == "ddp":
             target += " (ddp)"
