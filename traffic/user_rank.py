@@ -60,6 +60,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from testbed.core.files import atomic_write_bytes
+from traffic.announce import Announcer
 from traffic.entry import log_lines, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
@@ -150,29 +151,36 @@ def _run(spec: dict[str, Any], rank: int, files: _Files, result: dict[str, Any])
         raise _Failure("setup", None, exc) from exc
     warmup, iterations = int(spec.get("warmup", 0)), int(spec.get("iterations", 1))
     returned: Any = None
-    for i in range(warmup + iterations):
-        files.state("barrier", i)
-        try:
-            # the nccl-tests convention: every rank starts the timed operation together
-            dist.barrier()
-        except Exception as exc:
-            raise _Failure("barrier", i, exc) from exc
-        files.state("fn", i)
-        ctx.take_phases()  # phases belong to one iteration
-        started = time.time()
-        t0 = time.perf_counter()
-        try:
-            returned = fn(ctx, *args, **kwargs)
-        except BaseException as exc:  # SystemExit from the user's code is its failure too
-            raise _Failure("fn", i, exc, frames_to_skip=1) from exc
-        seconds = time.perf_counter() - t0
-        phases = ctx.take_phases()
-        if i < warmup:
-            result["warmup_seconds"].append(seconds)
-        else:
-            result["seconds"].append(seconds)
-            result["starts"].append(started)
-            result["phases"].append(phases)
+    # run_ranks(faults=...): rank 0 announces each timed iteration (the events' clock)
+    announcer = Announcer.from_spec(spec, rank)
+    try:
+        for i in range(warmup + iterations):
+            files.state("barrier", i)
+            try:
+                # the nccl-tests convention: every rank starts the timed operation together
+                dist.barrier()
+            except Exception as exc:
+                raise _Failure("barrier", i, exc) from exc
+            files.state("fn", i)
+            ctx.take_phases()  # phases belong to one iteration
+            if i >= warmup:
+                announcer.start(i - warmup)
+            started = time.time()
+            t0 = time.perf_counter()
+            try:
+                returned = fn(ctx, *args, **kwargs)
+            except BaseException as exc:  # SystemExit from the user's code is its failure too
+                raise _Failure("fn", i, exc, frames_to_skip=1) from exc
+            seconds = time.perf_counter() - t0
+            phases = ctx.take_phases()
+            if i < warmup:
+                result["warmup_seconds"].append(seconds)
+            else:
+                result["seconds"].append(seconds)
+                result["starts"].append(started)
+                result["phases"].append(phases)
+    finally:
+        announcer.end()
     try:
         result["returned"] = pickle.dumps(returned)
     except Exception as exc:

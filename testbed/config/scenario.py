@@ -18,12 +18,13 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from testbed.config.dynamics import BulkFlow, Fault, LinkTrace, ScheduleStep
+from testbed.config.dynamics import FAULT_KINDS, BulkFlow, Fault, LinkTrace, ScheduleStep
 from testbed.config.expect import Expectation
 from testbed.config.fields import Buffer, Duration, Fraction, Rate
 from testbed.config.fields import FieldError as _FieldError
@@ -629,6 +630,8 @@ def _without_workload_tag(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """pydantic puts the union's tag after ``workload`` (``workload.training.steps``)."""
     if len(loc) > 1 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
         return (loc[0], *loc[2:])
+    if len(loc) > 2 and loc[0] == "faults" and loc[2] in FAULT_KINDS:  # faults[0].blackhole.x
+        return (*loc[:2], *loc[3:])
     return loc
 
 
@@ -725,6 +728,29 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
             message = _with_allowed_keys(path, message, _model_at(tuple(error["loc"])))
             lines.append(f"{source}: {path}: {message}")
         raise ScenarioError("\n".join(dict.fromkeys(lines))) from None
+
+
+_FAULTS = TypeAdapter(list[Fault])
+
+
+def with_faults(scenario: Scenario, faults: Any, source: str = "faults") -> Scenario:
+    """``scenario`` with ``faults`` (a list as written in a scenario file) instead of its own,
+    validated like a scenario's (``source`` names where they came from in errors)."""
+    if not isinstance(faults, list):
+        raise ScenarioError(f"{source}: faults are a list, e.g. [{{kind: blackhole, ...}}]")
+    try:
+        parsed = _FAULTS.validate_python(faults)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            path, message = _describe({**error, "loc": ("faults", *error["loc"])})
+            lines.append(f"{source}: {path}: {message}")
+        raise ScenarioError("\n".join(dict.fromkeys(lines))) from None
+    copy = scenario.model_copy(update={"faults": parsed})
+    try:
+        return copy._dynamics_refer_to_the_testbed()
+    except _FieldError as exc:
+        raise ScenarioError(f"{source}: {exc.path}: {exc.message}") from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

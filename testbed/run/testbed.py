@@ -43,6 +43,8 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 
 class Testbed:
+    __test__ = False  # not a test class for pytest, whose suites import it
+
     def __init__(
         self,
         scenario: Scenario | None,

@@ -37,10 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.config.scenario import with_faults
 from testbed.core.errors import ScenarioError, TestbedError
 from testbed.core.stats import quantile
 from testbed.core.units import format_duration, format_rate, parse_duration
 from testbed.plan.placement import RankSlot, place_ranks
+from testbed.plan.timeline import Timeline, build_timeline
+from testbed.run.events import EventRunner, OriginClock
 from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec
 from testbed.run.testbed import Testbed
 from testbed.trace.queues import QdiscSampler, QdiscTarget
@@ -200,6 +203,10 @@ class RankResults:
     * ``outcomes``: one :class:`RankOutcome` per rank (per-rank seconds, phases, logs, stacks).
     * ``links``: the network's link self-check rows; ``network_problems``: emulation failures.
     * ``predicted(collective, algorithm, size=None)``: the α-β model's seconds.
+    * ``events``: with ``run_ranks(faults=[...])``, one row per fault event as in
+      events.parquet (docs/results.md: ``action``, ``what``, ``scheduled_unix``,
+      ``applied_unix``, ``late_s``, ``status``, ``error``, ...); empty otherwise.
+      ``faults_ended_at``: when the last fault's closing event was applied (Unix time).
     * ``explain()`` (also ``str(res)``): failing ranks, their hosts and traceback tails, and the
       network state; ``repr`` is a one-line summary.
     """
@@ -217,9 +224,11 @@ class RankResults:
         run_dir: Path,
         topology: Callable[[], Any],
         wan_counters: list[dict[str, Any]] | None = None,
+        events: list[dict[str, Any]] | None = None,
     ) -> None:
         self.function = function
         self.wan_counters = wan_counters or []
+        self.events = events or []
         self.outcomes = outcomes
         self.problems = problems
         self.network = network
@@ -228,6 +237,14 @@ class RankResults:
         self.run_dir = run_dir
         self._call_kwargs = call_kwargs
         self._topology = topology
+
+    @property
+    def faults_ended_at(self) -> float | None:
+        """Unix time the last fault ended (its closing event applied, or undone at the end of
+        the call); None without faults."""
+        # a fault's last event is its end (or the undo at the end of the call)
+        ends = [r["applied_unix"] for r in self.events if r.get("applied_unix") is not None]
+        return max(ends) if ends else None
 
     @property
     def ok(self) -> bool:
@@ -581,10 +598,18 @@ class RankTestbed:
         warmup: int = 0,
         timeout: float | str = 120.0,
         setup_timeout: float | str = 120.0,
+        faults: list[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> RankResults:
         """Run ``fn(ctx, *args, **kwargs)`` on every rank, ``warmup`` untimed then
         ``iterations`` timed times, each after a world barrier.
+
+        ``faults``: WAN faults during the call, written as in a scenario's ``faults``
+        (docs/faults.md; times count from the first timed iteration, ``after: {iteration: K}``
+        from the start of timed iteration K), e.g. ``[{"kind": "blackhole", "link":
+        "east-west", "after": {"iteration": 1}, "duration": "2s"}]``; what happened is in
+        ``.events``. A fault still in force when the call ends is undone then. Burst loss needs
+        a delay line (or netem) for the link from bring-up: put it in the scenario file instead.
 
         ``fn`` must be a top-level function (rank processes import it by name); arguments and
         return values travel by pickle. ``ctx`` is a :class:`traffic.context.RankContext`.
@@ -595,6 +620,7 @@ class RankTestbed:
         """
         function, file = describe_function(fn)
         check_signature(fn, args, kwargs)
+        timeline = self._timeline(faults) if faults else None
         blob = _pickle_arguments(args, kwargs)
         timeout_s = _seconds(timeout, "timeout")
         setup_s = _seconds(setup_timeout, "setup_timeout")
@@ -622,11 +648,23 @@ class RankTestbed:
             iterations=int(iterations),
             warmup=int(warmup),
         )
+        clock = runner = None
+        if timeline is not None:
+            clock = OriginClock(from_iterations=True)
+            runner = EventRunner(timeline, self.testbed, clock)
+            spec.workload["events_socket"] = clock.path
         launch = _Launch(self.testbed, self.ranks, spec, run_dir, function)
         counters = self._wan_counters()
         started = time.time()
-        with counters or contextlib.nullcontext():
-            link_problems = launch.run(timeout_s, setup_s)
+        with counters or contextlib.nullcontext(), clock or contextlib.nullcontext():
+            if runner is not None:
+                runner.start()
+            try:
+                link_problems = launch.run(timeout_s, setup_s)
+            finally:
+                if runner is not None and clock is not None:
+                    clock.end()
+                    runner.stop()
         wan_rows = list(counters.rows) if counters else []
         wan_rows += [r for r in self.testbed.backend_queue_trace() if r["time"] >= started]
         outcomes = launch.outcomes()
@@ -645,9 +683,20 @@ class RankTestbed:
             run_dir=run_dir,
             topology=self._topology,
             wan_counters=wan_rows,
+            events=runner.rows if runner is not None else None,
         )
         self.results.append(result)
         return result
+
+    def _timeline(self, faults: list[dict[str, Any]]) -> Timeline:
+        """The call's faults as a timeline (checked like a scenario's: bad ones raise
+        ScenarioError naming the field)."""
+        sc = self.testbed.scenario
+        if sc is None or self.plan is None:
+            raise TestbedError(f"testbed {self.name} is not up")
+        sc = with_faults(sc, faults, "run_ranks(faults=...)")
+        source = self.testbed.source or "run_ranks(faults=...)"
+        return build_timeline(sc, self.plan, Path(source).parent, 0.0, source=source)
 
     def _wan_counters(self) -> QdiscSampler | None:
         """The WAN bottlenecks' byte counters, sampled every COUNTER_PERIOD during a call (a

@@ -130,6 +130,48 @@ def test_a_users_training_step_keeps_its_state_and_gets_its_wan_bytes(root, pyte
 
 
 @pytest.mark.live
+def test_a_users_collective_survives_a_partition_and_sees_its_events(root, pytester):
+    # the issue's user story: "my code survives a 2 s partition and finishes within 10 s of it
+    # ending", written as a user writes it
+    pytester.makepyfile(
+        test_partition="""
+        import time
+        import pytest
+        import torch
+        import torch.distributed as dist
+
+        def allreduce(ctx, nbytes):
+            t = torch.ones(nbytes // 4)
+            dist.all_reduce(t)
+            return float(t[0])
+
+        @pytest.mark.testbed("tiny.yaml", selfcheck=False)
+        def test_survives(testbed):
+            faults = [{"kind": "partition", "groups": [["east"], ["west"]],
+                       "after": {"iteration": 1, "offset": "10ms"}, "duration": "2s"}]
+            res = testbed.run_ranks(allreduce, 1 << 20, iterations=4, timeout=60, faults=faults)
+            assert res.ok, res.explain()
+            assert res.returns == [2.0, 2.0]
+            actions = [e["action"] for e in res.events]
+            assert actions == ["blackhole", "unblackhole"], res.events
+            assert all(e["status"] == "applied" and not e["error"] for e in res.events)
+            # the partition fell on iteration 1, which waited it out
+            assert max(res.times) >= 2.0, res.times
+            ends = [o.starts[-1] + o.seconds[-1] for o in res.outcomes]
+            assert max(ends) - res.faults_ended_at < 10, (ends, res.faults_ended_at)
+
+        @pytest.mark.testbed("tiny.yaml", selfcheck=False)
+        def test_bad_fault_is_refused_by_name(testbed):
+            with pytest.raises(Exception, match=r"faults\[0\]\.link: no WAN link 'east-north'"):
+                testbed.run_ranks(allreduce, 4, faults=[
+                    {"kind": "blackhole", "link": "east-north", "at": "0s", "duration": "1s"}])
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.live
 def test_rank_that_raises_shows_its_rank_and_traceback(root, pytester):
     pytester.makepyfile(
         test_raises="""
