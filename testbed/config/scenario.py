@@ -735,7 +735,8 @@ _FAULTS = TypeAdapter(list[Fault])
 
 def with_faults(scenario: Scenario, faults: Any, source: str = "faults") -> Scenario:
     """``scenario`` with ``faults`` (a list as written in a scenario file) instead of its own,
-    validated like a scenario's (``source`` names where they came from in errors)."""
+    validated like a scenario's (``source`` names where they came from in errors), for a
+    caller that brings its own workload (run_ranks: ``after`` counts its iterations)."""
     if not isinstance(faults, list):
         raise ScenarioError(f"{source}: faults are a list, e.g. [{{kind: blackhole, ...}}]")
     try:
@@ -747,10 +748,13 @@ def with_faults(scenario: Scenario, faults: Any, source: str = "faults") -> Scen
             lines.append(f"{source}: {path}: {message}")
         raise ScenarioError("\n".join(dict.fromkeys(lines))) from None
     copy = scenario.model_copy(update={"faults": parsed})
+    # the caller's function is the workload `after` counts iterations of (run_ranks)
+    check = copy.model_copy(update={"workload": scenario.workload or Workload()})
     try:
-        return copy._dynamics_refer_to_the_testbed()
+        check._dynamics_refer_to_the_testbed()
     except _FieldError as exc:
         raise ScenarioError(f"{source}: {exc.path}: {exc.message}") from None
+    return copy
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -134,7 +134,7 @@ def test_a_users_collective_survives_a_partition_and_sees_its_events(root, pytes
     # the issue's user story: "my code survives a 2 s partition and finishes within 10 s of it
     # ending", written as a user writes it
     pytester.makepyfile(
-        test_partition="""
+        test_partition=r"""
         import time
         import pytest
         import torch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -637,3 +638,25 @@ def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
     message = load_error(path)
     assert message.startswith(f"{path}: line 6")
     assert "delay" in message
+
+
+def test_faults_given_to_a_call_are_checked_like_a_scenarios() -> None:
+    from testbed.config.scenario import with_faults
+
+    sc = parse_scenario(
+        {
+            "name": "x",
+            "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+            "wan": [{"between": ["east", "west"]}],
+        }
+    )
+    hole = {"kind": "blackhole", "link": "west-east", "after": {"iteration": 1}, "duration": "2s"}
+    assert with_faults(sc, [hole]).faults[0].duration == 2.0  # no workload: the caller's counts
+    bad = [
+        ({**hole, "link": "east-north"}, "faults[0].link: no WAN link 'east-north'"),
+        ({**hole, "duration": "2"}, "faults[0].duration: '2' is not a duration"),
+        ({**hole, "kind": "blackhol"}, "faults[0].kind: 'blackhol' is not allowed"),
+    ]
+    for fault, message in bad:
+        with pytest.raises(ScenarioError, match=re.escape(f"call: {message}")):
+            with_faults(sc, [fault], "call")
