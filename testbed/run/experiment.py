@@ -160,6 +160,20 @@ def rank_problems(launch: RankLaunch, timeout: float) -> list[str]:
     return failed + late + stopped
 
 
+def _rank_detail(run_dir: Path, problem: str, rows: list[dict]) -> str:
+    """What a failed rank said: its failed operation's error (the exception's last line, e.g.
+    gloo's "Timed out waiting 10000ms for recv operation to complete"), else its log's tail."""
+    rank = int(problem.split()[1])
+    failed = [r for r in rows if r.get("rank") == rank and r.get("outcome", "ok") != "ok"]
+    if failed:
+        r = failed[0]
+        op = r.get("op", r.get("iteration"))
+        where = f"step {r['step']}" if "step" in r else f"operation {op}"
+        lines = [x for x in str(r.get("error", "")).splitlines() if x.strip()]
+        return f"{r['outcome']} at {where}: {lines[-1].strip() if lines else r.get('error_type')}"
+    return _log_tail(run_dir, rank)
+
+
 def _log_tail(run_dir: Path, rank: int, lines: int = 5) -> str:
     with contextlib.suppress(OSError):
         text = (run_dir / f"rank-{rank}.log").read_text().strip().splitlines()
@@ -427,7 +441,7 @@ def execute(
         result.rows, result.skips = read_rank_rows(run_dir)
         if problems:
             details = [
-                p + (f": {_log_tail(run_dir, int(p.split()[1]))}" if p.startswith("rank ") else "")
+                p + (f": {_rank_detail(run_dir, p, result.rows)}" if p.startswith("rank ") else "")
                 for p in problems
             ]
             result.reason = "; ".join(details)
