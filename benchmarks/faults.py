@@ -1,0 +1,138 @@
+"""Benchmark: what each WAN fault does to a running all-reduce (issue 15).
+
+    sudo .venv/bin/python -m benchmarks.faults [--write] [--quick]
+
+2 clusters x 1 host, gloo all_reduce sized to take about a second at the link's rate (8 MiB at
+100 Mbit/s, 64 MiB at 1 Gbit/s), 6 timed iterations, operation timeout 10 s; each fault kind
+starts 100 ms into timed iteration 2, at 100 Mbit/s and 1 Gbit/s, 10 and 40 ms one way, on the
+backend ``auto`` picks (this kernel: the userspace delay line; the kernel backend needs
+``testbed vm``). Per case: the time to detect (first error, if any), the stall of the operation
+against the run's no-fault operations and against the TLP + RTO series prediction, the time to
+recover and whether the group survived (analysis.faults), then the events' lateness over every
+case. ``--quick``: 100 Mbit/s and 10 ms only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import sys
+import tempfile
+import time
+
+import pandas as pd
+
+from analysis.faults import analyse
+from analysis.loader import load
+from benchmarks._results import Tee, write_section
+from testbed.config.sweep import expand
+from testbed.core.stats import quantile
+from testbed.core.units import format_duration
+from testbed.run.experiment import Experiment
+
+AT = {"after": {"iteration": 2, "offset": "100ms"}}
+FAULTS = {
+    "blackhole 2 s": {"kind": "blackhole", "link": "east-west", "duration": "2s"},
+    "link_down 2 s": {"kind": "link_down", "link": "east-west", "duration": "2s"},
+    "reset": {"kind": "reset", "link": "east-west", "duration": "1s"},
+    "flap 2 x (0.5 s down, 1 s up)": {
+        "kind": "flap", "link": "east-west", "down": "500ms", "up": "1s", "count": 2,
+    },
+    "burst_loss 3 s p 1% r 25%": {
+        "kind": "burst_loss", "link": "east-west", "duration": "3s", "p": "1%", "r": "25%",
+    },
+    "partition 2 s": {"kind": "partition", "groups": [["east"], ["west"]], "duration": "2s"},
+    "gateway_crash west 2 s": {"kind": "gateway_crash", "cluster": "west", "restore_after": "2s"},
+}  # fmt: skip
+SIZES = {"100mbit": "8MiB", "1gbit": "64MiB"}
+
+
+def scenario(rates: list[str], delays: list[str]) -> dict:
+    return {
+        "name": "bench-faults",
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [{"between": ["east", "west"], "rate": rates[0], "delay": delays[0]}],
+        "workload": {"collectives": ["all_reduce"], "iterations": 6, "warmup": 1, "timeout": "10s"},
+        "faults": [],
+        "sweep": {
+            "cases": [{"wan[0].rate": r, "workload.sizes": [SIZES[r]]} for r in rates],
+            "wan[0].delay": delays,
+            "faults": [[{**f, **AT}] for f in FAULTS.values()],
+        },
+    }
+
+
+def label_of(fault: dict) -> str:
+    for name, f in FAULTS.items():
+        if {**f, **AT} == fault:
+            return name
+    return str(fault)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    p.add_argument("--quick", action="store_true", help="100 Mbit/s and 10 ms only")
+    args = p.parse_args()
+    rates, delays = (
+        (["100mbit"], ["10ms"]) if args.quick else (["100mbit", "1gbit"], ["10ms", "40ms"])
+    )
+    buf = io.StringIO()
+    sys.stdout = Tee(sys.__stdout__, buf)
+    load_avg = os.getloadavg()
+    print(
+        f"## WAN faults during an all-reduce ({platform.release()}, {time.strftime('%Y-%m-%d')})\n"
+    )
+    print(
+        f"Load average before: {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} (2 cores).\n"
+    )
+    with tempfile.TemporaryDirectory() as out:
+        exp = Experiment(
+            expand(scenario(rates, delays), "bench-faults"), "bench", out, resume=False
+        )
+        exp.run(selfcheck_seconds=0.5)
+        res = load(exp.results.path)
+        f = analyse(res)
+        backend = {r.run_id: r.backend for r in res.runs.itertuples()}
+        params = {s.run_id: s.params for s in exp.runs}
+        print(
+            "| rate | one way | fault | backend | op outcome | detect | stall | predicted | "
+            "stall/pred | recover | survived |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+
+        def dur(v: object) -> str:
+            return "-" if v is None or pd.isna(v) else format_duration(float(v))  # type: ignore[arg-type]
+
+        for row in f.faults.sort_values("run_id").itertuples(index=False):
+            prm = params[row.run_id]
+            ratio = row.stall_over_predicted
+            print(
+                f"| {prm['wan[0].rate']} | {prm['wan[0].delay']} | {label_of(prm['faults'][0])} | "
+                f"{backend.get(row.run_id, '-')} | {row.op_outcome} | {dur(row.detect_s)} | "
+                f"{dur(row.stall_s)} | {dur(row.predicted_stall_s)} | "
+                f"{'-' if pd.isna(ratio) else f'{ratio:.2f}'} | {dur(row.recover_s)} | "
+                f"{'-' if pd.isna(row.survived) else ('yes' if row.survived else 'no')} |"
+            )
+        ev = res.events.drop_duplicates(["run_id", "event", "status"])
+        late = ev[(ev["status"] == "applied") & ev["late_s"].notna()]["late_s"].tolist()
+        if late:
+            print(
+                f"\nEvent lateness over {len(late)} applied events: "
+                f"p50 {format_duration(quantile(late, 0.5))}, "
+                f"p99 {format_duration(quantile(late, 0.99))}, "
+                f"max {format_duration(max(late))}; over 20 ms: {sum(x > 0.02 for x in late)} "
+                "(goal: none at <= 1 Gbit/s)."
+            )
+        errors = ev[ev["error"].notna() & (ev["error"] != "")]
+        for e in errors.itertuples(index=False):
+            print(f"\n- event error {e.run_id} {e.what}: {e.error}")
+    sys.stdout = sys.__stdout__
+    if args.write and not args.quick:
+        write_section("faults.py", buf.getvalue())
+
+
+if __name__ == "__main__":
+    main()
