@@ -17,7 +17,6 @@ from pydantic import Field, field_validator, model_validator
 from testbed.config.fields import Buffer, Duration, FieldError, Fraction, Rate, Strict
 
 Direction = Literal["forward", "reverse", "both"]  # forward: between[0] -> between[1]
-SETTINGS = ("rate", "delay", "jitter", "loss", "reorder", "buffer")
 MIN_TRACE_BIN = 0.01  # s: a shaper changed more often than this is not applied on time
 
 
@@ -27,17 +26,26 @@ def _positive(v: float, what: str, example: str) -> float:
     return v
 
 
-class ScheduleStep(Strict):
-    """From ``at`` on, the named settings of the link (one direction or both); ``restore: true``
-    alone returns to the link's configured settings."""
+class DirectionSettings(Strict):
+    """Settings of a WAN direction, each optional: what a schedule step changes, what a link's
+    ``reverse`` overrides."""
 
-    at: Duration
     rate: Rate | None = None
     delay: Duration | None = None
     jitter: Duration | None = None
     loss: Fraction | None = None
     reorder: Fraction | None = None
     buffer: Buffer | None = None
+
+
+SETTINGS = tuple(DirectionSettings.model_fields)
+
+
+class ScheduleStep(DirectionSettings):
+    """From ``at`` on, the named settings of the link (one direction or both); ``restore: true``
+    alone returns to the link's configured settings."""
+
+    at: Duration
     direction: Direction = "both"
     restore: bool = False
 

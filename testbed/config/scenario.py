@@ -24,7 +24,14 @@ from pydantic import (
     model_validator,
 )
 
-from testbed.config.dynamics import FAULT_KINDS, BulkFlow, Fault, LinkTrace, ScheduleStep
+from testbed.config.dynamics import (
+    FAULT_KINDS,
+    BulkFlow,
+    DirectionSettings,
+    Fault,
+    LinkTrace,
+    ScheduleStep,
+)
 from testbed.config.expect import Expectation
 from testbed.config.fields import Buffer, Duration, Fraction, Rate
 from testbed.config.fields import FieldError as _FieldError
@@ -167,15 +174,9 @@ class Aqm(_Strict):
         return {"droptail": 0, "red": self.kmax, "step": self.k}[self.kind] or 0
 
 
-class DirectionOverride(_Strict):
+class DirectionOverride(DirectionSettings):
     """Settings of the second->first direction of a WAN link that differ from the first->second."""
 
-    rate: Rate | None = None
-    delay: Duration | None = None
-    jitter: Duration | None = None
-    loss: Fraction | None = None
-    reorder: Fraction | None = None
-    buffer: Buffer | None = None
     aqm: Aqm | None = None
 
 

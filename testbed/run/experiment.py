@@ -217,10 +217,6 @@ def collectives_keys(w: Workload) -> dict[str, Any]:
 
 
 # -- a changing WAN and bulk traffic around the workload ---------------------------------------
-def has_dynamics(sc: Scenario) -> bool:
-    return bool(sc.faults) or any(link.schedule or link.trace for link in sc.wan)
-
-
 def timeline_for(sc: Scenario, plan: NetworkPlan, source: Path | None) -> Timeline:
     """The run's timeline of WAN changes and faults: traces (relative to the scenario file
     ``source``) looped up to the traffic's end, or up to HORIZON beside a workload (whose
