@@ -55,8 +55,10 @@ series would be 0.28, 0.84, 1.96, 4.20 s: ≈ 4.2 s; measured on this project's 
 series picks the right probe every time, the other one often not). With ICMP unreachable (an
 admin link down) RFC 6069 reverts each backoff, so the sender probes every ≈ RTO0 and resumes
 within RTO0 of the repair: stall ≈ D + RTO0 (inferred). The kernel gives up after
-``tcp_retries2`` retransmissions (:func:`tcp_give_up`: 924.6 s for 15). Slow start after the
-resume is not modelled, so a measured stall is expected at or a little above the prediction.
+``tcp_retries2`` retransmissions (:func:`tcp_give_up`: 924.6 s for 15). After a resume by a
+retransmission timeout (not the TLP) the window is one segment: the rest of the operation goes out
+in slow start (:func:`slow_start_loss`, the ``predicted_slowstart_s`` part of the predicted
+stall; ~0.6 s at 100 Mbit/s and 80 ms RTT).
 """
 
 from __future__ import annotations
@@ -70,11 +72,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.model import RTO_MIN_S, linux_rto
+from analysis.model import MSS_BYTES, RTO_MIN_S, TcpWindow, linux_rto
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.stats import quantile
 
 RTO_MAX_S = 120.0  # Linux TCP_RTO_MAX
+CUBIC_BETA = 717 / 1024  # CUBIC's multiplicative decrease (ssthresh after a loss or an RTO)
 LATE_S = 0.020  # an event applied more than this after its schedule is late (issue 15)
 OUTCOMES = ("ok", "error", "timeout")
 OP_COLUMNS = ["results", "run_id", "arm", "op", "rank", "start", "end", "outcome", "error_type"]
@@ -89,6 +92,7 @@ FAULT_COLUMNS = [
     "results", "run_id", "fault", "kind", "link", "start", "end", "planned", "undone", "duration",
     "detect_s",
     "affected_ops", "op_outcome", "baseline_s", "stall_s", "predicted_stall_s",
+    "predicted_slowstart_s",
     "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "error_type",
     "error", "verdict",
 ]  # fmt: skip
@@ -373,14 +377,18 @@ class RunContext:
     retries2: int = 15
     op_timeout_s: float | None = None
     pto_s: float | None = None  # Linux's tail loss probe timeout (tlp_timeout); None: no TLP
+    rate_bps: float | None = None  # the WAN bottleneck's rate (None: no slow-start term)
+    rtt_s: float = 0.0  # the configured round trip (propagation only: an RTO empties the queue)
+    cwnd_bytes: float | None = None  # the WAN data sockets' window before the first fault
 
 
 def tcp_timers(
     rtt_s: float, tcp: pd.DataFrame | None = None, before: float | None = None
-) -> tuple[float, float]:
-    """(RTO0, srtt) of the WAN connections just before ``before``: tcp_info's ``rto_ms`` where
-    sampled, else linux_rto(srtt, rttvar) of the samples; without samples the configured RTT
-    (rttvar 0). The samples' srtt includes the queueing a loaded link adds."""
+) -> tuple[float, float, float | None]:
+    """(RTO0, srtt, cwnd bytes) of the WAN connections in the second before ``before``
+    (medians): tcp_info's ``rto_ms`` where sampled, else linux_rto(srtt, rttvar) of the samples;
+    without samples the configured RTT (rttvar 0) and no window. The samples' srtt includes the
+    queueing a loaded link adds."""
     if tcp is not None and not tcp.empty and "time" in tcp:
         window = tcp[tcp["time"] <= before] if before is not None else tcp
         window = (
@@ -388,19 +396,45 @@ def tcp_timers(
         )
         if {"srtt_ms", "rttvar_ms"} <= set(window) and window["srtt_ms"].notna().any():
             srtt = float(window["srtt_ms"].median()) / 1e3
+            cwnd = None
+            if {"cwnd", "mss"} <= set(window) and window["cwnd"].notna().any():
+                cwnd = float((window["cwnd"] * window["mss"]).median())
             if "rto_ms" in window and window["rto_ms"].notna().any():
-                return float(window["rto_ms"].median()) / 1e3, srtt
-            return linux_rto(srtt, float(window["rttvar_ms"].median()) / 1e3), srtt
-    return linux_rto(rtt_s, 0.0), rtt_s
+                return float(window["rto_ms"].median()) / 1e3, srtt, cwnd
+            return linux_rto(srtt, float(window["rttvar_ms"].median()) / 1e3), srtt, cwnd
+    return linux_rto(rtt_s, 0.0), rtt_s, None
 
 
 def run_timers(
-    rtt_s: float, tcp: pd.DataFrame | None, before: float | None, retries2: int, timeout: Any
+    rtt_s: float,
+    tcp: pd.DataFrame | None,
+    before: float | None,
+    retries2: int,
+    timeout: Any,
+    rate_bps: float | None = None,
 ) -> RunContext:
     """The RunContext of a run: its TCP timers (:func:`tcp_timers`, with Linux's TLP), its
-    tcp_retries2 and its operation timeout."""
-    rto0, srtt = tcp_timers(rtt_s, tcp, before)
-    return RunContext(rto0, retries2, timeout, tlp_timeout(srtt, rto0))
+    tcp_retries2, its operation timeout and, for the slow start after an outage, the WAN rate."""
+    rto0, srtt, cwnd = tcp_timers(rtt_s, tcp, before)
+    return RunContext(rto0, retries2, timeout, tlp_timeout(srtt, rto0), rate_bps, rtt_s, cwnd)
+
+
+def slow_start_loss(
+    remaining_s: float, rate_bps: float, rtt_s: float, cwnd_before: float | None = None
+) -> float:
+    """Seconds an outage's retransmission timeout adds after the flow resumes: the RTO left
+    one segment of window (Linux: cwnd 1, ssthresh 0.7 x the window before, CUBIC's beta), so
+    the ``remaining_s`` of transfer at the full ``rate_bps`` goes out in slow start over the
+    emptied queue's ``rtt_s`` (:class:`analysis.model.TcpWindow`). Without the window before
+    (no tcp_info), slow start is taken to reach the BDP (the fewest rounds). On an 80 ms path at 100 Mbit/s with lots left:
+    about (log2(BDP in segments) - 2) RTTs, 0.6 s."""
+    if remaining_s <= 0 or rate_bps <= 0 or rtt_s <= 0:
+        return 0.0
+    nbytes = remaining_s * rate_bps / 8
+    before = cwnd_before if cwnd_before else rate_bps * rtt_s / 8 / CUBIC_BETA
+    window = TcpWindow(MSS_BYTES, max(CUBIC_BETA * before, 2 * MSS_BYTES))
+    # the last byte's ACK: one round trip after it left, in both (the baseline's tail too)
+    return max(0.0, window.send(0.0, nbytes, rate_bps, rtt_s) - remaining_s)
 
 
 def fault_table(
@@ -498,10 +532,23 @@ def _one_fault(
         t0 = max(start, float(affected["start"].iloc[0]))
         rel = [(s - t0, None if e is None else e - t0, icmp) for s, e, icmp in f["intervals"]]
         pred = predict_stall(rel, ctx.rto0_s, ctx.retries2, pto_s=ctx.pto_s)
-        row["predicted_stall_s"] = pred.stall_s
+        stall = pred.stall_s
+        # resumed by a retransmission timeout (not the TLP): the window starts again from one
+        # segment, and the rest of the operation goes out in slow start
+        if stall is not None and ctx.rate_bps and row.get("baseline_s") is not None:
+            by_rto = len(pred.probes) > (1 if ctx.pto_s is not None else 0)
+            done = t0 - float(affected["start"].iloc[0])
+            ss = (
+                slow_start_loss(row["baseline_s"] - done, ctx.rate_bps, ctx.rtt_s, ctx.cwnd_bytes)
+                if by_rto
+                else 0.0
+            )
+            row["predicted_slowstart_s"] = ss
+            stall += ss
+        row["predicted_stall_s"] = stall
         row["predicted_outcome"] = _predicted_outcome(pred, ctx, row.get("baseline_s"))
-        if pred.stall_s and row.get("stall_s") is not None:
-            row["stall_over_predicted"] = row["stall_s"] / pred.stall_s
+        if stall and row.get("stall_s") is not None:
+            row["stall_over_predicted"] = row["stall_s"] / stall
     after = (
         run_ops[(run_ops["end"] > stop) & (run_ops["outcome"] == "ok")]
         if ended
@@ -886,6 +933,7 @@ def summarize_faults(
         first,
         int((resolved.get("tcp") or {}).get("retries2") or 15),
         (resolved.get("workload") or {}).get("timeout"),
+        ((resolved.get("wan") or [{}])[0] or {}).get("rate"),
     )
     specs = {("", run_id): dict(enumerate(resolved.get("faults") or []))}
     faults = fault_table(events, ops, {("", run_id): ctx}, specs)
@@ -1014,9 +1062,13 @@ def run_context(res: Any, results: str, run_id: str) -> RunContext:
     mine = (
         runs[(runs["results"] == results) & (runs["run_id"] == run_id)] if not runs.empty else runs
     )
-    rtt = (
-        float(mine["rtt_s"].iloc[0]) if not mine.empty and pd.notna(mine["rtt_s"].iloc[0]) else 0.0
-    )
+
+    def first_of(col: str) -> float | None:
+        if mine.empty or col not in mine or pd.isna(mine[col].iloc[0]):
+            return None
+        return float(mine[col].iloc[0])
+
+    rtt = first_of("rtt_s") or 0.0
     tcp = None
     if res.has("tcp"):
         sockets = data_sockets(res)
@@ -1028,7 +1080,7 @@ def run_context(res: Any, results: str, run_id: str) -> RunContext:
         first = float(_applied(ev[ev["fault"].notna()]).min())
     retries2 = ((resolved.get("tcp") or {}).get("retries2")) or 15
     timeout = (resolved.get("workload") or {}).get("timeout")
-    return run_timers(rtt, tcp, first, int(retries2), timeout)
+    return run_timers(rtt, tcp, first, int(retries2), timeout, first_of("wan_rate_bps"))
 
 
 def analyse(res: Any) -> FaultResults:
