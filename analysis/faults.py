@@ -426,8 +426,8 @@ def slow_start_loss(
     one segment of window (Linux: cwnd 1, ssthresh 0.7 x the window before, CUBIC's beta), so
     the ``remaining_s`` of transfer at the full ``rate_bps`` goes out in slow start over the
     emptied queue's ``rtt_s`` (:class:`analysis.model.TcpWindow`). Without the window before
-    (no tcp_info), slow start is taken to reach the BDP (the fewest rounds). On an 80 ms path at 100 Mbit/s with lots left:
-    about (log2(BDP in segments) - 2) RTTs, 0.6 s."""
+    (no tcp_info), slow start is taken to reach the BDP (the fewest rounds). With lots left that
+    costs about (log2(BDP in segments) - 2) round trips."""
     if remaining_s <= 0 or rate_bps <= 0 or rtt_s <= 0:
         return 0.0
     nbytes = remaining_s * rate_bps / 8
