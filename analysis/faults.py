@@ -77,7 +77,6 @@ from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.stats import quantile
 
 RTO_MAX_S = 120.0  # Linux TCP_RTO_MAX
-CUBIC_BETA = 717 / 1024  # CUBIC's multiplicative decrease (ssthresh after a loss or an RTO)
 LATE_S = 0.020  # an event applied more than this after its schedule is late (issue 15)
 OUTCOMES = ("ok", "error", "timeout")
 OP_COLUMNS = ["results", "run_id", "arm", "op", "rank", "start", "end", "outcome", "error_type"]
@@ -379,16 +378,14 @@ class RunContext:
     pto_s: float | None = None  # Linux's tail loss probe timeout (tlp_timeout); None: no TLP
     rate_bps: float | None = None  # the WAN bottleneck's rate (None: no slow-start term)
     rtt_s: float = 0.0  # the configured round trip (propagation only: an RTO empties the queue)
-    cwnd_bytes: float | None = None  # the WAN data sockets' window before the first fault
 
 
 def tcp_timers(
     rtt_s: float, tcp: pd.DataFrame | None = None, before: float | None = None
-) -> tuple[float, float, float | None]:
-    """(RTO0, srtt, cwnd bytes) of the WAN connections in the second before ``before``
-    (medians): tcp_info's ``rto_ms`` where sampled, else linux_rto(srtt, rttvar) of the samples;
-    without samples the configured RTT (rttvar 0) and no window. The samples' srtt includes the
-    queueing a loaded link adds."""
+) -> tuple[float, float]:
+    """(RTO0, srtt) of the WAN connections just before ``before``: tcp_info's ``rto_ms`` where
+    sampled, else linux_rto(srtt, rttvar) of the samples; without samples the configured RTT
+    (rttvar 0). The samples' srtt includes the queueing a loaded link adds."""
     if tcp is not None and not tcp.empty and "time" in tcp:
         window = tcp[tcp["time"] <= before] if before is not None else tcp
         window = (
@@ -396,13 +393,10 @@ def tcp_timers(
         )
         if {"srtt_ms", "rttvar_ms"} <= set(window) and window["srtt_ms"].notna().any():
             srtt = float(window["srtt_ms"].median()) / 1e3
-            cwnd = None
-            if {"cwnd", "mss"} <= set(window) and window["cwnd"].notna().any():
-                cwnd = float((window["cwnd"] * window["mss"]).median())
             if "rto_ms" in window and window["rto_ms"].notna().any():
-                return float(window["rto_ms"].median()) / 1e3, srtt, cwnd
-            return linux_rto(srtt, float(window["rttvar_ms"].median()) / 1e3), srtt, cwnd
-    return linux_rto(rtt_s, 0.0), rtt_s, None
+                return float(window["rto_ms"].median()) / 1e3, srtt
+            return linux_rto(srtt, float(window["rttvar_ms"].median()) / 1e3), srtt
+    return linux_rto(rtt_s, 0.0), rtt_s
 
 
 def run_timers(
@@ -415,26 +409,22 @@ def run_timers(
 ) -> RunContext:
     """The RunContext of a run: its TCP timers (:func:`tcp_timers`, with Linux's TLP), its
     tcp_retries2, its operation timeout and, for the slow start after an outage, the WAN rate."""
-    rto0, srtt, cwnd = tcp_timers(rtt_s, tcp, before)
-    return RunContext(rto0, retries2, timeout, tlp_timeout(srtt, rto0), rate_bps, rtt_s, cwnd)
+    rto0, srtt = tcp_timers(rtt_s, tcp, before)
+    return RunContext(rto0, retries2, timeout, tlp_timeout(srtt, rto0), rate_bps, rtt_s)
 
 
-def slow_start_loss(
-    remaining_s: float, rate_bps: float, rtt_s: float, cwnd_before: float | None = None
-) -> float:
-    """Seconds an outage's retransmission timeout adds after the flow resumes: the RTO left
-    one segment of window (Linux: cwnd 1, ssthresh 0.7 x the window before, CUBIC's beta), so
-    the ``remaining_s`` of transfer at the full ``rate_bps`` goes out in slow start over the
-    emptied queue's ``rtt_s`` (:class:`analysis.model.TcpWindow`). Without the window before
-    (no tcp_info), slow start is taken to reach the BDP (the fewest rounds). With lots left that
-    costs about (log2(BDP in segments) - 2) round trips."""
+def slow_start_loss(remaining_s: float, rate_bps: float, rtt_s: float) -> float:
+    """Seconds a retransmission timeout adds after the flow resumes: it left a window of one
+    segment, so the ``remaining_s`` of transfer at the full ``rate_bps`` goes out in slow start
+    over the emptied queue's ``rtt_s`` (:class:`analysis.model.TcpWindow`), up to the BDP. The
+    fewest rounds: congestion avoidance below the BDP (ssthresh 0.7 x a window that was under
+    1.43 BDP) is not modelled. With lots left it costs about (log2(BDP in segments) - 2) round
+    trips; even a little data costs ~log2 of its segments."""
     if remaining_s <= 0 or rate_bps <= 0 or rtt_s <= 0:
         return 0.0
-    nbytes = remaining_s * rate_bps / 8
-    before = cwnd_before if cwnd_before else rate_bps * rtt_s / 8 / CUBIC_BETA
-    window = TcpWindow(MSS_BYTES, max(CUBIC_BETA * before, 2 * MSS_BYTES))
-    # the last byte's ACK: one round trip after it left, in both (the baseline's tail too)
-    return max(0.0, window.send(0.0, nbytes, rate_bps, rtt_s) - remaining_s)
+    bdp = max(rate_bps * rtt_s / 8, 2 * MSS_BYTES)
+    window = TcpWindow(MSS_BYTES, bdp)
+    return max(0.0, window.send(0.0, remaining_s * rate_bps / 8, rate_bps, rtt_s) - remaining_s)
 
 
 def fault_table(
@@ -533,14 +523,17 @@ def _one_fault(
         rel = [(s - t0, None if e is None else e - t0, icmp) for s, e, icmp in f["intervals"]]
         pred = predict_stall(rel, ctx.rto0_s, ctx.retries2, pto_s=ctx.pto_s)
         stall = pred.stall_s
-        # resumed by a retransmission timeout (not the TLP): the window starts again from one
-        # segment, and the rest of the operation goes out in slow start
+        # resumed by a retransmission timeout (not the TLP) after a silent outage: the window
+        # starts again from one segment, and the rest of the operation goes out in slow start.
+        # Not after an ICMP one (link down): the data already on the wire arrived, the
+        # retransmission is a duplicate and Linux undoes the window reduction (DSACK).
         if stall is not None and ctx.rate_bps and row.get("baseline_s") is not None:
             by_rto = len(pred.probes) > (1 if ctx.pto_s is not None else 0)
+            silent = not any(icmp for *_, icmp in f["intervals"])
             done = t0 - float(affected["start"].iloc[0])
             ss = (
-                slow_start_loss(row["baseline_s"] - done, ctx.rate_bps, ctx.rtt_s, ctx.cwnd_bytes)
-                if by_rto
+                slow_start_loss(row["baseline_s"] - done, ctx.rate_bps, ctx.rtt_s)
+                if by_rto and silent
                 else 0.0
             )
             row["predicted_slowstart_s"] = ss

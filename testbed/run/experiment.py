@@ -371,12 +371,11 @@ def execute(
             workload = sc.workload
             dynamics = RunDynamics(tb, sc, run_dir, source, result)
             if workload is None:
-                with dynamics:
+                hosts = sorted({h for f in sc.traffic for h in (f.from_, f.to)})
+                traces = RunTraces(tb, sc.trace, run_dir, hosts)
+                with traces, dynamics:
                     dynamics.wait_traffic()
-                problems = tb.problems() + [
-                    f"link {c.direction}: {c.problem}" for c in checks if not c.ok
-                ]
-                problems += dynamics.errors
+                problems = tb.problems() + dynamics.errors
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
@@ -416,24 +415,23 @@ def execute(
                     )
                     problems += rank_problems(launch, workload.timeout)
                 problems += dynamics.errors
-                # a link that carries more than its plan invalidates every number of the run
-                problems += [f"link {c.direction}: {c.problem}" for c in checks if c.leak]
                 result.info.update(cpu.summary())
                 result.info["world_size"] = len(ranks)
                 result.info["topology"] = model_topology(
                     tb.plan, ranks, workload.placement, workload.ranks_per_host
                 )
+            # a link that carries more than its plan invalidates every number of the run
+            problems += [f"link {c.direction}: {c.problem}" for c in checks if c.leak]
         # After teardown: the delay line's final counters and samples.
         result.delayline = [{"run_id": spec.run_id, **r} for r in tb.link_stats()]
-        if workload is not None:
-            result.traces = {
-                name: [{"run_id": spec.run_id, **r} for r in rows]
-                for name, rows in traces.tables().items()
-            }
-            result.info["tcp_in_effect"] = traces.in_effect()
-            result.info["trace_warnings"] = traces.problems()
-            if traces.pcap_stats:
-                result.info["pcap"] = traces.pcap_stats
+        result.traces = {
+            name: [{"run_id": spec.run_id, **r} for r in rows]
+            for name, rows in traces.tables().items()
+        }
+        result.info["tcp_in_effect"] = traces.in_effect()
+        result.info["trace_warnings"] = traces.problems()
+        if traces.pcap_stats:
+            result.info["pcap"] = traces.pcap_stats
         result.rows, result.skips = read_rank_rows(run_dir)
         if problems:
             details = [
