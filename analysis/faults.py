@@ -871,9 +871,9 @@ def _farthest_from_one(faults: pd.DataFrame) -> float | None:
 
 def fault_metrics(faults: pd.DataFrame, lateness: pd.DataFrame | None = None) -> dict[str, Any]:
     """One run's fault metrics for its summary rows (testbed.config.expect's fault_* metrics):
-    the worst over its faults (max detect, stall and recover; the stall/predicted ratio farthest
-    from 1; survived = every fault survived) and ``events_late`` (events applied > 20 ms
-    late)."""
+    the worst over its faults (max detect, stall, bulk flows' stall and recover; the
+    stall/predicted ratio farthest from 1; survived = every fault survived) and
+    ``events_late`` (events applied > 20 ms late)."""
 
     def worst(col: str) -> float | None:
         if faults.empty or col not in faults or faults[col].isna().all():
@@ -883,6 +883,7 @@ def fault_metrics(faults: pd.DataFrame, lateness: pd.DataFrame | None = None) ->
     out: dict[str, Any] = {
         "fault_detect": worst("detect_s"),
         "fault_stall": worst("stall_s"),
+        "fault_flow_stall": worst("flow_stall_s"),
         "fault_stall_over_predicted": _farthest_from_one(faults),
         "fault_recover": worst("recover_s"),
         "fault_survived": (
@@ -895,6 +896,22 @@ def fault_metrics(faults: pd.DataFrame, lateness: pd.DataFrame | None = None) ->
     if lateness is not None and not lateness.empty:
         out["events_late"] = float(lateness["late"].sum())
     return out
+
+
+def with_flow_stalls(faults: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
+    """The fault table with its bulk flows' stalls (:func:`flow_stalls`) beside; a fault that
+    met no operation gets the flows' stall as its verdict."""
+    if flows.empty or faults.empty:
+        return faults
+    faults = faults.merge(flows, on=["results", "run_id", "fault"], how="left")
+    quiet = (faults["affected_ops"] == 0) & faults["flow_stall_s"].notna()
+    faults.loc[quiet, "verdict"] = [
+        f"no operation ran; the bulk flows stalled {a:.2f} s (predicted {b:.2f} s)"
+        for a, b in zip(
+            faults.loc[quiet, "flow_stall_s"], faults.loc[quiet, "flow_predicted_s"], strict=True
+        )
+    ]
+    return faults
 
 
 def summarize_faults(
@@ -930,6 +947,9 @@ def summarize_faults(
     )
     specs = {("", run_id): dict(enumerate(resolved.get("faults") or []))}
     faults = fault_table(events, ops, {("", run_id): ctx}, specs)
+    if goodput is not None and not goodput.empty:
+        g = goodput.assign(results="", run_id=run_id)
+        faults = with_flow_stalls(faults, flow_stalls(events, g, {("", run_id): ctx}, specs))
     out = fault_metrics(faults, lateness_table(events))
     out["trace_correlation"] = None
     bins = trace_targets(events)
@@ -1091,18 +1111,7 @@ def analyse(res: Any) -> FaultResults:
             faults = _resolved(res, results, run_id).get("faults") or []
             specs[(results, run_id)] = dict(enumerate(faults))
     faults = fault_table(events, ops, context, specs)
-    flows = flow_stalls(events, res.flows_goodput, context, specs)
-    if not flows.empty and not faults.empty:
-        faults = faults.merge(flows, on=["results", "run_id", "fault"], how="left")
-        quiet = (faults["affected_ops"] == 0) & faults["flow_stall_s"].notna()
-        faults.loc[quiet, "verdict"] = [
-            f"no operation ran; the bulk flows stalled {a:.2f} s (predicted {b:.2f} s)"
-            for a, b in zip(
-                faults.loc[quiet, "flow_stall_s"],
-                faults.loc[quiet, "flow_predicted_s"],
-                strict=True,
-            )
-        ]
+    faults = with_flow_stalls(faults, flow_stalls(events, res.flows_goodput, context, specs))
     if res.has("tcp") and not faults.empty:
         from analysis.tables import data_sockets  # the report's WAN data sockets
 

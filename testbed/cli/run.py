@@ -202,7 +202,11 @@ def _dynamics_table(exp) -> Table:
             str(ev.get("late", 0)),
             str(ev.get("failed", 0)),
             dur(s.get("fault_detect")),
-            dur(s.get("fault_stall")),
+            dur(
+                s.get("fault_stall")
+                if s.get("fault_stall") is not None
+                else s.get("fault_flow_stall")
+            ),
             num(s.get("fault_stall_over_predicted"), ".2f"),
             dur(s.get("fault_recover")),
             "-" if survived is None else ("yes" if survived else "no"),

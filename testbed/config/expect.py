@@ -54,10 +54,12 @@ Metric = Literal[
     "comm_measured_over_predicted",
     # a changing WAN (analysis.faults.summarize_faults, added to every summary row of the run;
     # the worst over its faults): seconds to the first error, stall beyond the no-fault
-    # operation, stall / RTO-series prediction, fault end to the first successful operation,
+    # operation, the bulk flows' stall (traffic:), stall / RTO-series
+    # prediction, fault end to the first successful operation,
     # 1.0 when every fault was survived, events applied > 20 ms late
     "fault_detect",
     "fault_stall",
+    "fault_flow_stall",
     "fault_stall_over_predicted",
     "fault_recover",
     "fault_survived",

@@ -500,6 +500,12 @@ def test_a_bulk_flows_stall_against_the_rto_series() -> None:
     got = flow_stalls(events, goodput, CTX).iloc[0]
     assert got["flow_predicted_s"] == pytest.approx(4.2)
     assert got["flow_stall_s"] == pytest.approx(4.2, abs=0.11)  # one sample's resolution
+    # a traffic-only run's summary carries it (no operation: no fault_stall)
+    m = summarize_faults(
+        events.drop(columns=["results"]), rank_operations(pd.DataFrame()), {}, 0.08,
+        goodput=goodput.drop(columns=["results", "run_id"]),
+    )  # fmt: skip
+    assert m["fault_flow_stall"] == pytest.approx(4.2, abs=0.11) and m["fault_stall"] is None
     # a flow on another link does not count
     other = goodput.assign(**{"from": "south-h1", "to": "north-h1"})
     assert flow_stalls(events, other, CTX).empty or pd.isna(
