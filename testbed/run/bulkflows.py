@@ -116,8 +116,7 @@ class BulkFlows:
     def stop(self) -> None:
         """Stop the sender thread and every process still running; note the failed senders."""
         self._stopping = True
-        with self.clock.cond:
-            self.clock.cond.notify_all()
+        self.clock.wake()
         if self._thread.is_alive():
             self._thread.join()
         for i, p in self.senders.items():

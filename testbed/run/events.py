@@ -102,6 +102,11 @@ class OriginClock:
     def __enter__(self) -> OriginClock:
         return self
 
+    def wake(self) -> None:
+        """Wake every thread waiting on this clock (to see that it should stop)."""
+        with self.cond:
+            self.cond.notify_all()
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
@@ -333,8 +338,7 @@ class EventRunner:
     def stop(self) -> None:
         """End the thread (after the event it is applying), record what never came, undo."""
         self._stopping = True
-        with self.clock.cond:
-            self.clock.cond.notify_all()
+        self.clock.wake()
         if self._thread.is_alive():
             self._thread.join()
         for i, e in self.pending:
