@@ -139,6 +139,31 @@ def test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text(root,
     assert (df[df["op"] < 2]["outcome"] == "ok").all() and len(df[df["op"] < 2]) == 8
 
 
+def test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout(root, tmp_path):
+    """tcp.user_timeout (TCP_USER_TIMEOUT on the ranks' sockets): a rank with data unacknowledged
+    through a blackhole gets ETIMEDOUT from its kernel after that long, long before gloo's
+    operation timeout (60 s here); without it only the operation timeout would end the wait."""
+    data = workload_scenario("ev-uto", "2ms", iterations=200, timeout="60s")
+    data["tcp"] = {"user_timeout": "1s"}
+    data["faults"] = [
+        {"kind": "blackhole", "link": "east-west", "after": {"iteration": 2}, "duration": "60s"}
+    ]
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    assert not exp.run(selfcheck_seconds=0.5)
+    path = exp.results.path
+    ev = pd.read_parquet(path / "events.parquet")
+    on = ev[ev["status"] == "applied"].iloc[0]
+    df = pd.read_parquet(path / "collectives.parquet")
+    failed = df[df["outcome"] != "ok"]
+    assert len(failed), df.tail(8).to_dict("records")
+    first = failed.assign(ended=failed["start"] + failed["seconds"]).sort_values("ended").iloc[0]
+    # the kernel's timer: 1 s of unacknowledged data (+ the probe it times from, the loaded
+    # machine); the operation timeout would be 60 s
+    assert first["ended"] - on["applied_unix"] < 1.0 + 4.0, first.to_dict()
+    assert "timed out" in first["error"].lower(), first["error"]
+    assert "Timed out waiting" not in first["error"]  # not gloo's operation timeout
+
+
 def test_training_steps_are_announced_and_a_failed_step_is_recorded(root, tmp_path, monkeypatch):
     monkeypatch.setenv("TESTBED_INJECT_FAULT", "train:rank:1:step:4")
     data = {
