@@ -48,6 +48,8 @@ class BulkFlows:
         self.senders: dict[int, subprocess.Popen] = {}
         self.started: dict[int, Instant] = {}
         self.errors: list[str] = []
+        # flows still sending when stop() came (the workload ended before their planned end)
+        self.cut: list[int] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._start_senders, name="flows", daemon=True)
 
@@ -121,6 +123,8 @@ class BulkFlows:
             self._thread.join()
         for i, p in self.senders.items():
             running = p.poll() is None
+            if running:
+                self.cut.append(i)
             code = procs.stop(p)
             if not running and code != 0:
                 said = ""

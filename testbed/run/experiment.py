@@ -327,6 +327,8 @@ class RunDynamics:
                 "flows_goodput": [{"run_id": run_id, **r} for r in self.flows.rows()],
             }
             self.errors = list(self.flows.errors)
+            if self.flows.cut:  # the workload ended first: their goodput rows end there
+                self.result.info["traffic_cut"] = self.flows.cut
             if self.runner.crashed is not None:
                 self.errors.append(f"event runner: {self.runner.crashed!r}")
             # counts per event (a set has a row per direction; an undo shares its start's index)

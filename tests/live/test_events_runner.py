@@ -145,6 +145,8 @@ def test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout(r
     operation timeout (60 s here); without it only the operation timeout would end the wait."""
     data = workload_scenario("ev-uto", "2ms", iterations=200, timeout="60s")
     data["tcp"] = {"user_timeout": "1s"}
+    # a flow planned far beyond the workload: stopped when the workload ends, and said so
+    data["traffic"] = [{"kind": "bulk", "from": "east-h1", "to": "west-h1", "duration": "600s"}]
     data["faults"] = [
         {"kind": "blackhole", "link": "east-west", "after": {"iteration": 2}, "duration": "60s"}
     ]
@@ -162,6 +164,7 @@ def test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout(r
     assert first["ended"] - on["applied_unix"] < 1.0 + 4.0, first.to_dict()
     assert "timed out" in first["error"].lower(), first["error"]
     assert "Timed out waiting" not in first["error"]  # not gloo's operation timeout
+    assert exp.manifest["runs"]["p000-r0"]["traffic_cut"] == [0]
 
 
 def test_training_steps_are_announced_and_a_failed_step_is_recorded(root, tmp_path, monkeypatch):
