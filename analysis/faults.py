@@ -966,6 +966,31 @@ def summarize_faults(
     return out
 
 
+DROP_SHOWN = ["fault_dropped_packets", "fault_reset_packets", "queue_dropped_packets"]
+
+
+def drop_table(manifests: dict[str, dict[str, Any]], queues: pd.DataFrame) -> pd.DataFrame:
+    """Per run and WAN direction: the packets its faults dropped and reset (the fault rules'
+    counters, the runs' ``fault_drops`` in the manifest) beside its bottleneck's own drops over
+    the run (queues.parquet ``dropped``, last - first sample; None when not traced)."""
+    rows = [
+        {"results": results, "run_id": run_id, **d}
+        for results, m in manifests.items()
+        for run_id, info in (m.get("runs") or {}).items()
+        for d in (info or {}).get("fault_drops") or []
+    ]
+    if not rows:
+        return pd.DataFrame(columns=["results", "run_id", "direction", *DROP_SHOWN])
+    out = pd.DataFrame(rows)
+    out["queue_dropped_packets"] = None
+    if not queues.empty and {"dropped", "direction"} <= set(queues):
+        q = queues.sort_values("time").groupby(["results", "run_id", "direction"])["dropped"]
+        spread = (q.last() - q.first()).rename("q").reset_index()
+        out = out.merge(spread, on=["results", "run_id", "direction"], how="left")
+        out["queue_dropped_packets"] = out.pop("q")
+    return out[["results", "run_id", "direction", *DROP_SHOWN]]
+
+
 def clock_origins(operations: pd.DataFrame, events: pd.DataFrame) -> dict[tuple[str, str], float]:
     """Per (results, run_id): the time report tables and figures count from, the run's first
     operation's start, else (traffic only) its first scheduled event."""
@@ -1058,6 +1083,7 @@ class FaultResults:
     traces: pd.DataFrame  # trace_table
     lateness: pd.DataFrame  # lateness_table
     operations: pd.DataFrame  # operation_table
+    drops: pd.DataFrame  # drop_table
 
 
 def _resolved(res: Any, results: str, run_id: str) -> dict[str, Any]:
@@ -1125,6 +1151,7 @@ def analyse(res: Any) -> FaultResults:
         dark.setdefault((f.results, f.run_id), []).append((f.start, stop))
     return FaultResults(
         faults=faults,
+        drops=drop_table(res.manifests, res.queues),
         trace_bins=bins,
         traces=trace_table(bins, dark),
         lateness=lateness_table(events),

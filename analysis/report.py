@@ -33,7 +33,8 @@ from analysis import training_plots as TP
 from analysis.loader import Results, load
 
 CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
-CSV_NAMES += ("congestion", "model_terms", "faults", "trace_replay", "events_lateness")
+CSV_NAMES += ("congestion", "model_terms", "faults", "fault_drops", "trace_replay")
+CSV_NAMES += ("events_lateness",)
 
 
 @dataclass
@@ -230,15 +231,16 @@ def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         "first operation; detect = fault start to the first error; stall = the affected "
         "operations' time beyond the median no-fault operation of the same run and arm; "
         "predicted = Linux TCP's probes through the outage (silent: a tail loss probe at "
-        "2·srtt, then retransmissions at PTO + RTO0·(2^k−1); ICMP: ≈ D + RTO0; slow start not "
-        "modelled); recover = fault end to the "
+        "2·srtt, then retransmissions at PTO + RTO0·(2^k−1); ICMP: ≈ D + RTO0; after a silent "
+        "outage's RTO, the rest of the operation in slow start); recover = fault end to the "
         "end of the first successful operation ending after it; survived = that operation "
         "came with no error in between; flow stall = how long the bulk traffic crossing the "
         "fault stopped (goodput samples), against the RTO series from the fault's start; tcp = "
         "the WAN data sockets' tcp_info from 1 s before "
         "to 5 s after the fault (where traced). Trace replay: achieved vs target rate per second "
         "(seconds darkened by a fault left out). Events: applied minus scheduled time, late = "
-        "more than 20 ms.",
+        "more than 20 ms. Drops: per direction, the packets the faults dropped and reset (the "
+        "fault rules' counters) beside the bottleneck queue's own drops (where traced).",
     )
     if not fr.faults.empty:
         csv["faults"] = fr.faults.drop(columns=["intervals"], errors="ignore")
@@ -257,6 +259,9 @@ def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
             )
         cols = [c for c in FAULT_SHOWN if c in shown] + [p for p in res.params if p in shown]
         sec.tables.append(("Faults", T.formatted(shown[cols])))
+    if not fr.drops.empty:
+        csv["fault_drops"] = fr.drops
+        sec.tables.append(("Drops by fault and by queue overflow", T.formatted(fr.drops)))
     if not fr.traces.empty:
         csv["trace_replay"] = fr.traces
         sec.tables.append(("Trace replay", T.formatted(fr.traces)))

@@ -31,7 +31,9 @@ are installed once per wire (:meth:`FaultOps.prepare`, or at a wire's first faul
 by the *device group* of the wire's ingress ports, which they match (``-m devgroup``, one bit per
 fault kind): switching is one rtnetlink request from this process, like the links and routes
 (:mod:`testbed.net.rtnl`). The rules are ``iptables-restore`` input generated from the plan, one
-process per namespace started from a thread inside it (no ``ip netns exec``, no shell).
+process per namespace started from a thread inside it (no ``ip netns exec``, no shell), one rule
+per wire ingress port, so that their counters (``iptables-save -c``, :meth:`FaultOps.fault_drops`)
+say what each direction's faults dropped, apart from the queues' overflow.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import ipaddress
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from testbed.core.errors import NetError
 from testbed.net import netns, rtnl
@@ -56,23 +59,47 @@ def _gate(bit: int) -> str:
     return f"-m devgroup --src-group {bit:#x}/{bit:#x}"
 
 
-# raw PREROUTING: before the delay line's mangle rule and before routing
-BLACKHOLE_RULES = ("raw", (f"PREROUTING {_gate(BLACKHOLE_BIT)} -j DROP",))
+# raw PREROUTING: before the delay line's mangle rule and before routing. One rule per wire
+# ingress port (its counters are that direction's fault drops: fault_drops()), written in the
+# order iptables-save prints its words, so that its counters are found by the same text.
+BLACKHOLE_RULES = ("raw", ("PREROUTING -i {port} " + _gate(BLACKHOLE_BIT) + " -j DROP",))
 RESET_RULES = (
     "filter",
     (
-        f"FORWARD {_gate(RESET_BIT)} -p tcp -j REJECT --reject-with tcp-reset",
-        f"FORWARD {_gate(RESET_BIT)} -p udp -j DROP",
+        "FORWARD -i {port} -p tcp " + _gate(RESET_BIT) + " -j REJECT --reject-with tcp-reset",
+        "FORWARD -i {port} -p udp " + _gate(RESET_BIT) + " -j DROP",
     ),
 )
+# fault_drops() columns of each rule above, in their order
+DROP_COLUMNS = (("fault_dropped",), ("fault_reset", "fault_dropped"))
+DROP_FIELDS = (
+    "fault_dropped_packets", "fault_dropped_bytes", "fault_reset_packets", "fault_reset_bytes",
+)  # fmt: skip
 
 
-def wire_rules() -> str:
-    """``iptables-restore --noflush`` input of a wire's fault rules (inserted first in their
-    chains); they act only on ports whose device group has their bit."""
+def wire_rules(ports: Sequence[str]) -> str:
+    """``iptables-restore --noflush`` input of a wire's fault rules for its ingress ``ports``
+    (inserted first in their chains); they act only on ports whose device group has their
+    bit."""
     return "".join(
-        restore_text(table, list(rules), True) for table, rules in (BLACKHOLE_RULES, RESET_RULES)
+        restore_text(table, [r.format(port=p) for p in ports for r in rules], True)
+        for table, rules in (BLACKHOLE_RULES, RESET_RULES)
     )
+
+
+def parse_counters(save: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(table, rule as ``iptables-save`` prints it after ``-A``) -> (packets, bytes), from
+    ``iptables-save -c`` output."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    table = ""
+    for line in save.splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif line.startswith("[") and "] -A " in line:
+            counts, rule = line[1:].split("] -A ", 1)
+            packets, nbytes = counts.split(":")
+            out[(table, rule.strip())] = (int(packets), int(nbytes))
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,9 +139,37 @@ class FaultOps:
         todo = sorted(set(wires) - self.ready)
         if not todo:
             return ""
-        op = run_restore(dict.fromkeys(todo, wire_rules()))
+        op = run_restore({w: wire_rules(self._ingress_ports(w)) for w in todo})
         self.ready.update(todo)
         return op
+
+    def _ingress_ports(self, wire: str) -> list[str]:
+        return [d.impairment.ingress_if for d in self.plan.wan if d.impairment.ns == wire]
+
+    def fault_drops(self) -> list[dict[str, Any]]:
+        """Per WAN direction whose wire has the fault rules: the packets and bytes its faults
+        dropped (``fault_dropped_packets``/``_bytes``: blackholes, partitions, a reset's UDP)
+        and answered with an RST (``fault_reset_packets``/``_bytes``), from the rules'
+        counters; kept apart from the emulator's queue-overflow drops."""
+        wires = sorted(self.ready)
+        saved = netns.run_in([(w, _iptables_save) for w in wires])
+        rows = []
+        for wire, text in zip(wires, saved, strict=True):
+            counters = parse_counters(text)
+            for d in self.plan.wan:
+                if d.impairment.ns != wire:
+                    continue
+                port = d.impairment.ingress_if
+                sums = dict.fromkeys(DROP_FIELDS, 0)
+                for (table, rules), cols in zip(
+                    (BLACKHOLE_RULES, RESET_RULES), DROP_COLUMNS, strict=True
+                ):
+                    for rule, col in zip(rules, cols, strict=True):
+                        packets, nbytes = counters.get((table, rule.format(port=port)), (0, 0))
+                        sums[f"{col}_packets"] += packets
+                        sums[f"{col}_bytes"] += nbytes
+                rows.append({"direction": d.name, **sums})
+        return rows
 
     # -- the actions -----------------------------------------------------------------------------
     def blackhole(self, directions: Sequence[str], on: bool) -> str:
@@ -149,7 +204,8 @@ class FaultOps:
             group = sum(b for b, c in counts.items() if c > 0)
             ops.setdefault(ns, []).append(LinkGroup(port, group))
         table, lines = rules
-        gate = f"(iptables -t {table} {' / '.join(lines)})"
+        shown = " / ".join(r.format(port="<port>") for r in lines)
+        gate = f"(iptables -t {table} {shown})"
         return (f"{installed}; " if installed else "") + f"{_apply(ops)} {gate}"
 
     def link(self, link: str, up: bool) -> str:
@@ -222,6 +278,16 @@ def _route_op(r: Route) -> RouteAdd:
     # replace, not add: a restore that finds the route there (another fault's restore put it
     # back) is not an error
     return RouteAdd(r.dst, r.via, r.src, replace=True)
+
+
+def _iptables_save() -> str:
+    # Called from a thread inside the namespace: the child inherits it.
+    done = subprocess.run(
+        ["iptables-save", "-c"], capture_output=True, text=True, check=False, timeout=30
+    )
+    if done.returncode != 0:
+        raise NetError(f"iptables-save -c: {done.stderr.strip()}")
+    return done.stdout
 
 
 def _popen_restore() -> subprocess.Popen:

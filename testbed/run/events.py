@@ -301,9 +301,10 @@ class EventRunner:
     ) -> None:
         self.timeline = timeline
         self.clock = clock
+        self.target: EventTarget | None = None
         if apply is None:
             assert tb is not None, "an EventRunner without apply needs a testbed"
-            target = EventTarget(tb)
+            target = self.target = EventTarget(tb)
             if any(e.action != "set" for e in timeline.events):
                 # the rules go in now, before the origin, so no fault pays for them when due
                 target.faults().prepare()
@@ -334,6 +335,12 @@ class EventRunner:
         if self.absolute or self.anchored:
             self._thread.start()
         return self
+
+    def fault_drops(self) -> list[dict[str, Any]]:
+        """Per WAN direction, what its faults dropped or reset (``FaultOps.fault_drops``);
+        empty when no fault rules were installed. Read before the testbed goes down."""
+        faults = self.target._faults if self.target is not None else None
+        return faults.fault_drops() if faults is not None and faults.ready else []
 
     def stop(self) -> None:
         """End the thread (after the event it is applying), record what never came, undo."""

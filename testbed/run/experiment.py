@@ -47,7 +47,7 @@ from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
 from testbed.config.scenario import Scenario, TrainingWorkload, Workload
 from testbed.config.sweep import RunSpec
-from testbed.core.errors import TestbedError, UnsupportedError
+from testbed.core.errors import NetError, TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
@@ -327,6 +327,11 @@ class RunDynamics:
                 "flows_goodput": [{"run_id": run_id, **r} for r in self.flows.rows()],
             }
             self.errors = list(self.flows.errors)
+            try:  # apart from the shapers' queue-overflow drops (queues.parquet)
+                if drops := self.runner.fault_drops():
+                    self.result.info["fault_drops"] = drops
+            except NetError as e:  # the run's numbers stand without them: said, not fatal
+                self.result.info["fault_drops_error"] = str(e)
             if self.flows.cut:  # the workload ended first: their goodput rows end there
                 self.result.info["traffic_cut"] = self.flows.cut
             if self.runner.crashed is not None:

@@ -295,6 +295,10 @@ def test_reset_gives_an_established_sender_econnreset_within_1s(line3, flows):
     print(f"reset: {type(first[1]).__name__} ({first[1]}) {first[0] - t_on:.3f} s after")
     assert isinstance(first[1], ConnectionResetError), first
     assert first[0] - t_on < 1.0
+    # the reset rule's counters: this link's directions, apart from any queue drop
+    counted = {r["direction"]: r for r in ops.fault_drops()}
+    assert set(counted) == {d.name for d in line3.plan.wan if "mid" in d.name and "east" in d.name}
+    assert sum(r["fault_reset_packets"] for r in counted.values()) >= 1, counted
     # once the window is over, a new connection crosses the link
     again = Flow(line3, "east-h0", "mid-h0")
     flows.append(again)

@@ -13,6 +13,7 @@ from analysis.faults import (
     achieved_rates,
     applied_events,
     directions_of,
+    drop_table,
     fault_metrics,
     fault_table,
     fault_windows,
@@ -516,3 +517,33 @@ def test_a_bulk_flows_stall_against_the_rto_series() -> None:
 def test_stall_ratio_metric_is_the_one_farthest_from_one() -> None:
     faults = pd.DataFrame({"stall_over_predicted": [1.1, 0.7, None], "survived": [True] * 3})
     assert fault_metrics(faults)["fault_stall_over_predicted"] == 0.7
+
+
+def test_drops_by_fault_beside_the_queues_own() -> None:
+    manifests = {
+        "r": {
+            "runs": {
+                "p000-r0": {
+                    "fault_drops": [
+                        {"direction": "east->west", "fault_dropped_packets": 30,
+                         "fault_reset_packets": 17},
+                    ]
+                },
+                "p001-r0": {},  # no fault rules: no row
+            }
+        }
+    }  # fmt: skip
+    queues = pd.DataFrame(
+        {
+            "results": "r",
+            "run_id": "p000-r0",
+            "direction": "east->west",
+            "time": [1.0, 2.0, 3.0],
+            "dropped": [5, 6, 9],
+        }
+    )
+    got = drop_table(manifests, queues).iloc[0].to_dict()
+    assert got["fault_dropped_packets"] == 30 and got["fault_reset_packets"] == 17
+    assert got["queue_dropped_packets"] == 4  # over the run: last - first sample
+    assert drop_table(manifests, pd.DataFrame()).iloc[0]["queue_dropped_packets"] is None
+    assert drop_table({}, queues).empty

@@ -16,7 +16,14 @@ from testbed.link.base import LinkBackend
 from testbed.link.kernel import KernelBackend
 from testbed.link.userspace import DelayLineSupervisor
 from testbed.net import rtnl
-from testbed.net.faults import FaultOps, restore_text, wire_rules
+from testbed.net.faults import (
+    BLACKHOLE_RULES,
+    RESET_RULES,
+    FaultOps,
+    parse_counters,
+    restore_text,
+    wire_rules,
+)
 from testbed.net.registry import Record
 from testbed.plan.render import (
     LinkDown,
@@ -150,15 +157,28 @@ def test_fault_requests_set_the_link_down_and_replace_routes() -> None:
 
 
 def test_the_wire_rules_act_only_on_ports_in_their_device_group() -> None:
-    text = wire_rules()
+    text = wire_rules(["in-a"])
     assert text == (
-        "*raw\n-I PREROUTING -m devgroup --src-group 0x100000/0x100000 -j DROP\nCOMMIT\n"
+        "*raw\n-I PREROUTING -i in-a -m devgroup --src-group 0x100000/0x100000 -j DROP\nCOMMIT\n"
         "*filter\n"
-        "-I FORWARD -m devgroup --src-group 0x200000/0x200000 -p udp -j DROP\n"
-        "-I FORWARD -m devgroup --src-group 0x200000/0x200000 -p tcp -j REJECT "
+        "-I FORWARD -i in-a -p udp -m devgroup --src-group 0x200000/0x200000 -j DROP\n"
+        "-I FORWARD -i in-a -p tcp -m devgroup --src-group 0x200000/0x200000 -j REJECT "
         "--reject-with tcp-reset\n"
         "COMMIT\n"
     )
+    # one rule per ingress port, so that each direction's drops are counted apart
+    assert wire_rules(["in-a", "in-b"]).count("-j DROP") == 4
+    # iptables-save -c prints the rules back with the same words: their counters are found
+    saved = (
+        "*raw\n:PREROUTING ACCEPT [10:800]\n"
+        "[3:4500] -A PREROUTING -i in-a -m devgroup --src-group 0x100000/0x100000 -j DROP\n"
+        "COMMIT\n*filter\n"
+        "[2:120] -A FORWARD -i in-a -p tcp -m devgroup --src-group 0x200000/0x200000 -j REJECT "
+        "--reject-with tcp-reset\nCOMMIT\n"
+    )
+    counters = parse_counters(saved)
+    assert counters[("raw", BLACKHOLE_RULES[1][0].format(port="in-a"))] == (3, 4500)
+    assert counters[("filter", RESET_RULES[1][0].format(port="in-a"))] == (2, 120)
     assert ip_line(LinkGroup("to-east", 1 << 20)) == "link set dev to-east group 1048576"
     _, _, body = rtnl.request(LinkGroup("to-east", 1 << 20))
     assert rtnl.IFINFOMSG.unpack_from(body)[3:] == (0, 0)  # the admin state is left alone
