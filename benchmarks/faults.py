@@ -126,6 +126,17 @@ def main() -> None:
                 f"max {format_duration(max(late))}; over 20 ms: {sum(x > 0.02 for x in late)} "
                 "(goal: none at <= 1 Gbit/s)."
             )
+            slow = ev[ev["status"] == "applied"].nlargest(3, "late_s")
+            print(
+                "Slowest: "
+                + "; ".join(
+                    f"{e.action} ({params[e.run_id]['wan[0].rate']}, "
+                    f"{label_of(params[e.run_id]['faults'][0])}) late "
+                    f"{format_duration(e.late_s)}, of which applying {format_duration(e.apply_s)}"
+                    for e in slow.itertuples(index=False)
+                )
+                + "."
+            )
         errors = ev[ev["error"].notna() & (ev["error"] != "")]
         for e in errors.itertuples(index=False):
             print(f"\n- event error {e.run_id} {e.what}: {e.error}")
