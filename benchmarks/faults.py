@@ -8,8 +8,10 @@ starts 100 ms into timed iteration 2, at 100 Mbit/s and 1 Gbit/s, 10 and 40 ms o
 backend ``auto`` picks (this kernel: the userspace delay line; the kernel backend needs
 ``testbed vm``). Per case: the time to detect (first error, if any), the stall of the operation
 against the run's no-fault operations and against the TLP + RTO series prediction, the time to
-recover and whether the group survived (analysis.faults), then the events' lateness over every
-case. ``--quick``: 100 Mbit/s and 10 ms only.
+recover and whether the group survived (analysis.faults; the prediction with the slow start
+after an RTO, from the sockets' tcp_info sampled every 100 ms, which also gives the
+retransmissions and largest backoff around the fault), then the events' lateness over every
+case and the three latest. ``--quick``: 100 Mbit/s and 10 ms only.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ def scenario(rates: list[str], delays: list[str]) -> dict:
         "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
         "wan": [{"between": ["east", "west"], "rate": rates[0], "delay": delays[0]}],
         "workload": {"collectives": ["all_reduce"], "iterations": 6, "warmup": 1, "timeout": "10s"},
+        # the RTO series from the sockets' own srtt and rto (with the queue the all-reduce
+        # builds), and their retransmissions and backoff around each fault
+        "trace": {"tcp_info": "100ms"},
         "faults": [],
         "sweep": {
             "cases": [{"wan[0].rate": r, "workload.sizes": [SIZES[r]]} for r in rates],
@@ -98,13 +103,16 @@ def main() -> None:
         backend = {r.run_id: r.backend for r in res.runs.itertuples()}
         params = {s.run_id: s.params for s in exp.runs}
         print(
-            "| rate | one way | fault | backend | op outcome | detect | stall | predicted | "
-            "stall/pred | recover | survived |"
+            "| rate | one way | fault | backend | op outcome | detect | stall | predicted "
+            "(of which slow start) | stall/pred | recover | survived | retransmits, max backoff |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 
         def dur(v: object) -> str:
             return "-" if v is None or pd.isna(v) else format_duration(float(v))  # type: ignore[arg-type]
+
+        def num(v: object) -> str:
+            return "-" if v is None or pd.isna(v) else f"{float(v):g}"  # type: ignore[arg-type]
 
         for row in f.faults.sort_values("run_id").itertuples(index=False):
             prm = params[row.run_id]
@@ -112,9 +120,12 @@ def main() -> None:
             print(
                 f"| {prm['wan[0].rate']} | {prm['wan[0].delay']} | {label_of(prm['faults'][0])} | "
                 f"{backend.get(row.run_id, '-')} | {row.op_outcome} | {dur(row.detect_s)} | "
-                f"{dur(row.stall_s)} | {dur(row.predicted_stall_s)} | "
+                f"{dur(row.stall_s)} | {dur(row.predicted_stall_s)} "
+                f"({dur(row.predicted_slowstart_s)}) | "
                 f"{'-' if pd.isna(ratio) else f'{ratio:.2f}'} | {dur(row.recover_s)} | "
-                f"{'-' if pd.isna(row.survived) else ('yes' if row.survived else 'no')} |"
+                f"{'-' if pd.isna(row.survived) else ('yes' if row.survived else 'no')} | "
+                f"{num(getattr(row, 'tcp_retransmits', None))}, "
+                f"{num(getattr(row, 'tcp_backoff_max', None))} |"
             )
         ev = res.events.drop_duplicates(["run_id", "event", "status"])
         late = ev[(ev["status"] == "applied") & ev["late_s"].notna()]["late_s"].tolist()
