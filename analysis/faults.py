@@ -52,9 +52,11 @@ doubling, capped at 120 s), RTO0 = srtt + max(4·rttvar, 200 ms) (:func:`analysi
 The flow resumes at the first probe after the outage ends: on an 80 ms RTT path the probes go at
 0.162, 0.442, 1.002, 2.122, 4.362 s, so a 2 s blackhole stalls it ≈ 2.1 s (without the TLP the
 series would be 0.28, 0.84, 1.96, 4.20 s: ≈ 4.2 s; measured on this project's testbed, the TLP
-series picks the right probe every time, the other one often not). With ICMP unreachable (an
-admin link down) RFC 6069 reverts each backoff, so the sender probes every ≈ RTO0 and resumes
-within RTO0 of the repair: stall ≈ D + RTO0 (inferred). The kernel gives up after
+series picks the right probe every time, the other one often not). With ICMP unreachable for
+every probe RFC 6069 would revert each backoff (probes every ≈ RTO0: :func:`predict_stall`'s
+``icmp`` intervals), but a Linux gateway sends at most about one per second to a host
+(net.ipv4.icmp_ratelimit): a link down measured here backed off as a silent outage does, so it is
+predicted as one. The kernel gives up after
 ``tcp_retries2`` retransmissions (:func:`tcp_give_up`: 924.6 s for 15). After a resume by a
 retransmission timeout (not the TLP) the window is one segment: the rest of the operation goes out
 in slow start (:func:`slow_start_loss`, the ``predicted_slowstart_s`` part of the predicted
@@ -84,7 +86,9 @@ OP_COLUMNS += ["error"]
 # (on, off) actions of a dark interval, and whether the sender gets ICMP unreachable meanwhile
 OUTAGES = {
     "blackhole": ("unblackhole", False),
-    "link_down": ("link_up", True),
+    # the gateway answers ICMP net unreachable, rate-limited to ~1/s per host: too rarely to
+    # revert the backoff (measured: retransmissions 0.60, 0.94, 1.66, 3.06 s into a link down)
+    "link_down": ("link_up", False),
     "gateway_down": ("gateway_up", False),
 }
 FAULT_COLUMNS = [
@@ -523,17 +527,14 @@ def _one_fault(
         rel = [(s - t0, None if e is None else e - t0, icmp) for s, e, icmp in f["intervals"]]
         pred = predict_stall(rel, ctx.rto0_s, ctx.retries2, pto_s=ctx.pto_s)
         stall = pred.stall_s
-        # resumed by a retransmission timeout (not the TLP) after a silent outage: the window
-        # starts again from one segment, and the rest of the operation goes out in slow start.
-        # Not after an ICMP one (link down): the data already on the wire arrived, the
-        # retransmission is a duplicate and Linux undoes the window reduction (DSACK).
+        # resumed by a retransmission timeout (not the TLP): the window starts again from one
+        # segment, and the rest of the operation goes out in slow start
         if stall is not None and ctx.rate_bps and row.get("baseline_s") is not None:
             by_rto = len(pred.probes) > (1 if ctx.pto_s is not None else 0)
-            silent = not any(icmp for *_, icmp in f["intervals"])
             done = t0 - float(affected["start"].iloc[0])
             ss = (
                 slow_start_loss(row["baseline_s"] - done, ctx.rate_bps, ctx.rtt_s)
-                if by_rto and silent
+                if by_rto
                 else 0.0
             )
             row["predicted_slowstart_s"] = ss

@@ -46,7 +46,16 @@ from typing import Any
 
 from testbed.core.errors import NetError
 from testbed.net import netns, rtnl
-from testbed.plan.render import IpOp, LinkDown, LinkGroup, LinkUp, RouteAdd, ip_line
+from testbed.plan.render import (
+    IpOp,
+    LinkDown,
+    LinkGroup,
+    LinkUp,
+    NeighDel,
+    NeighPin,
+    RouteAdd,
+    ip_line,
+)
 from testbed.plan.topology import NetworkPlan, Route
 
 RESTORE = ["iptables-restore", "--noflush", "-w"]  # add beside what is there
@@ -129,6 +138,8 @@ class FaultOps:
         self.ready: set[str] = set()  # wires whose fault rules are installed
         # (wire namespace, port) -> fault bit -> how many of that fault are on
         self.active: dict[tuple[str, str], dict[int, int]] = {}
+        # (peer namespace, interface, address) -> how many down ports pin it (_pin)
+        self.pinned: dict[tuple[str, str, str], int] = {}
 
     def prepare(self) -> str:
         """Install the fault rules in every wire (one ``iptables-restore`` per wire, side by
@@ -210,12 +221,17 @@ class FaultOps:
 
     def link(self, link: str, up: bool) -> str:
         """Both gateways' WAN ports of ``link`` administratively down, or up with their routes."""
+        ends = self._link(link).ends
         ops: dict[str, list[IpOp]] = {}
-        for ns, port in self._link(link).ends:
+        if not up:
+            self._pin(ops, ends, True)
+        for ns, port in ends:
             if up:
                 ops[ns] = [LinkUp(port), *(_route_op(r) for r in self.routes_through(ns, port))]
             else:
                 ops[ns] = [LinkDown(port)]
+        if up:
+            self._pin(ops, ends, False)
         return _apply(ops)
 
     def gateway(self, cluster: str, up: bool) -> str:
@@ -226,12 +242,33 @@ class FaultOps:
             raise NetError(f"gateway: no cluster {cluster!r} (clusters: {known})")
         ns = self.gateways[cluster].ns
         ports = self.ports(ns)
+        ops: dict[str, list[IpOp]] = {}
+        if not up:
+            self._pin(ops, [(ns, p) for p in ports], True)
         if up:
             routes = [_route_op(r) for r in self.plan.routes if r.ns == ns]
-            ops: list[IpOp] = [*(LinkUp(p) for p in ports), *routes]
+            ops[ns] = [*(LinkUp(p) for p in ports), *routes]
         else:
-            ops = [LinkDown(p) for p in ports]
-        return _apply({ns: ops})
+            ops[ns] = [LinkDown(p) for p in ports]
+        if up:
+            self._pin(ops, [(ns, p) for p in ports], False)
+        return _apply(ops)
+
+    def _pin(self, ops: dict[str, list[IpOp]], ports: Sequence[tuple[str, str]], on: bool) -> None:
+        """While ``ports`` are down, their peers hold a permanent neighbour entry for the
+        address behind each (a MAC nobody has). Without it the peer, its carrier gone, flushes
+        the entry and queues what it sends there for address resolution (up to
+        unres_qlen_bytes, ~100 packets), then delivers it all when the port comes back: a
+        2 s gateway crash delivered every datagram sent during it at the restore. A dead
+        gateway loses them. Counted per entry, so that overlapping faults end with the last."""
+        for key in self.peers(ports):
+            n = self.pinned.get(key, 0) + (1 if on else -1)
+            self.pinned[key] = max(n, 0)
+            peer_ns, peer_if, ip = key
+            if on and n == 1:
+                ops.setdefault(peer_ns, []).append(NeighPin(ip, peer_if))
+            elif not on and n == 0:
+                ops.setdefault(peer_ns, []).append(NeighDel(ip, peer_if))
 
     # -- what the plan says ----------------------------------------------------------------------
     def routes_through(self, ns: str, port: str) -> list[Route]:
@@ -247,6 +284,21 @@ class FaultOps:
             for r in self.plan.routes
             if r.ns == ns and any(ipaddress.IPv4Address(r.via) in n for n in nets)
         ]
+
+    def peers(self, ports: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:
+        """(peer namespace, peer interface, address) of each (namespace, port): the veth's
+        other end and the address it reaches through the port (the port's own, or that of
+        the bridge it is in)."""
+        addr = {(a.ns, a.ifname): a.cidr.split("/")[0] for a in self.plan.addresses}
+        bridge = {(b.ns, p): b.name for b in self.plan.bridges for p in b.ports}
+        ends = {(v.ns_a, v.if_a): (v.ns_b, v.if_b) for v in self.plan.veths}
+        ends |= {(v.ns_b, v.if_b): (v.ns_a, v.if_a) for v in self.plan.veths}
+        out = []
+        for ns, port in ports:
+            ip = addr.get((ns, port)) or addr.get((ns, bridge.get((ns, port), "")))
+            if (ns, port) in ends and ip:
+                out.append((*ends[ns, port], ip))
+        return out
 
     def ports(self, ns: str) -> list[str]:
         """Every interface of namespace ``ns`` but lo: veth ends first, then bridges (up in

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from testbed.core.errors import NetError
 from testbed.net import netlink, netns
 from testbed.plan.render import (
+    DEAD_MAC,
     AddrAdd,
     BridgeAdd,
     FifoLimit,
@@ -34,6 +35,8 @@ from testbed.plan.render import (
     LinkDown,
     LinkGroup,
     LinkUp,
+    NeighDel,
+    NeighPin,
     RouteAdd,
     SetMaster,
     TcOp,
@@ -45,6 +48,8 @@ Op = IpOp | TcOp
 
 NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE, RTM_NEWQDISC, RTM_NEWTCLASS = 16, 20, 24, 36, 40
+RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
+NDA_DST, NDA_LLADDR, NUD_PERMANENT = 1, 2, 0x80
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 IFF_UP = 0x1
 IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_GROUP, IFLA_GSO_MAX_SEGS = 3, 10, 18, 27, 40
@@ -68,6 +73,7 @@ U64 = struct.Struct("=Q")
 IFADDRMSG = struct.Struct("=BBBBI")  # family, prefix length, flags, scope, index
 RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst len, src len, tos, table, proto, scope, type
 U32 = struct.Struct("=I")
+NDMSG = struct.Struct("=BxxxiHBB")  # family, index, state, flags, type
 
 ACK = netlink.NLM_F_REQUEST | netlink.NLM_F_ACK
 CREATE = ACK | NLM_F_CREATE | NLM_F_EXCL
@@ -118,6 +124,15 @@ def _route(dst: str, via: str, src: str | None) -> bytes:
         attrs = netlink.nla(RTA_DST, net.network_address.packed) + attrs
     if src:
         attrs += netlink.nla(RTA_PREFSRC, ipaddress.IPv4Address(src).packed)
+    return head + attrs
+
+
+def _neigh(ip: str, dev: str, mac: str | None) -> bytes:
+    """ndmsg for ``ip`` on ``dev``: permanent with ``mac`` (RTM_NEWNEIGH), or to delete."""
+    head = NDMSG.pack(socket.AF_INET, _index(dev), NUD_PERMANENT if mac else 0, 0, 0)
+    attrs = netlink.nla(NDA_DST, ipaddress.IPv4Address(ip).packed)
+    if mac:
+        attrs += netlink.nla(NDA_LLADDR, bytes.fromhex(mac.replace(":", "")))
     return head + attrs
 
 
@@ -195,6 +210,10 @@ def request(op: Op) -> tuple[int, int, bytes]:
             return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GROUP, U32.pack(group)))
         case RouteAdd(dst, via, src, replace):
             return RTM_NEWROUTE, REPLACE if replace else CREATE, _route(dst, via, src)
+        case NeighPin(ip, dev):
+            return RTM_NEWNEIGH, REPLACE, _neigh(ip, dev, DEAD_MAC)
+        case NeighDel(ip, dev):
+            return RTM_DELNEIGH, ACK, _neigh(ip, dev, None)
     raise TypeError(f"not an ip operation: {op!r}")
 
 

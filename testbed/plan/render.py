@@ -87,7 +87,26 @@ class RouteAdd(NamedTuple):
     replace: bool = False  # create or replace (a fault's restore: idempotent)
 
 
-IpOp = LinkUp | LinkDown | LinkGroup | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
+class NeighPin(NamedTuple):
+    """A permanent neighbour entry for ``ip`` on ``dev`` with a MAC nobody has (a dead peer:
+    packets for it leave and are lost, none wait for address resolution)."""
+
+    ip: str
+    dev: str
+
+
+class NeighDel(NamedTuple):
+    ip: str
+    dev: str
+
+
+# Locally administered, never given to an interface here (veths get random ones).
+DEAD_MAC = "02:de:ad:00:00:01"
+
+IpOp = (
+    LinkUp | LinkDown | LinkGroup | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
+    | NeighPin | NeighDel
+)  # fmt: skip
 
 
 def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
@@ -141,6 +160,10 @@ def ip_line(op: IpOp) -> str:
         case RouteAdd(dst, via, src, replace):
             verb = "replace" if replace else "add"
             return f"route {verb} {dst} via {via}" + (f" src {src}" if src else "")
+        case NeighPin(ip, dev):
+            return f"neigh replace {ip} lladdr {DEAD_MAC} nud permanent dev {dev}"
+        case NeighDel(ip, dev):
+            return f"neigh del {ip} dev {dev}"
     raise TypeError(f"not an ip operation: {op!r}")
 
 
