@@ -234,6 +234,7 @@ def _aqm_label(aqm: dict[str, Any] | None) -> str:
     kind = aqm["kind"]
     if kind == "red":
         pmax = aqm.get("pmax") or 0
+        # with TCP senders: DCQCN's switch profile, not DCQCN (docs/congestion.md)
         return f"red {aqm['kmin'] / 1e3:g}-{aqm['kmax'] / 1e3:g}KB p{pmax * 100:g}%"
     if kind == "step":
         return f"step {aqm['k'] / 1e3:g}KB"

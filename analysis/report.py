@@ -168,7 +168,8 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
                 "Per run: goodput (busbw × 8), the WAN data sockets' srtt and cwnd "
                 "(tcp.parquet), the bottleneck's backlog, drops and CE marks "
                 "(queues.parquet), retransmitted and CE-marked shares of the payload "
-                "(flows.parquet), where traced.",
+                "(flows.parquet), where traced. A red profile with these TCP senders is "
+                "DCQCN's switch profile with TCP senders, not DCQCN (docs/congestion.md).",
                 tables=[("", shown)],
             )
             sec.plots = [
