@@ -131,10 +131,10 @@ Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 class Aqm(_Strict):
     """The WAN bottleneck's queue discipline.
 
-    ``droptail``: a FIFO of ``buffer`` bytes. ``red``: DCQCN's switch ramp, marking (or dropping, for
-    non-ECN packets or ``ecn: false``) with probability rising linearly from 0 at ``kmin`` to
-    ``pmax`` at ``kmax`` bytes of queue, and always above ``kmax``. ``step``: DCTCP-like, marks
-    everything that arrives at more than ``k`` bytes of queue.
+    ``droptail``: a FIFO of ``buffer`` bytes. ``red``: DCQCN's switch ramp, marking (or
+    dropping, for non-ECN packets or ``ecn: false``) with probability rising linearly from 0 at
+    ``kmin`` to ``pmax`` at ``kmax`` bytes of queue, and always above ``kmax``. ``step``:
+    DCTCP-like, marks everything that arrives at more than ``k`` bytes of queue.
     """
 
     kind: Literal["droptail", "red", "step"]
