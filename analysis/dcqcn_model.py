@@ -34,8 +34,9 @@ Every variant's cut is capped at ``min_dec_fac``·RC (α/2 ≤ 0.5 never reaches
 Additions to the equations, each what a NIC or a switch does: RC and RT stay within
 [min_rate, line rate]; a flow before its start has RC = 0 (it neither adds to the queue nor gets
 feedback) and starts at the line rate with α = α₀; the queue is held at ``buffer_bytes`` if one
-is given, the excess counted as dropped. The bottleneck rate C may differ from the senders' line
-rate (oversubscription).
+is given, the excess counted as dropped; a CNP window shorter than one packet (τ·Rc' < 1, only
+with NVIDIA's µs gaps) yields one cut per marked packet, p·Rc' per second. The bottleneck rate
+C may differ from the senders' line rate (oversubscription).
 
 Time dilation (testbed.core.dcqcn.dilate): every term is unchanged when times are × s and rates
 ÷ s with bytes fixed; :func:`integrate` picks dt from the parameters' times, so a dilated run
@@ -44,6 +45,7 @@ takes the same number of steps and gives the same trajectory in scaled time.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,15 +94,19 @@ class FluidResult:
         return self.rc_bps.sum(axis=0)
 
 
-def default_dt(params: DcqcnParams, feedback_delay_s: float) -> float:
+def default_dt(
+    params: DcqcnParams, feedback_delay_s: float, line_rate_bps: float, packet_bytes: int
+) -> float:
     """The step: 1/20 of the shortest time the equations resolve.
 
-    The cut acts on the time scale τ (a/τ ≤ 1/τ), increases on T, the feedback on τ*; K enters
-    only as K/g (α relaxes at rate g/K), so a 1 µs NVIDIA α timer does not force 50 ns steps.
+    A cut takes at most half of RC per CNP window (a/τ ≤ 1/τ, the window no shorter than one
+    packet at the line rate), so RC relaxes no faster than 2τ; increases come every T; the
+    feedback lags τ*; K enters only as K/g (α relaxes at rate g/K), so a 1 µs NVIDIA α timer
+    does not force 50 ns steps.
     """
-    tau = _cut_window(params)
-    times = [params.rate_timer, params.alpha_timer / params.g]
-    times += [x for x in (tau, feedback_delay_s) if x > 0]
+    window = max(_cut_window(params), 8.0 * packet_bytes / line_rate_bps)
+    times = [params.rate_timer, params.alpha_timer / params.g, 2 * window]
+    times += [feedback_delay_s] if feedback_delay_s > 0 else []
     return min(times) / 20
 
 
@@ -157,7 +163,11 @@ def integrate(
     cut_cap = params.min_dec_fac
     inv_T = 1.0 / T
 
-    dt0 = dt_s if dt_s is not None else default_dt(params, feedback_delay_s)
+    dt0 = (
+        dt_s
+        if dt_s is not None
+        else default_dt(params, feedback_delay_s, line_rate_bps, packet_bytes)
+    )
     # whole steps of delay: τ*/dt rounded up, then dt shrunk to fit
     lag = math.ceil(feedback_delay_s / dt0 - 1e-9) if feedback_delay_s > 0 else 0
     dt = feedback_delay_s / lag if lag else dt0
@@ -249,7 +259,10 @@ def integrate(
                 da = -g / K * a
             else:
                 x = rd * L  # −ln(1−p)·Rc'
-                a_tau = -expm1(-tau * x) / tau if tau > 0 else x  # a/τ (τ → 0: every mark)
+                # a/τ; a window shorter than a packet (NVIDIA's µs CNP gaps at low rates) makes
+                # each marked packet a CNP, p·Rc' per second, where the formula would count
+                # fractions of packets (and diverge as p → 1); the two agree at τ·Rc' = 1
+                a_tau = -expm1(-tau * x) / tau if tau * rd >= 1.0 else p * rd
                 y = T * x
                 timer = u * (y / expm1(y) if 1e-9 < y < 700.0 else float(y < 1.0)) / T  # Rc'·d
                 timer_ai = timer * exp(-F * y)  # Rc'·e
@@ -308,3 +321,128 @@ def integrate(
         dropped_bytes=dropped * P,
         steps=nsteps,
     )
+
+
+# --- predictions derived from a trajectory ---------------------------------------------------
+
+
+def jain(rates: Sequence[float] | np.ndarray) -> float:
+    """Jain's fairness index (Σx)²/(n·Σx²): 1 for equal shares, 1/n when one flow has it all."""
+    x = np.asarray(rates, dtype=float)
+    if x.size == 0:
+        raise ValueError("no rates")
+    sq = float(np.sum(x * x))
+    return 1.0 if sq == 0.0 else float(np.sum(x)) ** 2 / (x.size * sq)
+
+
+def _settled(res: FluidResult, settle_s: float | None) -> np.ndarray:
+    """The samples after ``settle_s`` (default: halfway from the last start to the end)."""
+    if settle_s is None:
+        last = max(res.starts_s)
+        settle_s = last + (res.duration_s - last) / 2
+    m = res.t_s >= settle_s
+    if m.sum() < 2:
+        raise ValueError(f"fewer than two samples after {settle_s} s")
+    return m
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """The bottleneck queue after settling, bytes."""
+
+    mean: float
+    p5: float
+    p95: float
+    min: float
+    max: float
+
+    @property
+    def amplitude(self) -> float:
+        """p95 − p5: the oscillation, robust to a single excursion."""
+        return self.p95 - self.p5
+
+    @property
+    def peak_to_peak(self) -> float:
+        return self.max - self.min
+
+
+def queue_stats(res: FluidResult, settle_s: float | None = None) -> QueueStats:
+    q = res.queue_bytes[_settled(res, settle_s)]
+    p5, p95 = np.percentile(q, [5, 95])
+    return QueueStats(float(q.mean()), float(p5), float(p95), float(q.min()), float(q.max()))
+
+
+@dataclass(frozen=True)
+class Sawtooth:
+    """One flow's rate after settling, two readings of the sawtooth a real RP shows.
+
+    ``period_s``/``depth_bps``: the fluid trajectory's own oscillation (a limit cycle), from its
+    upward crossings of the mean; NaN period when the model settles to a fixed point (its
+    peak-to-peak below 0.1 % of the mean). ``cut_interval_s``/``cut_depth_bps``: the discrete
+    sawtooth the model implies at any operating point: cuts arrive at a/τ per second, each
+    taking min(α/2, min_dec_fac)·RC, and fast recovery climbs back in between. A stable model
+    is compared through the second, an oscillating one through the first.
+    """
+
+    mean_bps: float
+    period_s: float
+    depth_bps: float
+    cut_interval_s: float
+    cut_depth_bps: float
+
+
+def sawtooth(res: FluidResult, flow: int = 0, settle_s: float | None = None) -> Sawtooth:
+    m = _settled(res, settle_s)
+    t, rc = res.t_s[m], res.rc_bps[flow, m]
+    mean = float(rc.mean())
+    ptp = float(rc.max() - rc.min())
+    period = math.nan
+    depth = ptp
+    if ptp > 1e-3 * mean:
+        # hysteresis of 10 % of the swing either side of the mean, so ripple near the mean is
+        # not counted as a cycle
+        band = 0.1 * ptp
+        side = np.where(rc > mean + band, 1, np.where(rc < mean - band, -1, 0))
+        nz = np.flatnonzero(side)
+        ups = nz[1:][(side[nz[:-1]] == -1) & (side[nz[1:]] == 1)]
+        if ups.size >= 3:
+            period = float(np.mean(np.diff(t[ups])))
+            depth = float(np.mean([np.ptp(rc[i:j]) for i, j in itertools.pairwise(ups)]))
+    cuts = float(res.cut_rate_hz[flow, m].mean())
+    cut_frac = np.minimum(res.alpha[flow, m] / 2, res.params.min_dec_fac)
+    return Sawtooth(
+        mean_bps=mean,
+        period_s=period,
+        depth_bps=depth,
+        cut_interval_s=1.0 / cuts if cuts > 0 else math.inf,
+        cut_depth_bps=float(np.mean(cut_frac * rc)),
+    )
+
+
+def convergence_time(
+    res: FluidResult, threshold: float = 0.95, since_s: float | None = None
+) -> float:
+    """The first time after ``since_s`` (default: the last flow's start) from which Jain's
+    index of the flows' RC stays ≥ ``threshold`` to the end, in seconds after ``since_s``;
+    NaN if it never does. Flows not started count as rate 0 (so before the last start the index
+    is below 1 by construction)."""
+    since = max(res.starts_s) if since_s is None else since_s
+    m = res.t_s >= since
+    x = res.rc_bps[:, m]
+    n = x.shape[0]
+    sq = np.sum(x * x, axis=0)
+    j = np.divide(np.sum(x, axis=0) ** 2, n * sq, out=np.ones_like(sq), where=sq > 0)
+    bad = np.flatnonzero(j < threshold)
+    if bad.size == 0:
+        return 0.0
+    if bad[-1] == j.size - 1:
+        return math.nan
+    return float(res.t_s[m][bad[-1] + 1] - since)
+
+
+def utilisation(res: FluidResult, settle_s: float | None = None) -> float:
+    """The bottleneck's mean utilisation after settling: busy whenever a queue stands, else
+    carrying Σ RC (this counts what leaves the link, not what is offered)."""
+    m = _settled(res, settle_s)
+    out = np.where(res.queue_bytes[m] > 0, res.bottleneck_bps, res.total_bps[m])
+    return float(np.mean(np.minimum(out, res.bottleneck_bps)) / res.bottleneck_bps)
