@@ -376,19 +376,25 @@ def queue_stats(res: FluidResult, settle_s: float | None = None) -> QueueStats:
 class Sawtooth:
     """One flow's rate after settling, two readings of the sawtooth a real RP shows.
 
-    ``period_s``/``depth_bps``: the fluid trajectory's own oscillation (a limit cycle), from its
-    upward crossings of the mean; NaN period when the model settles to a fixed point (its
-    peak-to-peak below 0.1 % of the mean). ``cut_interval_s``/``cut_depth_bps``: the discrete
-    sawtooth the model implies at any operating point: cuts arrive at a/τ per second, each
-    taking min(α/2, min_dec_fac)·RC, and fast recovery climbs back in between. A stable model
-    is compared through the second, an oscillating one through the first.
+    ``period_s``/``depth_bps``: the fluid trajectory's own oscillation, from its upward
+    crossings of the mean (NaN period when it has fewer than three, i.e. a fixed point);
+    ``decay`` is the swing of the window's second half over its first's: ≈ 1 for a limit cycle
+    (``limit_cycle``), < 1 for ringing that dies out. ``cut_interval_s``/``cut_depth_bps``: the
+    discrete sawtooth the model implies at its operating point: cuts arrive at a/τ per second,
+    each taking min(α/2, min_dec_fac)·RC, and recovery climbs back in between. A settled model
+    is compared through the second reading, an oscillating one through the first.
     """
 
     mean_bps: float
     period_s: float
     depth_bps: float
+    decay: float
     cut_interval_s: float
     cut_depth_bps: float
+
+    @property
+    def limit_cycle(self) -> bool:
+        return not math.isnan(self.period_s) and self.decay > 0.8
 
 
 def sawtooth(res: FluidResult, flow: int = 0, settle_s: float | None = None) -> Sawtooth:
@@ -396,9 +402,13 @@ def sawtooth(res: FluidResult, flow: int = 0, settle_s: float | None = None) -> 
     t, rc = res.t_s[m], res.rc_bps[flow, m]
     mean = float(rc.mean())
     ptp = float(rc.max() - rc.min())
+    half = rc.size // 2
+    first, second = float(np.ptp(rc[:half])), float(np.ptp(rc[half:]))
+    decay = second / first if first > 0 else 0.0
     period = math.nan
     depth = ptp
-    if ptp > 1e-3 * mean:
+    # below 1e−9 of the mean is rounding, not an oscillation
+    if ptp > 1e-9 * mean:
         # hysteresis of 10 % of the swing either side of the mean, so ripple near the mean is
         # not counted as a cycle
         band = 0.1 * ptp
@@ -414,6 +424,7 @@ def sawtooth(res: FluidResult, flow: int = 0, settle_s: float | None = None) -> 
         mean_bps=mean,
         period_s=period,
         depth_bps=depth,
+        decay=decay,
         cut_interval_s=1.0 / cuts if cuts > 0 else math.inf,
         cut_depth_bps=float(np.mean(cut_frac * rc)),
     )
