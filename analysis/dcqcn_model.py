@@ -4,7 +4,8 @@ checked against. PURE: numpy and :mod:`testbed.core.dcqcn` only.
 This module owns :func:`integrate` (the paper's delay-differential equations for α, RT, RC and
 the bottleneck queue, fixed-step Euler) and the numbers derived from its trajectories:
 :func:`queue_stats` (mean, p95−p5, max−min), :func:`sawtooth` (period and depth of the rate),
-:func:`convergence_time` (Jain ≥ 0.95 and staying), :func:`utilisation` and :func:`jain`.
+:func:`convergence_time` (Jain ≥ 0.95 and staying), :func:`utilisation`, :func:`jain`, and
+:func:`summary`, all of them as one flat dict for a run to record.
 
 The equations (../shared/notes/dcqcn.md §1.4), per flow, with p = p(q(t−τ*)), Rc' = RC(t−τ*),
 rates in packets/s and B in packets::
@@ -457,3 +458,27 @@ def utilisation(res: FluidResult, settle_s: float | None = None) -> float:
     m = _settled(res, settle_s)
     out = np.where(res.queue_bytes[m] > 0, res.bottleneck_bps, res.total_bps[m])
     return float(np.mean(np.minimum(out, res.bottleneck_bps)) / res.bottleneck_bps)
+
+
+def summary(res: FluidResult, settle_s: float | None = None) -> dict[str, float]:
+    """The predictions a run records beside its measurement, flat (SI units; NaN where a
+    reading does not apply: a period without oscillation, convergence with one flow)."""
+    qs = queue_stats(res, settle_s)
+    sw = sawtooth(res, 0, settle_s)
+    out = {
+        "queue_mean_bytes": qs.mean,
+        "queue_p5_bytes": qs.p5,
+        "queue_p95_bytes": qs.p95,
+        "queue_amplitude_bytes": qs.amplitude,
+        "queue_peak_to_peak_bytes": qs.peak_to_peak,
+        "rate_mean_bps": sw.mean_bps,
+        "rate_period_s": sw.period_s,
+        "rate_depth_bps": sw.depth_bps,
+        "rate_decay": sw.decay,
+        "cut_interval_s": sw.cut_interval_s,
+        "cut_depth_bps": sw.cut_depth_bps,
+        "utilisation": utilisation(res, settle_s),
+        "convergence_s": convergence_time(res) if res.n_flows > 1 else math.nan,
+        "dropped_bytes": res.dropped_bytes,
+    }
+    return out

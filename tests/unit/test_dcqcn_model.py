@@ -4,6 +4,7 @@ two flows converging, time-dilation invariance, and what a feedback-delay sweep 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 
@@ -18,6 +19,7 @@ from analysis.dcqcn_model import (
     jain,
     queue_stats,
     sawtooth,
+    summary,
     utilisation,
 )
 from testbed.core.dcqcn import DEFAULTS, dilate
@@ -71,6 +73,7 @@ def test_mellanox_has_no_byte_counter_term() -> None:
     assert slope == pytest.approx(m.rai / m.rate_timer, rel=1e-6)
 
 
+@functools.cache
 def _paper_single_flow(dt_s: float | None = None, duration_s: float = 0.2) -> FluidResult:
     # one flow can only queue behind a slower bottleneck: a 80 Gbit/s NIC into 40 Gbit/s
     return integrate(
@@ -198,3 +201,12 @@ def test_utilisation_counts_a_standing_queue_as_a_busy_link() -> None:
         r, queue_bytes=np.zeros_like(r.queue_bytes), rc_bps=r.rc_bps * 0 + 10e9
     )
     assert utilisation(idle) == pytest.approx(0.25)
+
+
+def test_summary_is_flat_and_says_nan_where_a_reading_does_not_apply() -> None:
+    r = _paper_single_flow()
+    s = summary(r)
+    assert all(isinstance(v, float) for v in s.values())
+    assert math.isnan(s["convergence_s"]) and s["dropped_bytes"] == 0.0
+    assert s["queue_mean_bytes"] == pytest.approx(queue_stats(r).mean)
+    assert s["utilisation"] > 0.999
