@@ -139,8 +139,11 @@ def integrate(
 
     ``dt_s`` defaults to :func:`default_dt`, shortened so τ* is a whole number of steps (the
     delayed terms are then read exactly from the history). ``initial_rate_bps``: RC = RT at a
-    flow's start (default the line rate, as the paper's flows start). ``record_dt_s``: the
-    sampling of the returned arrays (default every step).
+    flow's start (default the line rate, as the paper's flows start). ``bottleneck_bps`` below
+    the line rate is what lets a single flow queue at all (at equal rates one flow never marks).
+    ``buffer_bytes``: the queue's limit, what overflows is counted in ``dropped_bytes``.
+    ``record_dt_s``: the sampling of the returned arrays (default every step; the delayed
+    terms always come from the per-step ring, never from the sampled record).
     """
     starts = tuple(float(s) for s in starts_s) if starts_s is not None else (0.0,) * n_flows
     if not starts:
