@@ -30,7 +30,8 @@ and only the timer drives increases; its α update every K (α = (1−g)α + g i
 period, else (1−g)α) is the α equation with τ' = K; its cuts come at most once per
 ``rate_reduce_period`` and CNPs at most once per N, so τ = max(N, rate_reduce_period); RT = RC
 only after an increase (clamp_tgt_rate 0) is not modelled (the −(RT−RC)·a/τ term stays).
-Every variant's cut is capped at ``min_dec_fac``·RC (α/2 ≤ 0.5 never reaches the default cap).
+Every variant's cut leaves at least ``min_dec_fac``·RC (NVIDIA's rpg_min_dec_fac; α/2 ≤ 0.5 never
+reaches the default 0.5).
 
 Additions to the equations, each what a NIC or a switch does: RC and RT stay within
 [min_rate, line rate]; a flow before its start has RC = 0 (it neither adds to the queue nor gets
@@ -164,7 +165,7 @@ def integrate(
     tau, K, T, g = _cut_window(params), params.alpha_timer, params.rate_timer, params.g
     F = float(params.fast_recovery_steps)
     B = params.byte_counter / P if params.byte_counter is not None else None
-    cut_cap = params.min_dec_fac
+    cut_cap = 1.0 - params.min_dec_fac  # the largest cut, as a fraction of RC
     inv_T = 1.0 / T
 
     dt0 = (
@@ -385,7 +386,7 @@ class Sawtooth:
     ``decay`` is the swing of the window's second half over its first's: ≈ 1 for a limit cycle
     (``limit_cycle``), < 1 for ringing that dies out. ``cut_interval_s``/``cut_depth_bps``: the
     discrete sawtooth the model implies at its operating point: cuts arrive at a/τ per second,
-    each taking min(α/2, min_dec_fac)·RC, and recovery climbs back in between. A settled model
+    each taking min(α/2, 1 − min_dec_fac)·RC, and recovery climbs back in between. A settled model
     is compared through the second reading, an oscillating one through the first.
     """
 
@@ -423,7 +424,7 @@ def sawtooth(res: FluidResult, flow: int = 0, settle_s: float | None = None) -> 
             period = float(np.mean(np.diff(t[ups])))
             depth = float(np.mean([np.ptp(rc[i:j]) for i, j in itertools.pairwise(ups)]))
     cuts = float(res.cut_rate_hz[flow, m].mean())
-    cut_frac = np.minimum(res.alpha[flow, m] / 2, res.params.min_dec_fac)
+    cut_frac = np.minimum(res.alpha[flow, m] / 2, 1.0 - res.params.min_dec_fac)
     return Sawtooth(
         mean_bps=mean,
         period_s=period,

@@ -9,8 +9,8 @@ Units are SI throughout: seconds, bit/s, bytes. The variants (../shared/notes/dc
   max(T, BC) <= F, additive RAI, hyper RHAI x (min(T, BC) - F).
 * ``mellanox``: NVIDIA ConnectX semantics as HPCC's ns-3 models them: a cut at most once per
   ``rate_reduce_period``, the timer only (no byte counter), F = rpg_threshold 1, RT = RC on a
-  cut only after an increase since the last (clamp_tgt_rate 0), a cut of at most
-  ``min_dec_fac``, the NIC's rpg_* defaults.
+  cut only after an increase since the last (clamp_tgt_rate 0), a cut leaving at least
+  ``min_dec_fac`` of RC, the NIC's rpg_* defaults.
 * ``ns3``: the author's ns-3 code (bobzhuyb/ns3-rdma): α starts at 0.5, HAI step
   RHAI x (min - F + 1), T 60 µs, B 300 KB.
 
@@ -48,7 +48,9 @@ class DcqcnParams:
     rai: float = 40e6  # additive increase, bit/s
     rhai: float = 200e6  # hyper increase, bit/s
     rate_reduce_period: float = 0.0  # s: at most one cut per period (0: every CNP cuts)
-    min_dec_fac: float = 0.5  # the largest cut, as a fraction of RC (α/2 <= 0.5 in the paper)
+    # a cut leaves at least this fraction of RC (NVIDIA's rpg_min_dec_fac / 100: 0.95 limits a
+    # cut to 5 %, the long-haul recipe; at 0.5 it never binds, since α/2 <= 0.5)
+    min_dec_fac: float = 0.5
     min_rate: float = 1e6  # bit/s: RC never falls below it
     clamp_target: bool = True  # RT = RC at every cut (False: only after an increase since)
 
