@@ -17,11 +17,21 @@ Variants:
   every B bytes sent (byte counter); the counter is incremented first, then fast recovery if
   max(T, BC) <= F (RC = (RT + RC)/2), hyper if min(T, BC) > F (RT += (min − F)·RHAI), else
   additive (RT += RAI), each followed by RC = (RT + RC)/2.
-* ``ns3`` (the author's bobzhuyb/ns3-rdma): as ``paper`` but α is updated *before* the cut, α
-  starts at 0.5 (DEFAULTS) and the hyper step is (min − F + 1)·RHAI. Left out, because the note
-  does not pin them down enough to implement without the code: the timer and byte counter halved
-  in the hyper stage, the QCN rule "RT > 10·RC on the first stage → RT /= 8" and the
-  CLAMP_TARGET_RATE_AFTER_TIMER flag.
+* ``ns3`` (the author's bobzhuyb/ns3-rdma, qbb-net-device.cc rpr_* and AdjustRates, read for
+  this module): on a CNP α = (1 − g)α + g *before* the cut, RC = max(min_rate, RC(1 − α/2)),
+  the counters reset, RT = RC with the byte budget refilled (CLAMP_TARGET_RATE 1, the author's
+  config); α starts at 0.5 and decays every K only from the first CNP on. An explicit stage:
+  after a cut fast recovery while the event's own counter < F (so F − 1 timer steps, not F);
+  then "active select": additive RAI while min(T, BC) < F, else hyper with
+  RHAI·(min(T, BC) − F + 1); a byte event in the additive stage is always additive, every event
+  in the hyper stage is hyper. The timer runs every T, T/2 after an event in the hyper stage;
+  the byte counter is a budget of B counted down per datagram (call ``on_sent`` per
+  datagram), an event when it goes below 0, refilled to B (B/2 in the hyper stage) with the
+  remainder dropped. AdjustRates' QCN rule: on a counter's first event after a cut a target
+  above 10·RC is divided by 8 instead of increased. RC is clamped to the line rate, RT is not
+  (the author's code). Left out: the "neither clamp flag" mode (RT = RC only after a byte
+  event): ``clamp_target`` False means CLAMP_TARGET_RATE_AFTER_TIMER (after any increase) in
+  every variant; the receiver's NP here is the paper's, not the author's fixed N-period check.
 * ``mellanox`` (HPCC's rdma-hw.cc ``*Mlx``): the first CNP sets α = 1 and RT = RC and starts the
   α update grid (every K from the first CNP: α = (1 − g)α + g if a CNP arrived in the period,
   else (1 − g)α) and the cut check grid (every rate_reduce_period from the first CNP; α's update
@@ -34,14 +44,15 @@ Variants:
 Choices shared by all variants:
 
 * A cut never takes more than ``min_dec_fac`` of RC (the field's meaning in DcqcnParams; with
-  α/2 <= 0.5 and the default 0.5 it never binds). RC >= min_rate, RT <= line rate, RC <= line
-  rate.
+  α/2 <= 0.5 and the default 0.5 it never binds). RC >= min_rate, RC <= line rate, and
+  RT <= line rate except in ``ns3``.
 * ``paper``/``ns3`` with ``rate_reduce_period`` > 0: a CNP within that period of the last cut
   updates α (and is logged) but does not cut.
-* The increase timer is armed by a cut and restarts at every cut (HPCC arms it in the cut); it
-  disarms once an increase changed neither RC nor RT with RT at the line rate: every later event
-  would be a no-op until the next cut resets the counters, so this changes no result, it only
-  keeps an uncongested flow's log empty. Before the first CNP the RP is at line rate and idle.
+* The increase timer is armed by a cut and restarts at every cut (HPCC and the author arm it in
+  the cut); it disarms once an increase leaves RC at the line rate (or where (RT + RC)/2 no
+  longer moves it) with RT >= the line rate: every later event would leave RC there, and the
+  next cut sets RT = RC and resets the counters, so this changes no result, it only keeps an
+  uncongested flow's log empty. Before the first CNP the RP is at line rate and idle.
 * α decays that are pure (1 − g) steps are applied in closed form, α = α_base·(1 − g)^n, which is
   the same whatever the call granularity, and are logged only with ``log_alpha_decay`` (K is
   1 µs on ConnectX: a million events a second). Every logged event carries the current α.
@@ -142,17 +153,21 @@ class ReactionPoint:
         # α = base·(1 − g)^(i − base_idx) at the i-th instant of its grid ref + i·K
         self._alpha_base = params.alpha0
         self._alpha_base_idx = 0
-        # paper/ns3: the grid runs from the last CNP (from t0 before one); mellanox: from the
-        # first CNP, none before it
-        self._alpha_ref: float | None = None if self._mlx else t0
+        # paper: the grid runs from the last CNP (from t0 before one); ns3 (the author's
+        # ResumeAlpha is first scheduled by a CNP) and mellanox: none before the first CNP
+        self._alpha_ref: float | None = t0 if params.variant == "paper" else None
         self._alpha_logged_idx = 0  # log_alpha_decay: the last grid instant logged
         self._alpha_cnp_arrived = False  # mellanox: the next update adds g
         self._alpha_pending_idx = 0
         self._decrease_cnp_arrived = False  # mellanox: the next cut check cuts
         self._dec_ref: float | None = None
         self._dec_pending_idx = 0
-        self._rate_ref: float | None = None  # the increase timer's grid origin; None: disarmed
-        self._rate_idx = 0
+        self._rate_next: float | None = None  # the increase timer's next instant; None: off
+        self._ns3 = params.variant == "ns3"
+        # ns3: the author's explicit stage (0 none yet, 1 fast recovery, 2 additive, 3 hyper)
+        # and byte budget (counts down per datagram, an event when it goes below 0)
+        self._ns3_stage = 0
+        self._ns3_budget = params.byte_counter or 0
         # no timer instant falls due before this (a fast path for the per-packet on_sent:
         # conservative by twice the tie tolerance, so it never changes what happens)
         self._horizon = float("-inf")
@@ -211,10 +226,13 @@ class ReactionPoint:
         b = self.params.byte_counter
         if self._mlx or not b:
             return
+        if self._ns3:
+            self._ns3_sent(t, nbytes, b)
+            return
         self.bytes_since += nbytes
         while self.bytes_since >= b:
             self.bytes_since -= b
-            if self._rate_ref is not None:  # disarmed: a no-op event (see the docstring)
+            if self._rate_next is not None:  # disarmed: a no-op event (see the docstring)
                 self.byte_stage += 1
                 self._increase(t, "increase_bytes")
 
@@ -258,6 +276,8 @@ class ReactionPoint:
         if self._mlx:
             s = self.timer_stage
             return "fast_recovery" if s < f else "additive" if s == f else "hyper"
+        if self._ns3:
+            return {2: "additive", 3: "hyper"}.get(self._ns3_stage, "fast_recovery")
         hi, lo = max(self.timer_stage, self.byte_stage), min(self.timer_stage, self.byte_stage)
         return "fast_recovery" if hi <= f else "hyper" if lo > f else "additive"
 
@@ -296,13 +316,16 @@ class ReactionPoint:
         p = self.params
         if p.clamp_target or self.increased_since_cut:
             self.rt = self.rc
+            if self._ns3:  # the author resets the byte budget only together with RT
+                self._ns3_budget = p.byte_counter or 0
+        self._ns3_stage = 1
         factor = max(1 - alpha / 2, 1 - p.min_dec_fac)
         self.rc = max(p.min_rate, self.rc * factor)
         self.timer_stage = self.byte_stage = 0
         self.bytes_since = 0
         self.increased_since_cut = False
         self.last_cut = t
-        self._rate_ref, self._rate_idx = t, 0
+        self._rate_next = t + p.rate_timer
         self._log(t, "cut", "fast_recovery")
 
     def _increase(self, t: float, kind: EventKind) -> None:
@@ -310,9 +333,11 @@ class ReactionPoint:
         incremented after (mellanox)."""
         p = self.params
         f = p.fast_recovery_steps
-        rc0, rt0 = self.rc, self.rt
+        rc0 = self.rc
         stage: Stage
-        if self._mlx:
+        if self._ns3:
+            stage = self._ns3_increase(kind)
+        elif self._mlx:
             s = self.timer_stage
             if s < f:
                 stage = "fast_recovery"
@@ -331,12 +356,62 @@ class ReactionPoint:
                 stage, self.rt = "hyper", self.rt + steps * p.rhai
             else:
                 stage, self.rt = "additive", self.rt + p.rai
-        self.rt = min(self.rt, self.line_rate)
-        self.rc = min(self.line_rate, max(p.min_rate, (self.rt + self.rc) / 2))
+        if not self._ns3:  # the author's AdjustRates clamps RC only, RT may exceed the line
+            self.rt = min(self.rt, self.line_rate)
+            self.rc = min(self.line_rate, max(p.min_rate, (self.rt + self.rc) / 2))
         self.increased_since_cut = True
         self._log(t, kind, stage)
-        if self.rc == rc0 and self.rt == rt0 and self.rt >= self.line_rate:
-            self._rate_ref = None  # back at line rate: nothing more until the next cut
+        if self.rt >= self.line_rate and (self.rc == rc0 or self.rc >= self.line_rate):
+            # RC is at the line rate (or a float hair below it, where (RT + RC)/2 no longer
+            # moves it) and stays there: the next cut sets RT = RC (an increase happened) and
+            # resets the counters, so every event until then is a no-op: stop the timer
+            self._rate_next = None
+
+    def _ns3_increase(self, kind: EventKind) -> Stage:
+        """The author's rpr_* handlers: the counter of this event is already incremented."""
+        p = self.params
+        f = p.fast_recovery_steps
+        timer = kind == "increase_timer"
+        own = self.timer_stage if timer else self.byte_stage
+        if self._ns3_stage == 1 and own < f:
+            self._ns3_adjust(0.0)  # rpr_fast_*: fast recovery while this counter < F
+            return "fast_recovery"
+        if self._ns3_stage == 3 or (
+            # rpr_active_select (from stage 1 at F, or a timer event in stage 2); a byte event
+            # in stage 2 (rpr_active_byte) is always additive
+            (self._ns3_stage == 1 or timer) and min(self.timer_stage, self.byte_stage) >= f
+        ):
+            self._ns3_adjust((min(self.timer_stage, self.byte_stage) - f + 1) * p.rhai)
+            self._ns3_stage = 3
+            return "hyper"
+        self._ns3_adjust(p.rai)
+        self._ns3_stage = 2
+        return "additive"
+
+    def _ns3_adjust(self, increase: float) -> None:
+        """The author's AdjustRates, with its QCN rule: on a counter's first event a target
+        above 10·RC is divided by 8 instead of increased."""
+        if (self.byte_stage == 1 or self.timer_stage == 1) and self.rt > 10 * self.rc:
+            self.rt /= 8
+        else:
+            self.rt += increase
+        self.rc = min(self.line_rate, self.rc / 2 + self.rt / 2)
+
+    def _ns3_sent(self, t: float, nbytes: int, b: int) -> None:
+        """The author's byte counter: a budget of B counted down per datagram while a stage
+        is active (refilled before the first CNP); below 0 one event and a fresh budget, B/2
+        in the hyper stage, the remainder dropped."""
+        if self._ns3_stage == 0:
+            self._ns3_budget = b
+            return
+        self._ns3_budget -= nbytes
+        self.bytes_since = b - self._ns3_budget
+        if self._ns3_budget < 0:
+            self._ns3_budget = b // 2 if self._ns3_stage == 3 else b
+            self.bytes_since = 0
+            if self._rate_next is not None:  # disarmed: a no-op event
+                self.byte_stage += 1
+                self._increase(t, "increase_bytes")
 
     def _advance(self, t: float) -> None:
         """Apply the timer events due at or before ``t`` in time order."""
@@ -358,8 +433,8 @@ class ReactionPoint:
             if self._decrease_cnp_arrived and self._dec_ref is not None:
                 rr = p.rate_reduce_period
                 due.append((self._dec_ref + self._dec_pending_idx * rr, 2, rr))
-            if self._rate_ref is not None:
-                due.append((self._rate_ref + (self._rate_idx + 1) * p.rate_timer, 1, p.rate_timer))
+            if self._rate_next is not None:
+                due.append((self._rate_next, 1, p.rate_timer))
             later = [d for d in due if d[0] > t + SAME_INSTANT * d[2]]
             if len(later) == len(due):
                 self._horizon = min(
@@ -368,12 +443,18 @@ class ReactionPoint:
                 break
             due = [d for d in due if d[0] <= t + SAME_INSTANT * d[2]]
             first = min(d[0] for d in due)
-            te, which, _ = min(d for d in due if d[0] <= first + SAME_INSTANT * d[2])
+            # of the instants that coincide with the first, the tie order decides
+            te, which, _ = min(
+                (d for d in due if d[0] <= first + SAME_INSTANT * d[2]), key=lambda d: d[1]
+            )
             if which == 0:
                 self._alpha_event(te)
             elif which == 1:
-                self._rate_idx += 1
                 self.last_timer_event = te
+                # the next instant: T after this one (ns3: T/2 after an event in the hyper
+                # stage, the author's rpr_hyper_time)
+                period = p.rate_timer / 2 if self._ns3 and self._ns3_stage == 3 else p.rate_timer
+                self._rate_next = te + period
                 if not self._mlx:
                     self.timer_stage += 1
                 self._increase(te, "increase_timer")
