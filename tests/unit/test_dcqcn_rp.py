@@ -235,6 +235,133 @@ def test_mellanox_matches_hpccs_event_driven_mlx_logic(seed: int) -> None:
         assert ra == pytest.approx(rb, rel=1e-9)
 
 
+def _author_ns3(
+    p: DcqcnParams, line: float, cnps: list[float], sends: list[tuple[float, int]], until: float
+) -> list[tuple[float, float]]:
+    """The author's qbb-net-device.cc rpr_* handlers as ns-3 runs them (an independent
+    cross-check): an event queue in integer ns, each timer rescheduling itself, the byte
+    budget counted down per datagram. ``cnps`` and ``sends`` in ns."""
+    q: list[tuple] = []
+    seq = itertools.count()
+    f, bc, g = p.fast_recovery_steps, p.byte_counter or 0, p.g
+    k, tt = round(p.alpha_timer * 1e9), round(p.rate_timer * 1e9)
+    st = {"rc": line, "rt": line, "alpha": p.alpha0, "stage": 0, "bs": 0, "ts": 0, "tx": bc}
+    st |= {"tgen": 0, "agen": 0}
+    trace: list[tuple[float, float]] = []
+
+    def at(t: float, name: str, arg: object = 0) -> None:
+        heapq.heappush(q, (t, next(seq), name, arg))
+
+    def adjust(inc: float) -> None:
+        if (st["bs"] == 1 or st["ts"] == 1) and st["rt"] > 10 * st["rc"]:
+            st["rt"] /= 8
+        else:
+            st["rt"] += inc
+        st["rc"] = min(line, st["rc"] / 2 + st["rt"] / 2)
+
+    def hyper() -> None:
+        adjust(p.rhai * (min(st["bs"], st["ts"]) - f + 1))
+        st["stage"] = 3
+
+    def active_increase() -> None:
+        adjust(p.rai)
+        st["stage"] = 2
+
+    def active_select() -> None:
+        if st["bs"] < f or st["ts"] < f:
+            active_increase()
+        else:
+            hyper()
+
+    def fast(counter: str) -> None:
+        if st[counter] < f:
+            adjust(0)
+            st["stage"] = 1
+        else:
+            active_select()
+
+    for c in cnps:
+        at(c, "cnp")
+    for t, n in sends:
+        at(t, "send", n)
+    while q and q[0][0] <= until:
+        t, _, name, arg = heapq.heappop(q)
+        if name == "cnp":
+            if p.clamp_target or st["bs"] or st["ts"]:
+                st["rt"], st["tx"] = st["rc"], bc
+            st["bs"] = st["ts"] = 0
+            st["alpha"] = (1 - g) * st["alpha"] + g
+            st["rc"] = max(p.min_rate, st["rc"] * (1 - st["alpha"] / 2))
+            st["agen"] += 1
+            at(t + k, "alpha", st["agen"])
+            st["tgen"] += 1
+            at(t + tt, "timer", st["tgen"])
+            st["stage"] = 1
+        elif name == "alpha" and arg == st["agen"]:
+            st["alpha"] *= 1 - g
+            at(t + k, "alpha", arg)
+        elif name == "timer" and arg == st["tgen"]:
+            stage = st["stage"]
+            st["ts"] += 1
+            at(t + (tt / 2 if stage == 3 else tt), "timer", arg)
+            if stage == 1:
+                fast("ts")
+            elif stage == 2:
+                active_select()
+            else:
+                hyper()
+        elif name == "send" and bc:
+            if st["stage"] == 0:
+                st["tx"] = bc
+                continue
+            st["tx"] -= arg
+            if st["tx"] < 0:
+                stage = st["stage"]
+                st["bs"] += 1
+                st["tx"] = bc // 2 if stage == 3 else bc
+                if stage == 1:
+                    fast("bs")
+                elif stage == 2:
+                    active_increase()
+                else:
+                    hyper()
+        else:
+            continue
+        trace.append((t * 1e-9, st["rc"]))
+    out: list[tuple[float, float]] = []
+    for t, rc in trace:
+        if not out or rc != out[-1][1]:
+            out.append((t, rc))
+    return out
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"byte_counter": 30_000}, {"byte_counter": 30_000, "clamp_target": False}],
+)
+def test_ns3_matches_the_authors_event_driven_logic(overrides: dict) -> None:
+    p = p_("ns3", **overrides)
+    line = 10e9
+    rng = random.Random(5)
+    cnps: list[float] = []
+    t = 0.0
+    while t < 30e6:  # ns, off the integer ns (sends at .25, CNPs at .5)
+        t = int(t + rng.choice([rng.uniform(500, 3000), rng.uniform(0.3e6, 3e6)])) + 0.5
+        cnps.append(t)
+    sends = [(i * 1000 + 0.25, 1000) for i in range(40_000)]  # 8 Gbit/s of 1000 B datagrams
+    until = 40e6
+    ours = rate_trace(
+        replay(
+            p, line, [(t * 1e-9, n) for t, n in sends], [c * 1e-9 for c in cnps], until=until * 1e-9
+        )
+    )[1:]
+    ref = _author_ns3(p, line, cnps, sends, until)
+    assert len(ours) == len(ref) > 100
+    for (ta, ra), (tb, rb) in zip(ours, ref, strict=True):
+        assert ta == pytest.approx(tb, abs=1e-12)
+        assert ra == pytest.approx(rb, rel=1e-9)
+
+
 # ---- the increase ----
 
 
