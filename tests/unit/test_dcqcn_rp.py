@@ -547,6 +547,18 @@ def test_rc_stays_between_min_rate_and_line_rate(variant: str) -> None:
     assert len(rp.events) == n  # at the line rate the timer is disarmed: nothing logged
 
 
+def test_calls_are_recorded_unless_asked_not_to() -> None:
+    rp = ReactionPoint(p_(), LINE)
+    rp.on_sent(1e-6, 1500)
+    rp.on_cnp(2e-6)
+    rp.advance(3e-6)
+    assert rp.calls == [RpCall(1e-6, "sent", 1500), RpCall(2e-6, "cnp"), RpCall(3e-6, "advance")]
+    quiet = ReactionPoint(p_(), LINE, record_calls=False)
+    for c in rp.calls:
+        quiet.apply(c)
+    assert quiet.calls == [] and quiet.events == rp.events
+
+
 def test_calls_may_not_go_back_in_time() -> None:
     rp = ReactionPoint(p_(), LINE)
     rp.advance(1.0)

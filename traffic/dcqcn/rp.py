@@ -126,6 +126,7 @@ class ReactionPoint:
         *,
         t0: float = 0.0,
         log_alpha_decay: bool = False,
+        record_calls: bool = True,
     ) -> None:
         if line_rate <= 0:
             raise ValueError(f"line rate must be positive, got {line_rate}")
@@ -136,6 +137,9 @@ class ReactionPoint:
         self.params = params
         self.line_rate = float(line_rate)
         self.log_alpha_decay = log_alpha_decay
+        # every call kept in self.calls for replay_calls; a sender at tens of kpps that logs
+        # its sends and CNP arrivals itself (enough for replay()) can save the memory
+        self.record_calls = record_calls
         self.t0 = t0
         self.t = t0  # the time of the latest call: calls must not go back in time
         self.rc = self.line_rate
@@ -286,7 +290,8 @@ class ReactionPoint:
     def _enter(self, call: RpCall) -> None:
         if call.t < self.t:
             raise ValueError(f"RP call at t={call.t} is before the previous one at t={self.t}")
-        self.calls.append(call)
+        if self.record_calls:
+            self.calls.append(call)
 
     def _log(self, t: float, kind: EventKind, stage: Stage | None = None) -> None:
         self.events.append(
