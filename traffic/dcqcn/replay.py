@@ -7,6 +7,12 @@ drives a :class:`~traffic.dcqcn.rp.ReactionPoint`, whose ``calls`` list is the l
 ``advance`` never changes the result (timer events are applied in time order whenever they fall
 due), the sends and CNPs alone determine the trace: :func:`replay` merges them by time, a CNP
 before a send at the same instant (the sender drains its CNP socket before it sends in a tick).
+
+What the live sender must do for the replay to be exact: pass the RP the very times it logs
+(one monotonic clock, never earlier than its previous call: a CNP is stamped when it is read,
+not with an earlier kernel timestamp), call ``on_sent`` once per datagram (ns3's byte budget
+counts datagrams), and at equal times either drain CNPs first or keep ``rp.calls`` and use
+:func:`replay_calls`.
 """
 
 from __future__ import annotations
