@@ -154,10 +154,15 @@ def test_paper_with_a_reduce_period_updates_alpha_but_skips_the_cut() -> None:
     assert rp.rate < rc
 
 
-def test_min_dec_fac_bounds_a_cut() -> None:
-    rp = ReactionPoint(p_("paper", min_dec_fac=0.1), LINE)
+@pytest.mark.parametrize("variant", ["paper", "ns3", "mellanox"])
+def test_min_dec_fac_keeps_that_much_of_rc_at_a_cut(variant: str) -> None:
+    # HPE's long-haul recipe: RPG_MIN_DEC_FAC=95, a cut of at most 5 %
+    rp = ReactionPoint(p_(variant, alpha0=1.0, min_dec_fac=0.95, rate_reduce_period=0.0), LINE)
     rp.on_cnp(0.0)
-    assert rp.rate == pytest.approx(0.9 * LINE)
+    assert rp.rate == pytest.approx(0.95 * LINE, rel=1e-12)
+    default = ReactionPoint(p_(variant, alpha0=1.0, rate_reduce_period=0.0), LINE)
+    default.on_cnp(0.0)
+    assert default.rate == LINE / 2  # 50 %: never binds, α/2 <= 0.5
 
 
 def _hpcc_mlx(p: DcqcnParams, line: float, cnps: list[float], until: float) -> list[tuple]:

@@ -43,9 +43,14 @@ Variants:
 
 Choices shared by all variants:
 
-* A cut never takes more than ``min_dec_fac`` of RC (the field's meaning in DcqcnParams; with
-  α/2 <= 0.5 and the default 0.5 it never binds). RC >= min_rate, RC <= line rate, and
-  RT <= line rate except in ``ns3``.
+* A cut leaves at least ``min_dec_fac`` of RC: RC_new = max(min_rate, RC·max(1 − α/2,
+  min_dec_fac)). That is NVIDIA's rpg_min_dec_fac as its users describe it: "RPG_MIN_DEC_FAC=95
+  limits the severity of the transmission-rate reduction" (HPE's long-haul study), "the minimum
+  reduction at each rate decrease", default 50, tuned 80-98 (Barre, ATC'25 Table 2), "2 means
+  that the new rate can be divided by 2 at maximum" (conweave-ns3's comment on 50). With
+  α/2 <= 0.5 and the default 0.5 it never binds. (DcqcnParams' comment, "the largest cut, as a
+  fraction of RC", reads the other way; it agrees only at 0.5.) RC >= min_rate, RC <= line
+  rate, and RT <= line rate except in ``ns3``.
 * ``paper``/``ns3`` with ``rate_reduce_period`` > 0: a CNP within that period of the last cut
   updates α (and is logged) but does not cut.
 * The increase timer is armed by a cut and restarts at every cut (HPCC and the author arm it in
@@ -324,7 +329,7 @@ class ReactionPoint:
             if self._ns3:  # the author resets the byte budget only together with RT
                 self._ns3_budget = p.byte_counter or 0
         self._ns3_stage = 1
-        factor = max(1 - alpha / 2, 1 - p.min_dec_fac)
+        factor = max(1 - alpha / 2, p.min_dec_fac)  # rpg_min_dec_fac: keep at least this much
         self.rc = max(p.min_rate, self.rc * factor)
         self.timer_stage = self.byte_stage = 0
         self.bytes_since = 0
