@@ -675,6 +675,9 @@ def test_np_sends_a_cnp_at_once_on_a_ce_and_at_most_one_per_n() -> None:
     np_.on_packet(2.0 + 1e-6, "a", ce=True)
     assert np_.on_packet(2.0 + N + 1e-6, "a", ce=False) is True
     assert [t for t, _ in np_.sent] == pytest.approx([1e-6, 1e-6 + N, 2.0, 2.0 + N + 1e-6])
+    assert np_.count == 4
+    quiet = NotificationPoint(p_("paper"), record=False)
+    assert quiet.on_packet(0.0, "a", ce=True) and quiet.sent == [] and quiet.count == 1
 
 
 def test_np_cnp_spacing_is_at_least_n_per_flow() -> None:

@@ -12,7 +12,9 @@ time and says whether to send a CNP for that flow now; a CE that arrived inside 
 a deferred CNP that falls due N after the previous one, which the receiver loop collects with
 :meth:`NotificationPoint.due` (and :meth:`NotificationPoint.next_due` tells it how long it may
 sleep). A CNP's time is when it is actually sent, so the spacing is >= N however late the loop
-polls. Per port, deferred CNPs go out one per N in the order their flows were first marked.
+polls. Per port, deferred CNPs go out one per N in the order their flows were first marked;
+a CE that arrives when the port's window is open gets its CNP at once all the same (the
+paper's "immediately"), so a flow waiting in ``due`` can be passed once by a newer mark.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ _PORT = ("port",)  # the one rate-limit key in per-port mode
 class NotificationPoint:
     """CNP generation for every flow arriving at one receiver."""
 
-    def __init__(self, params: DcqcnParams) -> None:
+    def __init__(self, params: DcqcnParams, *, record: bool = True) -> None:
         if params.cnp_interval < 0:
             raise ValueError("cnp_interval N must be >= 0")
         self.interval = params.cnp_interval
@@ -35,7 +37,10 @@ class NotificationPoint:
         self._last: dict[Hashable, float] = {}  # key -> time of its latest CNP
         # flows with a CE since their key's latest CNP, oldest mark first (dicts keep order)
         self._pending: dict[Hashable, float] = {}
-        self.sent: list[tuple[float, Hashable]] = []  # (t, flow) of every CNP, in order
+        # (t, flow) of every CNP, in order (record=False: a receiver that logs its own)
+        self.record = record
+        self.sent: list[tuple[float, Hashable]] = []
+        self.count = 0
 
     def _key(self, flow: Hashable) -> Hashable:
         return _PORT if self.per_port else flow
@@ -47,7 +52,9 @@ class NotificationPoint:
     def _send(self, t: float, flow: Hashable) -> None:
         self._last[self._key(flow)] = t
         self._pending.pop(flow, None)
-        self.sent.append((t, flow))
+        self.count += 1
+        if self.record:
+            self.sent.append((t, flow))
 
     def on_packet(self, t: float, flow: Hashable, ce: bool) -> bool:
         """A packet of ``flow`` arrived at ``t`` (``ce``: marked): send a CNP for it now?"""
