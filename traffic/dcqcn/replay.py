@@ -1,0 +1,72 @@
+"""Offline replay of a DCQCN sender: logged sends and CNP arrivals through a fresh RP.
+
+This module owns issue 16's outcome 2 ("the CNP arrival times logged in a live run, fed offline
+into the RP, reproduce the live rate trace exactly"). It shares the live path: the live sender
+drives a :class:`~traffic.dcqcn.rp.ReactionPoint`, whose ``calls`` list is the log, and
+:func:`replay_calls` makes exactly those calls again through :meth:`ReactionPoint.apply`. Because
+``advance`` never changes the result (timer events are applied in time order whenever they fall
+due), the sends and CNPs alone determine the trace: :func:`replay` merges them by time, a CNP
+before a send at the same instant (the sender drains its CNP socket before it sends in a tick).
+
+What the live sender must do for the replay to be exact: pass the RP the very times it logs
+(one monotonic clock, never earlier than its previous call: a CNP is stamped when it is read,
+not with an earlier kernel timestamp), call ``on_sent`` once per datagram (ns3's byte budget
+counts datagrams), and at equal times either drain CNPs first or keep ``rp.calls`` and use
+:func:`replay_calls`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+from testbed.core.dcqcn import DcqcnParams
+from traffic.dcqcn.rp import ReactionPoint, RpCall, RpEvent
+
+
+def replay_calls(
+    params: DcqcnParams,
+    line_rate: float,
+    calls: Iterable[RpCall | tuple],
+    *,
+    t0: float = 0.0,
+    log_alpha_decay: bool = False,
+) -> ReactionPoint:
+    """A fresh RP that made ``calls`` (a live RP's ``calls``, or rows read back from a file)."""
+    rp = ReactionPoint(params, line_rate, t0=t0, log_alpha_decay=log_alpha_decay)
+    for call in calls:
+        rp.apply(RpCall(*call))
+    return rp
+
+
+def replay(
+    params: DcqcnParams,
+    line_rate: float,
+    sends: Iterable[tuple[float, int]],
+    cnps: Iterable[float],
+    *,
+    until: float | None = None,
+    t0: float = 0.0,
+    log_alpha_decay: bool = False,
+) -> list[RpEvent]:
+    """The RP's events for ``sends`` ((t, nbytes), time-ordered) and CNP arrival times
+    (time-ordered), advanced to ``until`` at the end if given."""
+    # rank 0 sorts a CNP before a send at the same t; heapq.merge keeps each input's order
+    merged = heapq.merge(
+        ((t, 0, RpCall(t, "cnp")) for t in cnps),
+        ((t, 1, RpCall(t, "sent", n)) for t, n in sends),
+        key=lambda x: (x[0], x[1]),
+    )
+    calls = [c for _, _, c in merged]
+    if until is not None:
+        calls.append(RpCall(until, "advance"))
+    return replay_calls(params, line_rate, calls, t0=t0, log_alpha_decay=log_alpha_decay).events
+
+
+def rate_trace(events: Iterable[RpEvent]) -> list[tuple[float, float]]:
+    """(t, RC) at every change of RC: the step function the pacer followed."""
+    out: list[tuple[float, float]] = []
+    for e in events:
+        if not out or e.rc != out[-1][1]:
+            out.append((e.t, e.rc))
+    return out
