@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from testbed.core.units import parse_buffer, parse_duration, parse_percent, parse_rate
+from testbed.core.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
 
 
 def _positive_rate(v: int) -> int:
@@ -31,6 +31,7 @@ def _percentage(v: float) -> float:
 Rate = Annotated[int, BeforeValidator(parse_rate), AfterValidator(_positive_rate)]
 Duration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_nonnegative_duration)]
 Fraction = Annotated[float, BeforeValidator(parse_percent), AfterValidator(_percentage)]
+Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]  # bytes: 64KiB, 10MB
 Buffer = Annotated[tuple[str, float], BeforeValidator(parse_buffer)]
 
 

@@ -33,7 +33,7 @@ from testbed.config.dynamics import (
     ScheduleStep,
 )
 from testbed.config.expect import Expectation
-from testbed.config.fields import Buffer, Duration, Fraction, Rate
+from testbed.config.fields import Buffer, Duration, Fraction, Rate, Size
 from testbed.config.fields import FieldError as _FieldError
 from testbed.config.fields import Strict as _Strict
 from testbed.config.presets import fill_link as fill_preset
@@ -123,9 +123,6 @@ class Cluster(_Strict):
     hosts: int = Field(ge=1, le=MAX_HOSTS_PER_CLUSTER)
     fabric: Fabric = Fabric()
     tcp: TcpOverride | None = None
-
-
-Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 
 
 class Aqm(_Strict):
@@ -276,7 +273,6 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_t
 ALGORITHMS = ("flat", "hierarchical", "hierarchical-2d")
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 Algorithm = Literal["flat", "hierarchical", "hierarchical-2d"]
-PositiveSize = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 
 
 class Workload(_Strict):
@@ -287,7 +283,7 @@ class Workload(_Strict):
     placement: Literal["by-cluster", "interleaved"] = "by-cluster"
     collectives: list[Collective] = Field(["all_reduce"], min_length=1)
     algorithms: list[Algorithm] = Field(["flat"], min_length=1)
-    sizes: list[PositiveSize] = Field([1 << 20], min_length=1)
+    sizes: list[Size] = Field([1 << 20], min_length=1)
     dtype: Literal["float32", "float64", "float16", "bfloat16"] = "float32"
     warmup: int = Field(1, ge=0, le=1000)
     iterations: int = Field(5, ge=1, le=100000)
@@ -320,7 +316,7 @@ class DdpOptions(_Strict):
     """DistributedDataParallel: comm hook and bucket size (ddp, and hierarchical's inner DDP)."""
 
     hook: Literal["none", "fp16", "bf16", "powersgd", "batched-powersgd", "quantization"] = "none"
-    bucket: PositiveSize = 25 << 20
+    bucket: Size = 25 << 20
     rank: int = Field(1, ge=1, le=64)  # powersgd's matrix approximation rank
     start: int = Field(2, ge=2)  # powersgd: plain all-reduce before this step (error feedback)
 
