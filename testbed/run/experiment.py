@@ -353,8 +353,10 @@ def execute(
 ) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
-    if isinstance(sc.workload, TrainingWorkload):
-        # WAN byte counters for every step, also from a delay line that holds a queue
+    if isinstance(sc.workload, TrainingWorkload) or any(link.trace for link in sc.wan):
+        # WAN byte counters for every step, also from a delay line that holds a queue; a trace
+        # replay's achieved rate per bin is what its bottleneck passed (the flows' goodput is
+        # the receiver's in-order bytes: what waited behind a lost segment shows up later)
         sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
@@ -370,8 +372,12 @@ def execute(
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
             workload = sc.workload
             dynamics = RunDynamics(tb, sc, run_dir, source, result)
+            traces: RunTraces | None = None
             if workload is None:
-                with dynamics:
+                # the traffic's hosts stand for the ranks' (their sockets' tcp_info)
+                hosts = [h for flow in sc.traffic for h in (flow.from_, flow.to)]
+                traces = RunTraces(tb, sc.trace, run_dir, hosts)
+                with traces, dynamics:
                     dynamics.wait_traffic()
                 problems = tb.problems() + [
                     f"link {c.direction}: {c.problem}" for c in checks if not c.ok
@@ -425,7 +431,7 @@ def execute(
                 )
         # After teardown: the delay line's final counters and samples.
         result.delayline = [{"run_id": spec.run_id, **r} for r in tb.link_stats()]
-        if workload is not None:
+        if traces is not None:
             result.traces = {
                 name: [{"run_id": spec.run_id, **r} for r in rows]
                 for name, rows in traces.tables().items()
