@@ -796,6 +796,21 @@ def per_second(bins: pd.DataFrame, exclude: Iterable[tuple[float, float]] = ()) 
     return pd.DataFrame(rows)
 
 
+def zero_rate_spans(bins: pd.DataFrame) -> list[tuple[float, float]]:
+    """(start, end) of each run of consecutive zero-target bins of ``bins`` (one run and
+    direction): a trace's outages, to leave out of :func:`per_second` where a comparison
+    should see only the seconds the link was lit."""
+    spans: list[tuple[float, float]] = []
+    for b in bins.sort_values("start").itertuples(index=False):
+        if b.target_bps != 0:
+            continue
+        if spans and abs(spans[-1][1] - b.start) < 1e-6:
+            spans[-1] = (spans[-1][0], b.end)
+        else:
+            spans.append((b.start, b.end))
+    return spans
+
+
 def trace_table(
     bins: pd.DataFrame, exclude: dict[tuple[str, str], list[tuple[float, float]]] | None = None
 ) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from analysis.faults import (
     tlp_timeout,
     trace_table,
     trace_targets,
+    zero_rate_spans,
 )
 from analysis.model import linux_rto
 
@@ -376,6 +377,20 @@ def test_goodput_samples_count_where_their_window_was_one_way_earlier() -> None:
     assert got[9:11].sum() == pytest.approx(110e6) and 10e6 < got[10] < 30e6
     # picked by their end time instead, the step's window (77.5 Mbit/s) would count in bin 10
     assert goodput.loc[(ends >= 1.0) & (ends < 1.1), "bytes"].item() * 80 == pytest.approx(77.5e6)
+
+
+def test_a_traces_outages_can_be_left_out_of_the_seconds() -> None:
+    bins = pd.DataFrame(
+        {
+            "start": np.arange(40) * 0.1,
+            "end": np.arange(1, 41) * 0.1,
+            "target_bps": [10e6] * 12 + [0.0] * 8 + [10e6] * 10 + [0.0] + [10e6] * 9,
+            "achieved_bps": 10e6,
+        }
+    )
+    spans = zero_rate_spans(bins)
+    assert spans == [pytest.approx((1.2, 2.0)), pytest.approx((3.0, 3.1))]
+    assert per_second(bins, spans)["second"].tolist() == [0, 2]  # 1 and 3 overlap outages
 
 
 def test_a_zero_rate_bin_is_a_zero_target() -> None:
