@@ -193,7 +193,12 @@ def test_queue_drains_at_the_rate_and_drops_at_the_buffer() -> None:
     assert departs[3] == -1.0 and q.dropped_queue == 1  # 3 x 60.6 kB + 60.6 kB > 200 kB
     assert q.backlog(0.0) == (pytest.approx(3 * size), 3)
     assert q.backlog(departs[0])[1] == 2
+    # the counter says what left (as HTB's), not what arrived (4 packets, one dropped); like
+    # backlog(), asked at non-decreasing times
+    assert q.wire_bytes == 4 * size
+    assert q.departed_bytes(departs[1]) == pytest.approx(2 * size)
     assert q.backlog(1.0) == (0.0, 0)
+    assert q.departed_bytes(1.0) == pytest.approx(3 * size)
 
 
 def test_a_rate_change_drains_the_queued_packets_at_the_new_rate() -> None:

@@ -52,7 +52,8 @@ class Queue:
     busy_until: float = -math.inf  # when the last accepted packet leaves the emulated link
     departures: deque[float] = field(default_factory=deque)  # of packets still in the queue
     marked_ids: set[int] = field(default_factory=set)  # held packets to release with ce_mark
-    wire_bytes: int = 0
+    wire_bytes: int = 0  # arrived at the bottleneck (dropped ones too)
+    queued_bytes: int = 0  # accepted into it (what leaves it, once served)
     dropped_queue: int = 0
     dropped_aqm: int = 0
     marked: int = 0
@@ -67,6 +68,11 @@ class Queue:
         if self.busy_until <= now:
             return 0.0, 0
         return (self.busy_until - now) * self.cfg.rate / 8, len(deps)
+
+    def departed_bytes(self, now: float) -> float:
+        """Wire bytes that left the emulated bottleneck by ``now``: what HTB's counter would
+        say (it counts at dequeue), not what arrived (drops and the backlog are not delivered)."""
+        return self.queued_bytes - self.backlog(now)[0]
 
 
 def decide(q: Queue, pid: int, arrival: float, length: int, tos: int) -> int:
@@ -151,6 +157,7 @@ def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
             return -1.0
     start = q.busy_until if q.busy_until > arrival else arrival
     q.busy_until = start + size * 8 / cfg.rate
+    q.queued_bytes += size
     q.departures.append(q.busy_until)
     if backlog + size > q.max_backlog:
         q.max_backlog = backlog + size
