@@ -669,8 +669,9 @@ def per_direction(events: pd.DataFrame) -> pd.DataFrame:
 
 def trace_targets(events: pd.DataFrame) -> pd.DataFrame:
     """Target rate per trace bin and direction: ``results``, ``run_id``, ``direction``,
-    ``start``, ``end``, ``target_bps`` (0 for a zero-rate bin applied as a blackhole)."""
-    cols = ["results", "run_id", "direction", "start", "end", "target_bps"]
+    ``start``, ``end``, ``target_bps`` (0 for a zero-rate bin applied as a blackhole) and the
+    direction's one-way ``delay_s`` then (NaN where the events do not say)."""
+    cols = ["results", "run_id", "direction", "start", "end", "target_bps", "delay_s"]
     if events.empty or "source" not in events or "rate_bps" not in events:
         return pd.DataFrame(columns=cols)  # the runner recorded no per-direction settings
     ev = per_direction(events[events["source"] == "trace"])
@@ -687,13 +688,15 @@ def trace_targets(events: pd.DataFrame) -> pd.DataFrame:
         )
         for d in directions:
             steps = []
+            delay = math.nan  # a blackhole keeps the delay of the set before it
             for _, e in g.iterrows():
                 if e["action"] == "set" and e.get("direction") == d:
-                    steps.append((e["_t"], float(e["rate_bps"])))
+                    delay = float(e.get("delay_s", math.nan))
+                    steps.append((e["_t"], float(e["rate_bps"]), delay))
                 elif e["action"] == "blackhole" and _covers(e, d):
-                    steps.append((e["_t"], 0.0))
-            for (t, rate), (t_next, _) in itertools.pairwise(steps):
-                rows.append((results, run_id, d, t, t_next, rate))
+                    steps.append((e["_t"], 0.0, delay))
+            for (t, rate, delay), (t_next, _, _) in itertools.pairwise(steps):
+                rows.append((results, run_id, d, t, t_next, rate, delay))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -707,8 +710,8 @@ def achieved_rates(
 ) -> pd.DataFrame:
     """``targets`` + ``achieved_bps``: wire bit/s through the direction's bottleneck in each bin
     (queues' cumulative ``bytes`` interpolated at the bin edges), else the flows' goodput
-    (``flows_goodput``: ``t``, ``goodput_bps``, optional ``direction``) averaged over the bin
-    and divided by GOODPUT_FACTOR (payload → wire), so both compare with the HTB rate."""
+    (:func:`goodput_in_bins`) divided by GOODPUT_FACTOR (payload → wire), so both compare with
+    the HTB rate."""
     out = targets.copy()
     out["achieved_bps"] = np.nan
     for (results, run_id, d), idx in out.groupby(["results", "run_id", "direction"]).groups.items():
@@ -732,13 +735,50 @@ def achieved_rates(
             continue
         if "direction" in g:
             g = g[g["direction"] == d]
-        per_t = g.groupby("t")["goodput_bps"].sum()
-        values = []
-        for s, e in zip(bins["start"], bins["end"], strict=True):
-            inside = per_t[(per_t.index >= s) & (per_t.index < e)]
-            values.append(inside.mean() / GOODPUT_FACTOR if len(inside) else np.nan)
-        out.loc[idx, "achieved_bps"] = values
+        out.loc[idx, "achieved_bps"] = goodput_in_bins(bins, g) / GOODPUT_FACTOR
     return out
+
+
+def goodput_in_bins(bins: pd.DataFrame, goodput: pd.DataFrame) -> np.ndarray:
+    """Payload bit/s the flows of ``goodput`` received per bin of ``bins`` (``start``, ``end``,
+    optional ``delay_s``), NaN for a bin outside every flow's samples.
+
+    A sample is the bytes read in the window (``t`` − ``seconds``, ``t``] that *ends* at ``t``
+    (traffic.bulk ``sink``), spread evenly over it: each flow's cumulative bytes are
+    interpolated at the bin edges, so a sample straddling two bins counts in each for its share
+    (taking the samples whose ``t`` falls in a bin put, with 100 ms samples and bins, mostly the
+    previous bin's bytes in each bin). The receiver reads what left the bottleneck one way
+    earlier: the edges move by the bin's one-way ``delay_s``. Without ``seconds`` a sample spans
+    the gap since the flow's previous one (the first: the median gap)."""
+    starts = bins["start"].to_numpy(float)
+    ends = bins["end"].to_numpy(float)
+    delay = bins["delay_s"].to_numpy(float) if "delay_s" in bins else np.zeros(len(bins))
+    delay = np.nan_to_num(delay, nan=0.0)
+    lo_t, hi_t = starts + delay, ends + delay
+    received = np.zeros(len(bins))
+    covered = np.zeros(len(bins), dtype=bool)
+    flows = goodput.groupby("flow", sort=False) if "flow" in goodput else [(None, goodput)]
+    for _, f in flows:
+        f = f.sort_values("t")
+        t = f["t"].to_numpy(float)
+        if not len(t):
+            continue
+        if "seconds" in f and f["seconds"].notna().all():
+            span = f["seconds"].to_numpy(float)
+        else:
+            gaps = np.diff(t)
+            first = float(np.median(gaps)) if len(gaps) else 0.1
+            span = np.concatenate([[first], gaps])
+        if "bytes" in f and f["bytes"].notna().all():
+            nbytes = f["bytes"].to_numpy(float)
+        else:
+            nbytes = f["goodput_bps"].to_numpy(float) * span / 8
+        # consecutive windows touch (each starts where the previous ended)
+        x = np.concatenate([[t[0] - span[0]], t])
+        y = np.concatenate([[0.0], np.cumsum(nbytes)])
+        received += np.interp(hi_t, x, y) - np.interp(lo_t, x, y)
+        covered |= (hi_t > x[0]) & (lo_t < x[-1])
+    return np.where(covered, 8 * received / (ends - starts), np.nan)
 
 
 def goodput_by_direction(goodput: pd.DataFrame) -> pd.DataFrame:
@@ -795,6 +835,21 @@ def per_second(bins: pd.DataFrame, exclude: Iterable[tuple[float, float]] = ()) 
             }
         )
     return pd.DataFrame(rows)
+
+
+def zero_rate_spans(bins: pd.DataFrame) -> list[tuple[float, float]]:
+    """(start, end) of each run of consecutive zero-target bins of ``bins`` (one run and
+    direction): a trace's outages, to leave out of :func:`per_second` where a comparison
+    should see only the seconds the link was lit."""
+    spans: list[tuple[float, float]] = []
+    for b in bins.sort_values("start").itertuples(index=False):
+        if b.target_bps != 0:
+            continue
+        if spans and abs(spans[-1][1] - b.start) < 1e-6:
+            spans[-1] = (spans[-1][0], b.end)
+        else:
+            spans.append((b.start, b.end))
+    return spans
 
 
 def trace_table(

@@ -360,8 +360,10 @@ def execute(
 ) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
-    if isinstance(sc.workload, TrainingWorkload):
-        # WAN byte counters for every step, also from a delay line that holds a queue
+    if isinstance(sc.workload, TrainingWorkload) or any(link.trace for link in sc.wan):
+        # WAN byte counters for every step, also from a delay line that holds a queue; a trace
+        # replay's achieved rate per bin is what its bottleneck passed (the flows' goodput is
+        # the receiver's in-order bytes: what waited behind a lost segment shows up later)
         sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
@@ -377,7 +379,9 @@ def execute(
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
             workload = sc.workload
             dynamics = RunDynamics(tb, sc, run_dir, source, result)
+            traces: RunTraces | None = None
             if workload is None:
+                # the traffic's hosts stand for the ranks' (their sockets' tcp_info)
                 hosts = sorted({h for f in sc.traffic for h in (f.from_, f.to)})
                 traces = RunTraces(tb, sc.trace, run_dir, hosts)
                 with traces, dynamics:

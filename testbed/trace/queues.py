@@ -13,7 +13,9 @@ the latter (:func:`testbed.link.userspace.line_trace_rows`), both into the same 
 ``source``              ``qdisc:bfifo``, ``qdisc:red`` or ``delayline``
 ``backlog_bytes``       bytes queued at the bottleneck now (the line counts wire bytes, as HTB)
 ``backlog_packets``     packets queued (a GSO packet counts once)
-``packets``, ``bytes``  cumulative, through the bottleneck (qdisc: dequeued; line: arrived)
+``packets``            cumulative (qdisc: dequeued; line: arrived, dropped ones too)
+``bytes``              cumulative wire bytes that left the bottleneck (qdisc: dequeued; line:
+                        served by its emulated queue, as HTB would have dequeued them)
 ``dropped``             cumulative drops at the bottleneck (overflow, AQM and, for the line,
                         random loss)
 ``marked``              cumulative CE marks (red qdisc or line); None for bfifo

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from testbed.config.scenario import parse_scenario
@@ -18,7 +19,7 @@ from testbed.link.delayline import (
     iptables_delete_rules,
     iptables_rules,
 )
-from testbed.link.delayline.model import Queue, enqueue, wire_bytes
+from testbed.link.delayline.model import HOLD, Queue, decide, enqueue, retime, wire_bytes
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
 from testbed.link.userspace import UserspaceBackend
 from testbed.net.probe import KernelFeatures
@@ -192,7 +193,38 @@ def test_queue_drains_at_the_rate_and_drops_at_the_buffer() -> None:
     assert departs[3] == -1.0 and q.dropped_queue == 1  # 3 x 60.6 kB + 60.6 kB > 200 kB
     assert q.backlog(0.0) == (pytest.approx(3 * size), 3)
     assert q.backlog(departs[0])[1] == 2
+    # the counter says what left (as HTB's), not what arrived (4 packets, one dropped); like
+    # backlog(), asked at non-decreasing times
+    assert q.wire_bytes == 4 * size
+    assert q.departed_bytes(departs[1]) == pytest.approx(2 * size)
     assert q.backlog(1.0) == (0.0, 0)
+    assert q.departed_bytes(1.0) == pytest.approx(3 * size)
+
+
+def test_a_rate_change_drains_the_queued_packets_at_the_new_rate() -> None:
+    # 1 MB/s, 10 ms delay: ten 1514 B packets arrive at 0, queued back to back
+    cfg = QueueConfig.from_dict({"num": 1, "rate": 8e6, "buffer": 200_000, "delay": 0.01})
+    q = Queue(cfg, random.Random(1))
+    assert all(decide(q, pid, 0.0, 1500, 0) == HOLD for pid in range(10))
+    gap = 1514 / 1e6
+    assert list(q.deadlines) == pytest.approx([0.01 + gap * k for k in range(1, 11)])
+    # after 3 left, the rate drops to a tenth: the 7 still queued leave 10x slower, from now
+    now = 3.5 * gap
+    q.cfg = QueueConfig.from_dict({"num": 1, "rate": 8e5, "buffer": 200_000, "delay": 0.01})
+    retime(q, now, 8e6)
+    held = list(q.deadlines)
+    assert held[:3] == pytest.approx([0.01 + gap * k for k in (1, 2, 3)])  # gone: unchanged
+    assert held[3] == pytest.approx(0.01 + now + 0.5 * gap * 10)  # the half left of packet 4
+    assert np.diff(held[3:]) == pytest.approx([gap * 10] * 6)
+    assert q.backlog(now) == (pytest.approx(6.5 * 1514), 7)  # the same bytes as before
+    assert q.busy_until == pytest.approx(held[-1] - 0.01)
+    # a new packet queues behind them, at the new rate
+    decide(q, 10, now, 1500, 0)
+    assert q.deadlines[-1] == pytest.approx(held[-1] + gap * 10)
+    # back up: what is left leaves at the fast rate again
+    q.cfg = cfg
+    retime(q, now, 8e5)
+    assert q.deadlines[-1] == pytest.approx(0.01 + now + 7.5 * gap)
 
 
 def test_step_marks_ect_and_drops_non_ect_above_k() -> None:

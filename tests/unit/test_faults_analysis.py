@@ -19,6 +19,7 @@ from analysis.faults import (
     fault_windows,
     flow_stalls,
     goodput_by_direction,
+    goodput_in_bins,
     lateness_table,
     operation_table,
     per_second,
@@ -33,6 +34,7 @@ from analysis.faults import (
     tlp_timeout,
     trace_table,
     trace_targets,
+    zero_rate_spans,
 )
 from analysis.model import linux_rto
 
@@ -369,6 +371,42 @@ def test_goodput_samples_stand_in_for_queue_counters() -> None:
     )
     t = trace_table(achieved_rates(targets, pd.DataFrame(), goodput)).iloc[0]
     assert t["correlation"] > 0.99
+
+
+def test_goodput_samples_count_where_their_window_was_one_way_earlier() -> None:
+    # 100 Mbit/s for 1 s, then 10 Mbit/s; the receiver reads it 20 ms later in 100 ms windows
+    # on its own grid (ending 0.045 s after the bins' edges), each sample stamped at its end
+    bins = pd.DataFrame(
+        {"start": np.arange(20) * 0.1, "end": np.arange(1, 21) * 0.1, "delay_s": 0.02}
+    )
+
+    def sent(t: np.ndarray) -> np.ndarray:  # bytes left the bottleneck by time t
+        return np.where(t < 1.0, t * 100e6, 100e6 + (t - 1.0) * 10e6) / 8
+
+    ends = 0.045 + np.arange(1, 22) * 0.1
+    goodput = pd.DataFrame(
+        {"flow": 0, "t": ends, "seconds": 0.1, "bytes": sent(ends - 0.02) - sent(ends - 0.12)}
+    )
+    got = goodput_in_bins(bins, goodput)
+    assert got[1:9] == pytest.approx(100e6) and got[11:19] == pytest.approx(10e6)
+    # the one window holding the step is spread evenly over it: no byte counted twice or lost
+    assert got[9:11].sum() == pytest.approx(110e6) and 10e6 < got[10] < 30e6
+    # picked by their end time instead, the step's window (77.5 Mbit/s) would count in bin 10
+    assert goodput.loc[(ends >= 1.0) & (ends < 1.1), "bytes"].item() * 80 == pytest.approx(77.5e6)
+
+
+def test_a_traces_outages_can_be_left_out_of_the_seconds() -> None:
+    bins = pd.DataFrame(
+        {
+            "start": np.arange(40) * 0.1,
+            "end": np.arange(1, 41) * 0.1,
+            "target_bps": [10e6] * 12 + [0.0] * 8 + [10e6] * 10 + [0.0] + [10e6] * 9,
+            "achieved_bps": 10e6,
+        }
+    )
+    spans = zero_rate_spans(bins)
+    assert spans == [pytest.approx((1.2, 2.0)), pytest.approx((3.0, 3.1))]
+    assert per_second(bins, spans)["second"].tolist() == [0, 2]  # 1 and 3 overlap outages
 
 
 def test_a_zero_rate_bin_is_a_zero_target() -> None:

@@ -30,7 +30,7 @@ from typing import IO, Any
 from testbed.core.files import atomic_write_text
 from testbed.link.delayline.config import Config, ConfigError
 from testbed.link.delayline.lateness import LatenessHistogram
-from testbed.link.delayline.model import HOLD, Queue, decide
+from testbed.link.delayline.model import HOLD, Queue, decide, retime
 from testbed.link.delayline.nfqueue import (
     ATTRS_AT,
     FIRST_ATTRS_END,
@@ -537,11 +537,12 @@ class DelayLine:
         """Apply the config file again (SIGHUP): each queue, found by its number, takes its new
         delay, jitter, loss, reorder and bottleneck settings for the packets that arrive from
         now on; held packets keep their release times (and a queue stays FIFO, so a shorter
-        delay takes effect as the held ones drain). The queue set, ``maxlen`` and ``copy_mode``
-        are bound to the kernel and cannot change: such a file, or an invalid one, is refused
-        as a whole (an error in the stats until a reload succeeds; the old settings stay). The
-        stats file is rewritten at once: its ``reloads`` count (applied or refused) is the
-        acknowledgement, its errors say which."""
+        delay takes effect as the held ones drain), except that a bottleneck's new rate also
+        drains what its queue holds (:func:`~testbed.link.delayline.model.retime`). The queue
+        set, ``maxlen`` and ``copy_mode`` are bound to the kernel and cannot change: such a
+        file, or an invalid one, is refused as a whole (an error in the stats until a reload
+        succeeds; the old settings stay). The stats file is rewritten at once: its ``reloads``
+        count (applied or refused) is the acknowledgement, its errors say which."""
         self.reload_pending = False
         try:
             if self.config_path is None:
@@ -557,9 +558,13 @@ class DelayLine:
         except ConfigError as e:
             self._error("reload", f"config reload refused: {e}")
         else:
+            now = time.monotonic()
             for num, qc in new.items():
                 q = self.by_num[num]
+                old_rate = q.cfg.rate
                 q.cfg = qc  # its random stream (Queue.rng) goes on
+                # a bottleneck's new rate also applies to what it holds (dequeue-time shaping)
+                retime(q, now, old_rate)
                 if not qc.ge_p:
                     q.ge_bad = False  # a burst model turned on again starts in the good state
             self._watch_always = any(q.cfg.reorder > 0 for q in self.queues)

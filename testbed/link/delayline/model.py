@@ -52,7 +52,8 @@ class Queue:
     busy_until: float = -math.inf  # when the last accepted packet leaves the emulated link
     departures: deque[float] = field(default_factory=deque)  # of packets still in the queue
     marked_ids: set[int] = field(default_factory=set)  # held packets to release with ce_mark
-    wire_bytes: int = 0
+    wire_bytes: int = 0  # arrived at the bottleneck (dropped ones too)
+    queued_bytes: int = 0  # accepted into it (what leaves it, once served)
     dropped_queue: int = 0
     dropped_aqm: int = 0
     marked: int = 0
@@ -67,6 +68,11 @@ class Queue:
         if self.busy_until <= now:
             return 0.0, 0
         return (self.busy_until - now) * self.cfg.rate / 8, len(deps)
+
+    def departed_bytes(self, now: float) -> float:
+        """Wire bytes that left the emulated bottleneck by ``now``: what HTB's counter would
+        say (it counts at dequeue), not what arrived (drops and the backlog are not delivered)."""
+        return self.queued_bytes - self.backlog(now)[0]
 
 
 def decide(q: Queue, pid: int, arrival: float, length: int, tos: int) -> int:
@@ -151,7 +157,51 @@ def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
             return -1.0
     start = q.busy_until if q.busy_until > arrival else arrival
     q.busy_until = start + size * 8 / cfg.rate
+    q.queued_bytes += size
     q.departures.append(q.busy_until)
     if backlog + size > q.max_backlog:
         q.max_backlog = backlog + size
     return q.busy_until
+
+
+def retime(q: Queue, now: float, old_rate: float) -> None:
+    """The bottleneck's rate changed at ``now`` (a reload; ``q.cfg`` has the new one): what the
+    emulated queue still holds leaves at the new rate from now on, as HTB's dequeue-time
+    shaping does. :func:`enqueue` fixed each packet's departure at its arrival, at the rate
+    then: without this, after a step down the queue built at the old rate would still leave
+    at the old rate (up to ``buffer`` bytes above the new target), after a step up at the old
+    slow one.
+
+    The bytes ahead of a queued packet are (departure − now) × old rate; at the new rate they
+    take that × old/new. Each held packet keeps its own delay and jitter (release − departure
+    moves with its departure) and releases stay in order. The queued packets are the last
+    ``len(departures)`` held ones: a bottleneck queue accepts nothing out of order (the backend
+    refuses ``reorder`` with an ``aqm``), so only with reordering (a stray early accept) are
+    fewer of them held, and the newest ones are retimed."""
+    new_rate = q.cfg.rate
+    if not old_rate or not new_rate or old_rate == new_rate:
+        return
+    deps = q.departures
+    while deps and deps[0] <= now:
+        deps.popleft()
+    if q.busy_until <= now:
+        return
+    factor = old_rate / new_rate
+    moved = [now + (d - now) * factor for d in deps]
+    q.busy_until = now + (q.busy_until - now) * factor
+    k = min(len(moved), len(q.deadlines))
+    if k:
+        held = list(q.deadlines)
+        first = len(held) - k
+        prev = held[first - 1] if first else -math.inf
+        for i in range(k):
+            old_dep = deps[len(deps) - k + i]
+            rel = held[first + i] + (moved[len(moved) - k + i] - old_dep)
+            if rel < prev:
+                rel = prev
+            held[first + i] = prev = rel
+        q.deadlines.clear()  # in place: the loop may hold the deque
+        q.deadlines.extend(held)
+        q.last_release = held[-1]
+    deps.clear()
+    deps.extend(moved)

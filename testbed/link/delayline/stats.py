@@ -142,7 +142,9 @@ def trace_record(q: Queue, now: float, unix_time: float) -> str:
                 "backlog_bytes": round(backlog),
                 "backlog_packets": packets,
                 "packets": q.packets,
-                "bytes": q.wire_bytes,
+                # through the bottleneck as HTB counts it (dequeued), so that a trace replay's
+                # achieved rate is what the link delivered, not what was offered to it
+                "bytes": round(q.departed_bytes(now)),
                 "dropped": q.dropped_queue + q.dropped_aqm + q.dropped_loss,
                 "dropped_queue": q.dropped_queue,
                 "dropped_aqm": q.dropped_aqm,

@@ -1,0 +1,78 @@
+"""Live test of a trace replay (issue 15): a 24 s step trace on the east->west direction, one
+cubic bulk flow, no workload. The bottleneck's counter is recorded without a workload, the link
+never delivers more than the trace's rate, it delivers the rate once the flow has caught up, and
+the per-second achieved rate follows the target.
+
+Short round trip (10 ms one way) on purpose: cubic's growth after a step up is its own (in its
+Reno-friendly region about 0.5 packet per RTT per RTT, so it takes seconds on a 40 ms RTT;
+docs/faults.md "Trace replay"); here it catches up within a second, so what is checked is the
+link's shaping and the measurement, not TCP's ramp. Userspace backend (this kernel has no
+sch_netem); the trace is this test's own synthetic file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import RUN_TAG
+
+from analysis.faults import achieved_rates, per_second, trace_table, trace_targets
+from testbed.config.sweep import expand
+from testbed.run.experiment import Experiment
+
+pytestmark = pytest.mark.live
+
+LEVELS = [80, 20, 60, 10, 40, 90]  # Mbit/s, 4 s each
+STEP_S = 4
+
+
+def replay(tmp_path: Path) -> Experiment:
+    trace = tmp_path / "steps.csv"
+    rows = [f"{i * STEP_S}s,{r}mbit" for i, r in enumerate(LEVELS)]
+    trace.write_text("t,rate\n" + "\n".join(rows) + f"\n{len(LEVELS) * STEP_S}s,90mbit\n")
+    flow = {"kind": "bulk", "from": "east-h0", "to": "west-h0", "congestion": "cubic"}
+    flow.update(start="0s", duration=f"{len(LEVELS) * STEP_S}s")
+    data = {
+        "name": f"{RUN_TAG}-tr-replay"[:32],
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [
+            {
+                "between": ["east", "west"],
+                "rate": "100mbit",
+                "delay": "10ms",
+                "trace": {"file": str(trace), "format": "csv", "bin": "100ms", "loop": False},
+            }
+        ],
+        "traffic": [flow],
+        "backend": "userspace",
+    }
+    exp = Experiment(expand(data, "test"), "test", tmp_path / "out", resume=False)
+    assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]["p000-r0"]["reason"]
+    return exp
+
+
+def test_a_replayed_step_trace_is_followed_second_by_second(root, tmp_path) -> None:
+    exp = replay(tmp_path)
+    path = exp.results.path
+    events = pd.read_parquet(path / "events.parquet").assign(results="")
+    # the bottleneck's counter, sampled although the run has no workload
+    queues = pd.read_parquet(path / "queues.parquet").assign(results="")
+    assert set(queues["direction"]) >= {"east->west"}
+    bins = achieved_rates(trace_targets(events), queues)
+    sec = per_second(bins).dropna()
+    print(sec.assign(t=sec["target_bps"] / 1e6, a=sec["achieved_bps"] / 1e6)[["second", "t", "a"]])
+    assert len(sec) >= len(LEVELS) * STEP_S - 2
+    # HTB shapes at dequeue: no second carries more than its target (+2% for the token bucket's
+    # burst and the counter's 10 ms sampling at the edges)
+    over = sec[sec["achieved_bps"] > 1.02 * sec["target_bps"] + 0.2e6]
+    assert over.empty, over
+    # the last two seconds of each level: the flow has caught up, the link delivers the rate;
+    # one second can still dip (seen once in two runs: 0.85 of 90 Mbit/s, a loss of cubic's on
+    # the busy machine), so the bound on every second is looser than on their median
+    settled = sec[sec["second"] % STEP_S >= STEP_S - 2]
+    ratio = settled["achieved_bps"] / settled["target_bps"]
+    assert ratio.median() > 0.97 and ratio.min() > 0.8, settled
+    table = trace_table(bins).iloc[0]
+    assert table["correlation"] >= 0.9, table
