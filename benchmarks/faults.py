@@ -49,17 +49,26 @@ FAULTS = {
 SIZES = {"100mbit": "8MiB", "1gbit": "64MiB"}
 
 
-def scenario(rates: list[str], delays: list[str]) -> dict:
+def scenario(
+    rates: list[str],
+    delays: list[str],
+    backend: str = "auto",
+    faults: dict | None = None,
+    name: str = "bench-faults",
+    size: str | None = None,
+) -> dict:
+    faults = FAULTS if faults is None else faults
     return {
-        "name": "bench-faults",
+        "name": name,
+        "backend": backend,
         "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
         "wan": [{"between": ["east", "west"], "rate": rates[0], "delay": delays[0]}],
         "workload": {"collectives": ["all_reduce"], "iterations": 6, "warmup": 1, "timeout": "10s"},
         "faults": [],
         "sweep": {
-            "cases": [{"wan[0].rate": r, "workload.sizes": [SIZES[r]]} for r in rates],
+            "cases": [{"wan[0].rate": r, "workload.sizes": [size or SIZES[r]]} for r in rates],
             "wan[0].delay": delays,
-            "faults": [[{**f, **AT}] for f in FAULTS.values()],
+            "faults": [[{**f, **AT}] for f in faults.values()],
         },
     }
 
@@ -75,7 +84,26 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     p.add_argument("--quick", action="store_true", help="100 Mbit/s and 10 ms only")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "kernel", "userspace"],
+        default="auto",
+        help="link backend of every case (kernel: netem, e.g. inside `testbed vm`)",
+    )
+    p.add_argument(
+        "--faults",
+        default="",
+        help="comma-separated fault kinds to run (blackhole,link_down,...); default all",
+    )
+    p.add_argument("--name", default="bench-faults", help="scenario (and testbed) name")
+    p.add_argument("--size", help="all-reduce size of every case (default: 8MiB, 64MiB at 1gbit)")
+    p.add_argument("--out", help="keep the results in this directory (default: a temporary one)")
     args = p.parse_args()
+    kinds = {k.strip() for k in args.faults.split(",") if k.strip()}
+    unknown = kinds - {f["kind"] for f in FAULTS.values()}
+    if unknown:
+        p.error(f"unknown fault kinds {sorted(unknown)}")
+    faults = {n: f for n, f in FAULTS.items() if not kinds or f["kind"] in kinds}
     rates, delays = (
         (["100mbit"], ["10ms"]) if args.quick else (["100mbit", "1gbit"], ["10ms", "40ms"])
     )
@@ -83,16 +111,25 @@ def main() -> None:
     sys.stdout = Tee(sys.__stdout__, buf)
     load_avg = os.getloadavg()
     print(
-        f"## WAN faults during an all-reduce ({platform.release()}, {time.strftime('%Y-%m-%d')})\n"
+        f"## WAN faults during an all-reduce ({platform.release()}, backend {args.backend}, "
+        f"{time.strftime('%Y-%m-%d')})\n"
     )
     print(
         f"Load average before: {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} (2 cores).\n"
     )
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.out or tmp
+        t0 = time.monotonic()
         exp = Experiment(
-            expand(scenario(rates, delays), "bench-faults"), "bench", out, resume=False
+            expand(
+                scenario(rates, delays, args.backend, faults, args.name, args.size), "bench-faults"
+            ),
+            "bench",
+            out,
+            resume=False,
         )
         exp.run(selfcheck_seconds=0.5)
+        took = time.monotonic() - t0
         res = load(exp.results.path)
         f = analyse(res)
         backend = {r.run_id: r.backend for r in res.runs.itertuples()}
@@ -126,11 +163,13 @@ def main() -> None:
                 f"max {format_duration(max(late))}; over 20 ms: {sum(x > 0.02 for x in late)} "
                 "(goal: none at <= 1 Gbit/s)."
             )
+        n = max(len(exp.runs), 1)
+        print(f"\n{len(exp.runs)} cases in {took:.0f} s ({took / n:.0f} s a case).")
         errors = ev[ev["error"].notna() & (ev["error"] != "")]
         for e in errors.itertuples(index=False):
             print(f"\n- event error {e.run_id} {e.what}: {e.error}")
     sys.stdout = sys.__stdout__
-    if args.write and not args.quick:
+    if args.write and not args.quick and not kinds and args.backend == "auto":
         write_section("faults.py", buf.getvalue())
 
 
