@@ -70,10 +70,12 @@ def scenario(
     faults: dict | None = None,
     name: str = "bench-faults",
     size: str | None = None,
+    tcp_info: str | None = None,
 ) -> dict:
     faults = FAULTS if faults is None else faults
     return {
         "name": name,
+        **({"trace": {"tcp_info": tcp_info}} if tcp_info else {}),
         "backend": backend,
         "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
         "wan": [{"between": ["east", "west"], "rate": rates[0], "delay": delays[0]}],
@@ -111,6 +113,9 @@ def main() -> None:
     )
     p.add_argument("--name", default="bench-faults", help="scenario (and testbed) name")
     p.add_argument("--size", help="all-reduce size of every case (default: 8MiB, 64MiB at 1gbit)")
+    p.add_argument(
+        "--tcp-info", help="sample the sockets' tcp_info this often (e.g. 100ms): tcp_* columns"
+    )
     p.add_argument("--out", help="keep the results in this directory (default: a temporary one)")
     args = p.parse_args()
     kinds = {k.strip() for k in args.faults.split(",") if k.strip()}
@@ -141,7 +146,8 @@ def main() -> None:
         t0 = time.monotonic()
         exp = Experiment(
             expand(
-                scenario(rates, delays, args.backend, faults, args.name, args.size), "bench-faults"
+                scenario(rates, delays, args.backend, faults, args.name, args.size, args.tcp_info),
+                "bench-faults",
             ),
             "bench",
             out,
