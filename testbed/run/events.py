@@ -248,6 +248,7 @@ class EventTarget:
                 + ", ".join(
                     f"{n} delay {i.delay * 1e3:.3f} ms jitter {i.jitter * 1e3:.3f} ms "
                     f"loss {i.loss:g} reorder {i.reorder:g}"
+                    + (f" burst loss p {i.ge_p:g} r {i.ge_r:g}" if i.ge_p else "")
                     for n, i in imps.items()
                 )
             )

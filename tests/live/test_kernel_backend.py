@@ -7,6 +7,7 @@ Rates are modest: under QEMU's software emulation (TCG) the guest is slow.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -156,8 +157,6 @@ def test_netem_changes_in_place_burst_loss_rate_and_a_blackhole_first(make_testb
     the HTB class and bfifo changed in place (set_rate), and a blackhole's DROP in the wire's raw
     table coming before netem (tests/live/test_fault_mechanisms.py does the rest on any
     backend)."""
-    import dataclasses
-
     from testbed.net.faults import FaultOps
 
     tb = make_testbed(wan(delay="10ms"))
@@ -207,3 +206,66 @@ def test_netem_reorders_at_a_delay_decrease(make_testbed):
     print(f"{sent} sent, {len(got)} arrived, {overtaken} arrived after a later one; steps {steps}")
     assert len(got) == sent  # nothing lost
     assert overtaken >= 1  # reordered at the decrease
+
+
+def test_a_delay_step_grows_netems_packet_limit(make_testbed):
+    """The plan sizes netem's packet limit for the configured link (1000 packets at 100 Mbit/s,
+    10 ms); a schedule step to 1 s one way, applied by the event runner's `set`, must give netem
+    room for the second of traffic it now holds, or netem drops what a real 1 s path (and the
+    userspace line) would deliver. 2000 datagrams sent within the second: none dropped by
+    netem."""
+    import socket
+
+    from testbed.net import netns
+    from testbed.plan.topology import netem_limit
+    from testbed.run.events import EventTarget
+
+    tb = make_testbed(wan(delay="10ms"))
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    assert d.impairment.netem_limit == 1000
+    target = EventTarget(tb)
+    old = target.state[d.name]
+    done = target.set([dataclasses.replace(old, delay=1.0)])
+    assert "set_impairments east->west delay" in done, done
+
+    def netem() -> dict:
+        shown = subprocess.run(
+            [
+                "tc",
+                "-n",
+                d.impairment.ns,
+                "-s",
+                "-j",
+                "qdisc",
+                "show",
+                "dev",
+                d.impairment.egress_if,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        (q,) = [q for q in json.loads(shown) if q["kind"] == "netem"]
+        return q
+
+    q = netem()
+    assert q["options"]["limit"] >= netem_limit(d.rate, d.rate, 0.99, 0.0, d.buffer) > 1000, q
+    (tx,) = netns.run_in(
+        [(tb.namespace("east-h0"), lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))]
+    )
+    dropped_before = q["drops"]
+    payload = bytes(1000)
+    sent = 0
+    with tx:
+        for _ in range(2000):
+            try:
+                tx.sendto(payload, (tb.hosts["west-h0"], 9))
+                sent += 1
+            except OSError:  # ENOBUFS: the host's own queue, not netem
+                pass
+    q = netem()
+    print(
+        f"sent {sent}; netem {q['options']['limit']} packets, {q['qlen']} held, drops {q['drops']}"
+    )
+    assert q["drops"] == dropped_before, q
+    target.set([old])  # back to 10 ms (the limit stays)

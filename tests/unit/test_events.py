@@ -184,3 +184,26 @@ def test_impairment_for_subtracts_the_compensation_and_refuses_what_it_cannot_ca
     else:
         with pytest.raises(UnsupportedError):
             impairment_for(d, burst, 0.0)  # type: ignore[arg-type]
+
+
+def test_a_burst_loss_set_says_its_gilbert_elliott_parameters() -> None:
+    """events.parquet's operation text: a burst loss's `set` names p and r (it read "loss 0
+    reorder 0" alone, as if nothing had changed)."""
+    from types import SimpleNamespace
+
+    from testbed.run.events import EventTarget
+
+    imp = Impairment("ns", "in", "out", 0.010, 0.0, 0.0, 0.0, 1000)
+    d = SimpleNamespace(name="east->west", rate=100_000_000, buffer=125_000, delay=0.010,
+                        jitter=0.0, loss=0.0, reorder=0.0, impairment=imp)  # fmt: skip
+    applied: list[dict] = []
+    backend = SimpleNamespace(set_rate=applied.append, set_impairments=applied.append)
+    tb = SimpleNamespace(
+        plan=SimpleNamespace(wan=[d]), backend=backend, compensation_of=lambda name: None
+    )
+    target = EventTarget(tb)  # type: ignore[arg-type]
+    c = Change("east->west", 100_000_000, 125_000, 0.010, 0.0, 0.0, 0.0, ge_p=0.01, ge_r=0.25)
+    text = target.set([c])
+    assert text.endswith("loss 0 reorder 0 burst loss p 0.01 r 0.25"), text
+    assert applied[0]["east->west"].ge_p == 0.01
+    assert "burst" not in target.set([dataclasses.replace(c, ge_p=0.0, ge_r=0.0)])

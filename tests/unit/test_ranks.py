@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from testbed.core.errors import TestbedError
 from testbed.plan.placement import RankSlot
-from testbed.run.experiment import rank_problems
+from testbed.run.experiment import SETUP_DEADLINE, rank_problems, setup_deadline
 from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec, rank_env
 
 # Each rank does what spec["parts"][rank] says: "ok", "fail" (exit 3 = wrong result),
@@ -187,3 +188,13 @@ def test_without_torch_no_rank_starts_and_the_error_says_how_to_install_it(tmp_p
     )
     with pytest.raises(TestbedError, match=r"ranks need the `ranks` extra \(pip install"):
         require_torch()
+
+
+def test_the_setup_deadline_is_180_s_unless_the_environment_says(monkeypatch) -> None:
+    monkeypatch.delenv("TESTBED_SETUP_DEADLINE", raising=False)
+    assert setup_deadline() == SETUP_DEADLINE == 180.0
+    monkeypatch.setenv("TESTBED_SETUP_DEADLINE", "900")  # a TCG guest's ranks (docs/vm.md)
+    assert setup_deadline() == 900.0
+    monkeypatch.setenv("TESTBED_SETUP_DEADLINE", "soon")
+    with pytest.raises(TestbedError, match="TESTBED_SETUP_DEADLINE='soon'"):
+        setup_deadline()

@@ -93,6 +93,42 @@ def test_the_kernel_backend_installs_netem_from_the_start_for_a_direction_change
     assert "delay 0us" in netem
 
 
+def test_the_kernel_backend_grows_netems_limit_with_a_later_delay_or_rate(monkeypatch) -> None:
+    """The plan sizes netem's packet limit for the configured link (1000 here); a delay or rate
+    raised while it runs gets a limit for the new one, in the same `tc qdisc replace`, and a
+    rate change alone replaces netem only when the limit must grow (never shrinks)."""
+    import testbed.link.kernel as kernel_mod
+    from testbed.plan.topology import netem_limit
+
+    batches: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        kernel_mod, "run_batches", lambda b: batches.extend((c[-1], x) for c, ls in b for x in ls)
+    )
+    monkeypatch.setattr(rtnl, "apply", lambda ops: None)
+    p = plan(delay="10ms")
+    fwd, rev = p.wan
+    assert fwd.impairment.netem_limit == 1000
+    b = KernelBackend()
+    b.start(p, None, None)  # type: ignore[arg-type]
+
+    def limit(line: str) -> int:
+        return int(line.split(" limit ")[1].split()[0])
+
+    b.set_impairments({fwd.name: dataclasses.replace(fwd.impairment, delay=0.5)})
+    ((ns, line),) = batches
+    want = netem_limit(fwd.rate, rev.rate, 0.5, 0.0, fwd.buffer)
+    assert ns == fwd.impairment.ns and limit(line) == want > 1000
+    assert "delay 500000us" in line
+    batches.clear()
+    b.set_rate({fwd.name: (50_000_000, fwd.buffer)})  # slower: needs fewer, keeps the limit
+    assert batches == []
+    b.set_rate({fwd.name: (400_000_000, fwd.buffer)})  # faster: grows, keeps the 0.5 s delay
+    # (the reverse carries 400 Mbit/s of ACKs for 10 ms now: still under its 1000)
+    ((_, grown),) = batches
+    assert limit(grown) == netem_limit(400_000_000, rev.rate, 0.5, 0.0, fwd.buffer)
+    assert "delay 500000us" in grown and f"dev {fwd.impairment.egress_if} " in grown
+
+
 def test_the_delay_line_runs_for_a_direction_changed_later(tmp_path: Path) -> None:
     p = plan()
     rec = Record(name="x", prefix=p.prefix, slot=65, owner_pid=0, owner_start=None)
