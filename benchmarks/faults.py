@@ -10,7 +10,7 @@ backend ``auto`` picks (this kernel: the userspace delay line; the kernel backen
 against the run's no-fault operations and against the TLP + RTO series prediction, the time to
 recover and whether the group survived (analysis.faults; the prediction with the slow start
 after an RTO, from the sockets' tcp_info sampled every 100 ms, which also gives the
-retransmissions and largest backoff around the fault), then the events' lateness over every
+retransmissions around the fault), then the events' lateness over every
 case and the three latest. ``--quick``: 100 Mbit/s and 10 ms only.
 
 On the kernel backend (netem), where this kernel has no sch_netem, in a ``testbed vm`` guest
@@ -167,7 +167,7 @@ def main() -> None:
         params = {s.run_id: s.params for s in exp.runs}
         print(
             "| rate | one way | fault | backend | op outcome | detect | stall | predicted "
-            "(of which slow start) | stall/pred | recover | survived | retransmits, max backoff |"
+            "(of which slow start) | stall/pred | recover | survived | retransmits |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 
@@ -187,8 +187,7 @@ def main() -> None:
                 f"({dur(row.predicted_slowstart_s)}) | "
                 f"{'-' if pd.isna(ratio) else f'{ratio:.2f}'} | {dur(row.recover_s)} | "
                 f"{'-' if pd.isna(row.survived) else ('yes' if row.survived else 'no')} | "
-                f"{num(getattr(row, 'tcp_retransmits', None))}, "
-                f"{num(getattr(row, 'tcp_backoff_max', None))} |"
+                f"{num(getattr(row, 'tcp_retransmits', None))} |"
             )
         ev = res.events.drop_duplicates(["run_id", "event", "status"])
         late = ev[(ev["status"] == "applied") & ev["late_s"].notna()]["late_s"].tolist()
