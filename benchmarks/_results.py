@@ -4,7 +4,10 @@ table as it is measured while keeping a copy for it (``Tee``)."""
 from __future__ import annotations
 
 import io
+import os
+import platform
 import re
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -35,3 +38,15 @@ class Tee(io.TextIOBase):
             s.write(text)
             s.flush()
         return len(text)
+
+
+def heading(title: str, note: str = "") -> None:
+    """A section's first lines: ``## title (kernel, date)`` and the load average before it ran,
+    the core count and ``note``."""
+    load = os.getloadavg()
+    print(f"## {title} ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
+    print(
+        f"Load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} "
+        f"cores). {note}".rstrip()
+        + "\n"
+    )

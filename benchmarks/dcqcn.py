@@ -16,15 +16,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks._results import Tee, write_section
+from benchmarks._results import Tee, heading, write_section
 from testbed.config.scenario import Scenario
 from testbed.core.dcqcn import defaults, dilate
 from testbed.net import procs
@@ -42,11 +39,9 @@ def main() -> None:
     args = p.parse_args()
     buf = io.StringIO()
     sys.stdout = Tee(sys.__stdout__, buf)
-    load = os.getloadavg()
-    print(f"## DCQCN datagram rate ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
-    print(
-        f"Load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} "
-        f"cores). {args.seconds:g} s per case, {SIZE}-byte datagrams, userspace backend.\n"
+    heading(
+        "DCQCN datagram rate",
+        f"{args.seconds:g} s per case, {SIZE}-byte datagrams, userspace backend.",
     )
     sc = Scenario.model_validate(
         {

@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +34,7 @@ import pandas as pd
 
 from analysis.faults import achieved_rates, per_second, trace_targets, zero_rate_spans
 from analysis.loader import load
-from benchmarks._results import Tee, write_section
+from benchmarks._results import Tee, heading, write_section
 from testbed.config.sweep import expand
 from testbed.run.experiment import Experiment
 
@@ -119,12 +116,10 @@ def main() -> None:
     repeat = 1 if args.quick else args.repeat
     buf = io.StringIO()
     sys.stdout = Tee(sys.__stdout__, buf)
-    load_avg = os.getloadavg()
-    print(f"## Trace replay ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
-    print(
-        f"Load average before: {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} (2 cores). "
+    heading(
+        "Trace replay",
         f"{DURATION} of one bulk flow, 20 ms one way, 100 ms bins; achieved = the bottleneck's "
-        "byte counter per bin, folded into seconds.\n"
+        "byte counter per bin, folded into seconds.",
     )
     print(
         "| trace | congestion | run | backend | correlation | correlation, outages excluded | "
