@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 import dataclasses
 import json
+import select
 import socket
 import struct
 import sys
@@ -86,7 +87,10 @@ def send(
     out: Path,
     size: int = 1400,
     tick: float = 200e-6,
+    linger: float = 0.3,
 ) -> dict:
+    """Send for ``duration`` seconds at the RP's rate, then take the CNPs still coming back until
+    none came for ``linger`` seconds."""
     _fine_timer_slack()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_IP, IP_TOS, ECT0)
@@ -100,19 +104,23 @@ def send(
     next_send = start
     end = start + duration
     errors = 0
-    while True:
-        now = time.monotonic()
-        if now >= end:
-            break
-        while True:  # the CNPs that came back
+
+    def take_cnps() -> None:
+        while True:
             try:
                 data = s.recv(64)
             except BlockingIOError:
-                break
+                return
             if data[:4] == CNP_MAGIC:
                 t = time.monotonic()
                 rp.on_cnp(t)
                 cnps.append(t)
+
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            break
+        take_cnps()
         now = time.monotonic()
         rp.advance(now)
         next_send = max(next_send, now - tick)  # no catch-up burst beyond one tick
@@ -130,6 +138,16 @@ def send(
         wait = min(next_send, now + tick) - time.monotonic()
         if wait > 0:
             time.sleep(wait)
+    seconds = time.monotonic() - start
+    # the datagrams still queued at the bottleneck are marked and answered after the last send:
+    # take those CNPs too, so that every CNP this flow caused is in its log
+    quiet_until = time.monotonic() + linger
+    while (now := time.monotonic()) < quiet_until:
+        before = len(cnps)
+        select.select([s], [], [], quiet_until - now)
+        take_cnps()
+        if len(cnps) > before:
+            quiet_until = time.monotonic() + linger
     s.close()
     with (out / f"rp-{flow}.jsonl").open("w") as f:
         head = json.loads(_clock_line()) | {"t0": start, "line_rate_bps": line_rate}
@@ -143,7 +161,7 @@ def send(
         "sent": seq,
         "cnps": len(cnps),
         "send_errors": errors,
-        "seconds": time.monotonic() - start,
+        "seconds": seconds,  # sending, without the linger
         "final_rate_bps": rp.rate,
     }
 
