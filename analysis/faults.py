@@ -669,7 +669,8 @@ def per_direction(events: pd.DataFrame) -> pd.DataFrame:
 
 def trace_targets(events: pd.DataFrame) -> pd.DataFrame:
     """Target rate per trace bin and direction: ``results``, ``run_id``, ``direction``,
-    ``start``, ``end``, ``target_bps`` (0 for a zero-rate bin applied as a blackhole) and the
+    ``start``, ``end``, ``target_bps`` (0 for a zero-rate bin: a held ``set``, or a ``blackhole``
+    in results recorded before the hold) and the
     direction's one-way ``delay_s`` then (NaN where the events do not say)."""
     cols = ["results", "run_id", "direction", "start", "end", "target_bps", "delay_s"]
     if events.empty or "source" not in events or "rate_bps" not in events:

@@ -103,3 +103,76 @@ def delay_steps(
         rx.close()
         tx.close()
     return seq, got, steps
+
+
+def hold_and_release(
+    tb: Any, direction: str, port: int, hold: float = 1.0
+) -> tuple[int, list[tuple[int, float]], float, float]:
+    """Send a datagram every 10 ms across ``direction`` (a direction that replays a trace) for
+    0.2 s, then hold it (``set_rate`` 0: a trace's zero-rate bin) for ``hold`` seconds while
+    sending on, then release it at its rate and send 0.2 s more. Returns the number sent, the
+    (sequence, kernel receive time) of each arrival in arrival order, and the times of the hold
+    and the release, on the receive times' clock (realtime)."""
+    import socket
+    import struct
+    import threading
+    import time
+
+    from testbed.net import netns
+
+    d = next(d for d in tb.plan.wan if d.name == direction)
+    assert d.traced, f"{direction} replays no trace"
+    src, dst = f"{d.src}-h0", f"{d.dst}-h0"
+    addr = tb.hosts[dst]
+
+    def receiver() -> socket.socket:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS: kernel receive times
+        s.bind((addr, port))
+        return s
+
+    rx, tx = netns.run_in(
+        [
+            (tb.namespace(dst), receiver),
+            (tb.namespace(src), lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)),
+        ]
+    )
+    got: list[tuple[int, float]] = []
+
+    def collect() -> None:
+        rx.settimeout(1.5)
+        try:
+            while True:
+                data, anc, _, _ = rx.recvmsg(64, socket.CMSG_SPACE(16))
+                sec, nsec = struct.unpack("@qq", anc[0][2][:16])
+                got.append((int.from_bytes(data[:4], "big"), sec + nsec * 1e-9))
+        except (TimeoutError, OSError):
+            return
+
+    t = threading.Thread(target=collect)
+    t.start()
+    seq = 0
+    times: dict[str, float] = {}
+
+    def send_for(seconds: float) -> None:
+        nonlocal seq
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            tx.sendto(seq.to_bytes(4, "big") + bytes(996), (addr, port))
+            seq += 1
+            time.sleep(0.01)
+
+    try:
+        send_for(0.2)
+        times["hold"] = time.time()  # the receive times' clock (SO_TIMESTAMPNS: realtime)
+        tb.backend.set_rate({d.name: (0, d.buffer)})
+        send_for(hold)
+        times["release"] = time.time()
+        tb.backend.set_rate({d.name: (d.rate, d.buffer)})
+        send_for(0.2)
+        t.join()
+    finally:
+        tb.backend.set_rate({d.name: (d.rate, d.buffer)})
+        rx.close()
+        tx.close()
+    return seq, got, times["hold"], times["release"]

@@ -402,16 +402,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     feats = kernel.probe()
     out.print(_features_table(feats))
-    needs, marking = True, False
+    needs, marking, hold = True, False, False
     if args.file:
         sc = load_scenario(args.file)
         doctor_plan = build_plan(sc, "x", 64)
         needs, marking = doctor_plan.needs_propagation_emulation(), doctor_plan.needs_marking()
+        hold = doctor_plan.needs_hold()
         requested = sc.backend
     else:
         requested = "auto"
     try:
-        choice = choose_backend(requested, needs, feats, marking)
+        choice = choose_backend(requested, needs, feats, marking, hold)
         out.print(
             f"backend for {args.file or 'a scenario with WAN delay'}: "
             f"[bold]{choice.name}[/] — {escape(choice.reason)}"

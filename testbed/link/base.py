@@ -21,6 +21,8 @@ from testbed.net.registry import Record
 from testbed.plan.render import (
     TcOp,
     fabric_shaper_lines,
+    holds_in_plug,
+    plug_start_ops,
     rate_change_lines,
     rate_change_ops,
     wan_shaper_lines,
@@ -80,6 +82,11 @@ class LinkBackend:
         """Start what runs beside the qdiscs; ``trace_interval`` asks for queue samples. An
         override calls this first: the running directions are what :meth:`set_rate` changes."""
         self.directions = {d.name: d for d in plan.wan}
+        plugs = {}
+        for d in plan.wan:
+            if holds_in_plug(d) and not self.owns_queue(d):
+                plugs.setdefault(d.shaper.ns, []).extend(plug_start_ops(d))
+        rtnl.apply(plugs)
 
     def stop(self) -> None:
         """Stop it, keeping its statistics readable (the testbed's files go right after)."""
@@ -96,8 +103,11 @@ class LinkBackend:
         red: dict[str, list[str]] = {}
         for name, (rate, buffer) in changes.items():
             d = self._direction(name)
-            if rate <= 0:
-                raise NetError(f"{name}: rate {rate} bit/s: HTB needs a positive rate")
+            if rate < 0 or (rate == 0 and not holds_in_plug(d)):
+                raise NetError(
+                    f"{name}: rate {rate} bit/s: HTB needs a positive rate (0 holds the queue "
+                    "of a direction that replays a trace, in a plug leaf, not a red one)"
+                )
             buffer = max(buffer, MIN_BUFFER)
             ops.setdefault(d.shaper.ns, []).extend(rate_change_ops(d, rate, buffer))
             if d.marking:

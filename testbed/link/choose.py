@@ -11,18 +11,25 @@ from testbed.net.probe import KernelFeatures
 
 
 def choose_backend(
-    requested: str, needs_propagation: bool, feats: KernelFeatures, needs_marking: bool = False
+    requested: str,
+    needs_propagation: bool,
+    feats: KernelFeatures,
+    needs_marking: bool = False,
+    needs_hold: bool = False,
 ) -> LinkBackend:
     """How delay/jitter/loss/reorder and marking profiles are emulated: the kernel (netem, red),
     the userspace delay line (which then also emulates the marking bottlenecks) or shaping only
-    (nothing to emulate). ``requested`` is the scenario's ``backend`` (auto|kernel|userspace)."""
+    (nothing to emulate). ``requested`` is the scenario's ``backend`` (auto|kernel|userspace).
+    A trace (``needs_hold``) needs sch_plug in the kernel (its zero-rate bins hold the queue);
+    the delay line holds it itself."""
     netem = feats.has_qdisc("netem")
     red = feats.has_qdisc("red")
-    missing = [
-        q
-        for q, need, have in (("netem", needs_propagation, netem), ("red", needs_marking, red))
-        if need and not have
-    ]
+    wants = (
+        ("netem", needs_propagation, netem),
+        ("red", needs_marking, red),
+        ("plug", needs_hold, feats.has_qdisc("plug")),
+    )
+    missing = [q for q, need, have in wants if need and not have]
     if requested == "kernel":
         if missing:
             raise UnsupportedError(

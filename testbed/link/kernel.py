@@ -70,7 +70,10 @@ class KernelBackend(LinkBackend):
         """HTB in place (the base class), then netem's limit where the new rate or buffer needs
         more packets than it holds (:meth:`_sized`)."""
         super().set_rate(changes)
-        self.bottleneck.update({n: (r, max(b, MIN_BUFFER)) for n, (r, b) in changes.items()})
+        # a held direction (rate 0) keeps its rate for sizing
+        self.bottleneck.update(
+            {n: (r or self.bottleneck[n][0], max(b, MIN_BUFFER)) for n, (r, b) in changes.items()}
+        )
         # a direction's rate also sizes its reverse's netem (its ACKs)
         touched = {n for name in changes for n in (name, _reverse(name))}
         grown = {}

@@ -12,8 +12,9 @@ rules go *before* the process, because the kernel drops whatever a dying listene
 no ``--queue-bypass``: if the process dies, packets of its directions are dropped, never passed
 through undelayed, and ``problems()`` reports the link failed.
 
-A direction with an ``aqm`` has no kernel shaper on this backend: its line *is* the bottleneck
-(rate, drop-tail buffer, marking profile), so that it knows the queue it marks on. CE marks are set
+A direction with an ``aqm`` or a trace has no kernel shaper on this backend: its line *is* the
+bottleneck (rate, drop-tail buffer, marking profile), so that it knows the queue it marks on and
+can hold it through a trace's zero-rate bins. CE marks are set
 by the verdict's skb mark plus one mangle rule (``TOS --set-tos 0x03/0x03``) on the wire's egress.
 """
 
@@ -118,8 +119,10 @@ def _restore_all(per_ns: dict[str, list[list[str]]]) -> list[tuple[str, str]]:
 
 def line_holds_queue(d: WanDirection) -> bool:
     """On this backend every direction with an ``aqm`` has its bottleneck queue in the line
-    (docs/congestion.md): the line must know the queue it marks on."""
-    return d.aqm is not None
+    (docs/congestion.md): the line must know the queue it marks on. So does a direction that
+    replays a trace: a zero-rate bin holds its queue (Mahimahi's semantics), which HTB cannot
+    (a rate of 0 is refused, a tiny one leaves a token debt of seconds per packet)."""
+    return d.aqm is not None or d.traced
 
 
 class UserspaceBackend(LinkBackend):
@@ -214,6 +217,7 @@ class DelayLineSupervisor:
         # the line is the bottleneck, set_rates).
         self.impairments: dict[str, Impairment] = {d.name: d.impairment for d in plan.wan}
         self.rates: dict[str, tuple[int, int]] = {d.name: (d.rate, d.buffer) for d in plan.wan}
+        self.held: set[str] = set()  # directions whose line serves nothing now (set_rates)
         self.lines: list[LineProcess] = []
         self.launcher: subprocess.Popen | None = None  # until it has reported every line
         by_wire: dict[str, list[WanDirection]] = {}
@@ -274,8 +278,9 @@ class DelayLineSupervisor:
                 queues[-1].update(
                     rate=rate,
                     buffer=buffer,
-                    aqm=d.aqm.model_dump(),
+                    aqm=None if d.aqm is None else d.aqm.model_dump(),
                     ce_mark=DEFAULT_CE_MARK,
+                    held=d.name in self.held,
                 )
         config = {
             "queues": queues,
@@ -327,11 +332,16 @@ class DelayLineSupervisor:
         self.reload(changes)
 
     def set_rates(self, changes: dict[str, tuple[int, int]]) -> None:
-        """New (rate bit/s, buffer bytes) of directions whose bottleneck is the line."""
+        """New (rate bit/s, buffer bytes) of directions whose bottleneck is the line; rate 0
+        holds (a trace's zero-rate bin: nothing leaves, the queue keeps up to its buffer)."""
         self._served(changes)
-        self.rates.update(
-            {n: (rate, max(buffer, MIN_BUFFER)) for n, (rate, buffer) in changes.items()}
-        )
+        for n, (rate, buffer) in changes.items():
+            if rate == 0:  # a hold: the line keeps the rate it had, serving nothing
+                self.held.add(n)
+                rate = self.rates[n][0]
+            else:
+                self.held.discard(n)
+            self.rates[n] = (rate, max(buffer, MIN_BUFFER))
         self.reload(changes)
 
     def _served(self, changes: dict[str, Any]) -> dict[str, LineProcess]:

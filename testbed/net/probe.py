@@ -24,6 +24,7 @@ QDISC_TRIALS = {
     "red": "red limit 400000 min 30000 max 90000 avpkt 1000 burst 55 probability 0.02 "
     "bandwidth 10mbit ecn",
     "tbf": "tbf rate 10mbit burst 32kbit latency 10ms",
+    "plug": "plug",  # tc has no plug options: the kernel's defaults (a trace's held bins)
 }
 
 

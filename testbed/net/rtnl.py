@@ -2,15 +2,15 @@
 requests.
 
 This module owns the rtnetlink messages the build, the faults (:mod:`testbed.net.faults`) and a
-rate change (``LinkBackend.set_rate``) send: one per :mod:`testbed.plan.render` ``IpOp`` (a link
-up or down, its device group, a bridge, a bridge port, an IPv4 address, ``gso_max_segs``, an IPv4
-route) or ``TcOp`` (an HTB class's rate, a bfifo's limit), over the shared framing of
-:mod:`testbed.net.netlink`. One worker thread enters each namespace in turn (``setns``), opens a
+rate change (``LinkBackend.set_rate``) send: one per :mod:`testbed.plan.render` ``IpOp`` (a link up
+or down, its device group, a bridge, a bridge port, an IPv4 address, ``gso_max_segs``, an IPv4
+route) or ``TcOp`` (an HTB class's rate, a bfifo's limit, a plug's action), over the shared framing
+of :mod:`testbed.net.netlink`. One worker thread enters each namespace in turn (``setns``), opens a
 ``NETLINK_ROUTE`` socket there and sends that namespace's requests back to back, then reads their
 acks. It replaces an ``ip -n NS -batch`` (or ``tc``) process per namespace: at 8 clusters x 16
-hosts (164 namespaces) those cost ~0.4 s of CPU, mostly process start-up; a rate change by
-``tc -batch`` took 5.6 ms p50 / 18 ms p99 on the busy development VM (benchmarks/fault_ops.py).
-A refused request raises NetError naming the namespace and the request as an ``ip`` or ``tc``
+hosts (164 namespaces) those cost ~0.4 s of CPU, mostly process start-up; a rate change by ``tc
+-batch`` took 5.6 ms p50 / 18 ms p99 on the busy development VM (benchmarks/fault_ops.py). A
+refused request raises NetError naming the namespace and the request as an ``ip`` or ``tc``
 command.
 """
 
@@ -37,6 +37,7 @@ from testbed.plan.render import (
     LinkUp,
     NeighDel,
     NeighPin,
+    PlugCtl,
     RouteAdd,
     SetMaster,
     TcOp,
@@ -73,6 +74,7 @@ U64 = struct.Struct("=Q")
 IFADDRMSG = struct.Struct("=BBBBI")  # family, prefix length, flags, scope, index
 RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst len, src len, tos, table, proto, scope, type
 U32 = struct.Struct("=I")
+PLUG_QOPT = struct.Struct("=iI")  # action, limit
 NDMSG = struct.Struct("=BxxxiHBB")  # family, index, state, flags, type
 
 ACK = netlink.NLM_F_REQUEST | netlink.NLM_F_ACK
@@ -178,6 +180,13 @@ def _fifo_limit(dev: str, limit: int) -> bytes:
     return head + netlink.nla(TCA_KIND, b"bfifo\0") + netlink.nla(TCA_OPTIONS, U32.pack(limit))
 
 
+def _plug(dev: str, action: int, limit: int) -> bytes:
+    """RTM_NEWQDISC changing the plug 10: under class 1:1 of ``dev`` (struct tc_plug_qopt)."""
+    head = TCMSG.pack(0, _index(dev), 0x00100000, 0x00010001, 0)
+    opt = PLUG_QOPT.pack(action, limit)
+    return head + netlink.nla(TCA_KIND, b"plug\0") + netlink.nla(TCA_OPTIONS, opt)
+
+
 def _index(dev: str) -> int:
     """``dev``'s index in the calling thread's namespace (the ioctl's socket is made there)."""
     try:
@@ -194,6 +203,8 @@ def request(op: Op) -> tuple[int, int, bytes]:
             return RTM_NEWTCLASS, ACK, _htb_class(dev, rate, burst, quantum)
         case FifoLimit(dev, limit):
             return RTM_NEWQDISC, ACK, _fifo_limit(dev, limit)
+        case PlugCtl(dev, action, limit):
+            return RTM_NEWQDISC, ACK, _plug(dev, action, limit)
         case LinkUp(dev):
             return RTM_NEWLINK, ACK, _link(dev, up=True)
         case LinkDown(dev):
@@ -219,7 +230,7 @@ def request(op: Op) -> tuple[int, int, bytes]:
 
 def line(op: Op) -> str:
     """The command ``op`` is the request of (``ip ...`` or ``tc ...``), for messages."""
-    return f"tc {tc_line(op)}" if isinstance(op, HtbChange | FifoLimit) else ip_line(op)
+    return f"tc {tc_line(op)}" if isinstance(op, HtbChange | FifoLimit | PlugCtl) else ip_line(op)
 
 
 def _apply(ns: str, ops: list[Op]) -> None:

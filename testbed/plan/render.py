@@ -206,11 +206,26 @@ def red_args(d: WanDirection) -> str:
 
 
 def wan_shaper_lines(d: WanDirection) -> list[str]:
-    """The bottleneck of one WAN direction: HTB with a bfifo leaf, or a red leaf."""
+    """The bottleneck of one WAN direction: HTB with a bfifo leaf, or a red leaf, or (a trace
+    replays on it) a plug leaf, which can hold its queue through a zero-rate bin. tc knows no
+    plug options: the leaf starts plugged with its default limit, and :func:`plug_start_ops`
+    (rtnetlink) sets its limit and opens it before any traffic."""
     lines = shaper_lines(d.shaper)
     if d.marking:
         lines[-1] = f"qdisc add dev {d.shaper.ifname} parent 1:1 handle 10: {red_args(d)}"
+    elif d.traced:
+        lines[-1] = f"qdisc add dev {d.shaper.ifname} parent 1:1 handle 10: plug"
     return lines
+
+
+def holds_in_plug(d: WanDirection) -> bool:
+    """Whether the kernel bottleneck of ``d`` has a plug leaf (:func:`wan_shaper_lines`)."""
+    return d.traced and not d.marking
+
+
+def plug_start_ops(d: WanDirection) -> list[TcOp]:
+    """The plug leaf's byte limit (the buffer, as bfifo's) and its opening (a FIFO from now)."""
+    return [PlugCtl(d.shaper.ifname, PLUG_LIMIT, d.buffer), PlugCtl(d.shaper.ifname, PLUG_OPEN)]
 
 
 class HtbChange(NamedTuple):
@@ -229,19 +244,43 @@ class FifoLimit(NamedTuple):
     limit: int  # bytes
 
 
-TcOp = HtbChange | FifoLimit
+# sch_plug's actions (linux/pkt_sched.h TCQ_PLUG_*): close = keep what arrives (BUFFER), open =
+# release everything and go on as a FIFO (RELEASE_INDEFINITE), limit = a new byte limit
+PLUG_CLOSE, PLUG_OPEN, PLUG_LIMIT = 0, 2, 3
+PLUG_WORDS = {PLUG_CLOSE: "block", PLUG_OPEN: "release_indefinite", PLUG_LIMIT: "limit"}
+
+
+class PlugCtl(NamedTuple):
+    """A ``plug`` leaf 10:'s action (closed: a zero-rate trace bin holds the queue)."""
+
+    dev: str
+    action: int  # PLUG_CLOSE | PLUG_OPEN | PLUG_LIMIT
+    limit: int = 0  # bytes, for PLUG_LIMIT
+
+
+TcOp = HtbChange | FifoLimit | PlugCtl
 
 
 def rate_change_ops(d: WanDirection, rate: int, buffer: int) -> list[TcOp]:
     """Changing the bottleneck of ``d`` to ``rate`` bit/s and a ``buffer``-byte queue in place:
     HTB recomputes rate, ceil, burst and quantum of the class and keeps its token state; the
     leaf keeps the packets it holds (a byte-limited queue does not follow the rate on its own,
-    so its limit changes with it). :mod:`testbed.net.rtnl` sends them as rtnetlink requests;
-    :func:`tc_line` is each one as a ``tc`` command. A marking (red) leaf is not one of them:
-    :func:`rate_change_lines`."""
-    ops: list[TcOp] = [HtbChange(d.shaper.ifname, rate, htb_burst(rate), htb_quantum(rate))]
+    so its limit changes with it). Rate 0 (a trace's zero-rate bin) closes a plug leaf: HTB
+    cannot shape to 0, and a tiny rate leaves a token debt of seconds per packet.
+    :mod:`testbed.net.rtnl` sends them as rtnetlink requests; :func:`tc_line` is each one as a
+    ``tc`` command. A marking (red) leaf is not one of them: :func:`rate_change_lines`."""
+    dev = d.shaper.ifname
+    if holds_in_plug(d):
+        if rate == 0:  # held: HTB keeps its rate and tokens, the leaf keeps what it has
+            return [PlugCtl(dev, PLUG_LIMIT, buffer), PlugCtl(dev, PLUG_CLOSE)]
+        return [
+            HtbChange(dev, rate, htb_burst(rate), htb_quantum(rate)),
+            PlugCtl(dev, PLUG_LIMIT, buffer),
+            PlugCtl(dev, PLUG_OPEN),
+        ]
+    ops: list[TcOp] = [HtbChange(dev, rate, htb_burst(rate), htb_quantum(rate))]
     if not d.marking:
-        ops.append(FifoLimit(d.shaper.ifname, buffer))
+        ops.append(FifoLimit(dev, buffer))
     return ops
 
 
@@ -255,6 +294,9 @@ def tc_line(op: TcOp) -> str:
             )
         case FifoLimit(dev, limit):
             return f"qdisc change dev {dev} parent 1:1 handle 10: bfifo limit {limit}"
+        case PlugCtl(dev, action, limit):  # libnl's words: iproute2's tc has no plug options
+            word = PLUG_WORDS[action] + (f" {limit}" if action == PLUG_LIMIT else "")
+            return f"qdisc change dev {dev} parent 1:1 handle 10: plug {word}"
     raise TypeError(f"not a tc operation: {op!r}")
 
 

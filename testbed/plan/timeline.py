@@ -11,10 +11,11 @@ from the start of that iteration instead.
 Expansion (docs/faults.md, "## Scenario keys"): schedule steps and trace bins become ``set``s
 (only what a step names changes; ``restore`` returns to the configured settings; a
 ``buffer: Nbdp`` is re-evaluated at every rate or delay change, with the plan's own
-``resolve_buffer``); a trace bin of rate 0 is a blackhole for that bin (HTB cannot shape to 0);
-faults become their start and end actions. Overlaps that contradict each other (two blackholes
-or two downs on one link, a burst loss across a step that sets loss, a link brought down while
-its gateway is crashed) are a ``ScenarioError`` naming both.
+``resolve_buffer``); a trace bin of rate 0 is a ``set`` of rate 0: the bottleneck holds its queue
+for that bin (nothing leaves, arrivals wait up to the buffer), as Mahimahi does; faults become
+their start and end actions. Overlaps that contradict each other (two blackholes or two downs on
+one link, a burst loss across a step that sets loss, a link brought down while its gateway is
+crashed) are a ``ScenarioError`` naming both.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Change:
     """The complete new state of one WAN direction's emulation after an event."""
 
     direction: str  # "east->west"
-    rate: int  # bit/s
+    rate: int  # bit/s; 0: held (a trace's zero-rate bin: the bottleneck serves nothing)
     buffer: int  # bytes (a `buffer: Nbdp` re-evaluated at the new rate and delay)
     delay: float
     jitter: float
@@ -103,6 +104,7 @@ class _State:
     buffer: tuple[str, float]
     ge_p: float = 0.0
     ge_r: float = 0.0
+    held: bool = False  # a trace's zero-rate bin: nothing leaves; ``rate`` is the one before
 
     def copy(self) -> _State:
         return _State(**self.__dict__)
@@ -203,9 +205,8 @@ def _changes(states: dict[str, _State]) -> dict[str, Change]:
     out = {}
     for name, s in states.items():
         buffer = resolve_buffer(s.buffer, bdp_bytes(s.rate, rtt))
-        out[name] = Change(
-            name, s.rate, buffer, s.delay, s.jitter, s.loss, s.reorder, s.ge_p, s.ge_r
-        )
+        rate = 0 if s.held else s.rate
+        out[name] = Change(name, rate, buffer, s.delay, s.jitter, s.loss, s.reorder, s.ge_p, s.ge_r)
     return out
 
 
@@ -225,7 +226,7 @@ def read_link_trace(link: WanLink, i: int, base_dir: Path, source: str = "<scena
 
 def _link_settings(b: _Builder, i: int, link: WanLink) -> None:
     """The ``set`` events of link ``i`` (schedule, trace, absolute burst losses), each with the
-    full state of the directions it changes, and the trace's zero-rate blackholes."""
+    full state of the directions it changes (rate 0: held)."""
     configured = _configured(b.plan, link)
     ops: list[_Op] = []
     for k, step in enumerate(link.schedule):
@@ -350,8 +351,7 @@ def _burst_op(j: int, dirs: tuple[str, ...], p: float, r: float, duration: float
 
 
 def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
-    """One op per bin (per period when it loops, up to the horizon); zero-rate bins become
-    blackhole/unblackhole events straight away (they change no setting)."""
+    """One op per bin (per period when it loops, up to the horizon)."""
     trace = link.trace
     assert trace is not None
     bins = read_link_trace(link, i, b.base_dir, b.source)
@@ -383,16 +383,7 @@ def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
         if (final.rate, final.delay, final.loss) != (held.rate, held.delay, held.loss):
             expanded.append((period, final))
     ops: list[_Op] = []
-    dark_since: float | None = None
     for at, x in expanded:
-        if x.rate == 0:
-            if dark_since is None:
-                dark_since = at
-                b.add(at, None, _STARTS, _trace_blackhole(link, dirs, at, True))
-            continue
-        if dark_since is not None:
-            _dark(b, link, dirs, where, dark_since, at)
-            dark_since = None
         label = f"trace bin {round(x.t / bins.width)}" if x is not bins.last else "trace end, held"
         ops.append(_Op(at, _SETS, seq0 + len(ops), _trace_op(i, dirs, x, label)))
     if bins.bins[0].loss is not None:
@@ -401,51 +392,25 @@ def _trace_ops(b: _Builder, i: int, link: WanLink, seq0: int) -> list[_Op]:
             b.intervals.append(
                 _Interval(("loss", d), 0.0, end, None, where, f"sets loss from 0 to {end:g} s")
             )
-    if dark_since is not None:
-        # a looping trace's last zero bins end at the horizon; a held zero rate never ends
-        end = b.horizon if trace.loop else FOREVER
-        _dark(b, link, dirs, where, dark_since, end)
     return ops
 
 
-def _dark(b: _Builder, link: WanLink, dirs: tuple[str, ...], where: str, t0: float, t1: float):
-    if math.isfinite(t1):
-        b.add(t1, None, _AFTER_SETS, _trace_blackhole(link, dirs, t1, False))
-    for d in dirs:
-        b.intervals.append(
-            _Interval(("blackhole", d), t0, t1, None, where, f"rate 0 from {t0:g} s to {t1:g} s")
-        )
-
-
-def _trace_blackhole(link: WanLink, dirs: tuple[str, ...], at: float, on: bool) -> Event:
-    what = (
-        "trace rate 0: blackhole on (HTB cannot shape to 0)"
-        if on
-        else "trace rate above 0: blackhole off"
-    )
-    return Event(
-        at,
-        None,
-        "blackhole" if on else "unblackhole",
-        "trace",
-        None,
-        link.name,
-        None,
-        dirs,
-        (),
-        what,
-    )
-
-
 def _trace_op(i: int, dirs: tuple[str, ...], x: Any, label: str) -> Any:
+    """A bin's settings; a zero-rate bin holds the queue (Mahimahi: packets wait for the next
+    delivery opportunity) and keeps the buffer of the rate before it."""
+
     def apply(states: dict[str, _State]) -> tuple[Any, ...]:
         for d in dirs:
-            states[d].rate = x.rate
+            states[d].held = x.rate == 0
+            if x.rate:
+                states[d].rate = x.rate
             if x.delay is not None:
                 states[d].delay = x.delay
             if x.loss is not None:
                 states[d].loss = x.loss
-        what = f"{label}: rate {format_rate(x.rate)}"
+        what = f"{label}: " + (
+            f"rate {format_rate(x.rate)}" if x.rate else "rate 0, held (nothing leaves)"
+        )
         if x.delay is not None:
             what += f", delay {format_duration(x.delay)}"
         if x.loss is not None:

@@ -148,6 +148,8 @@ class WanDirection:
     # A schedule, trace or fault changes its delay, jitter, loss, reorder or burst loss while
     # it runs: the backend emulates its propagation from bring-up, even when idle at first.
     changes_later: bool = False
+    # A trace replays on it: its rate changes every bin, and a zero-rate bin holds its queue.
+    traced: bool = False
 
     @property
     def marking(self) -> bool:
@@ -221,6 +223,11 @@ class NetworkPlan:
 
     def needs_marking(self) -> bool:
         return any(d.marking for d in self.wan)
+
+    def needs_hold(self) -> bool:
+        """A trace replays on a WAN direction: its zero-rate bins hold the queue (in the kernel,
+        a plug leaf under HTB)."""
+        return any(d.traced for d in self.wan)
 
 
 def bdp_bytes(rate: int, rtt: float) -> int:
@@ -324,6 +331,16 @@ def changing_directions(scenario: Scenario) -> set[str]:
     return out
 
 
+def traced_directions(scenario: Scenario) -> set[str]:
+    """WAN directions a trace replays on (``WanDirection.traced``)."""
+    return {
+        d
+        for link in scenario.wan
+        if link.trace is not None
+        for d in link_directions(link.between, link.trace.direction)
+    }
+
+
 def loss_later(scenario: Scenario) -> bool:
     """Whether a schedule step, a csv trace (it may carry loss) or a burst loss brings loss to a
     link while it runs: the hosts must then send wire-sized packets from bring-up (render.py)."""
@@ -383,6 +400,7 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         parts.cluster(cluster, k)
     parts.routes.extend(parts.wire_routes)
     later = changing_directions(scenario)
+    traced = traced_directions(scenario)
     return NetworkPlan(
         scenario=scenario.name,
         prefix=prefix,
@@ -393,7 +411,9 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         addresses=tuple(parts.addresses),
         routes=tuple(parts.routes),
         shapers=tuple(parts.shapers),
-        wan=tuple(replace(d, changes_later=d.name in later) for d in parts.wan),
+        wan=tuple(
+            replace(d, changes_later=d.name in later, traced=d.name in traced) for d in parts.wan
+        ),
         hosts=tuple(parts.hosts),
         gateways=tuple(parts.gateways),
         fabric=tuple(parts.fabric),

@@ -95,6 +95,7 @@ class Testbed:
                 self.plan.needs_propagation_emulation(),
                 self.features,
                 self.plan.needs_marking(),
+                self.plan.needs_hold(),
             )
             self.backend.check(self.plan)
             self.record.backend = self.backend.name

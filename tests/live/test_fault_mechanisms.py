@@ -23,10 +23,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import delay_steps, scenario, unique_name
+from helpers import delay_steps, hold_and_release, scenario, unique_name
 
 from testbed.config.scenario import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
@@ -598,3 +599,22 @@ def test_burst_loss_on_the_delay_line_matches_gilbert_elliott(line3):
     assert mean == pytest.approx(1 / r, rel=4 * (1 - r) ** 0.5 / len(runs) ** 0.5)
     if stats0:  # the delay line counts what its bad state dropped: these, and nothing else
         assert burst_drops == sum(lost)
+
+
+def test_a_zero_rate_trace_bin_holds_the_queue_and_loses_nothing(make_testbed) -> None:
+    """A trace's zero-rate bin holds (Mahimahi): what is sent during it waits in the bottleneck
+    queue and leaves at the release, none lost, in order; a blackhole would drop it."""
+    trace = Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "steps-60s.csv"
+    link = {"between": ["east", "west"], "rate": "20mbit", "delay": "5ms"}
+    link["trace"] = {"file": str(trace), "format": "csv", "direction": "forward"}
+    flow = {"kind": "bulk", "from": "east-h0", "to": "west-h0", "duration": "1s"}  # not run
+    tb = make_testbed(scenario(wan=[link], traffic=[flow]))
+    sent, got, held, released = hold_and_release(tb, "east->west", 47990)
+    during = [s for s, t in got if held + 0.05 < t < released - 0.02]
+    after = [s for s, t in got if t >= released - 0.02]
+    print(f"sent {sent}, arrived {len(got)}: {len(during)} during the hold, {len(after)} after")
+    assert len(got) == sent, "a held bin loses nothing"
+    assert [s for s, _ in got] == sorted(s for s, _ in got), "in order"
+    assert during == [], "nothing leaves a held queue"
+    assert len(after) >= 0.7 * (released - held) / 0.01  # what was sent during the hold
+    assert min(t for _, t in got if t >= released - 0.02) - released < 0.1  # served at once

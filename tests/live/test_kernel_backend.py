@@ -8,13 +8,15 @@ Rates are modest: under QEMU's software emulation (TCG) the guest is slow.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import statistics
 import subprocess
+from pathlib import Path
 
 import pytest
-from helpers import scenario
+from helpers import hold_and_release, scenario
 
 from testbed.net import probe as kernel
 from testbed.run.selfcheck import check_direction, probe_rtt
@@ -269,3 +271,28 @@ def test_a_delay_step_grows_netems_packet_limit(make_testbed):
     )
     assert q["drops"] == dropped_before, q
     target.set([old])  # back to 10 ms (the limit stays)
+
+
+def test_a_zero_rate_trace_bin_closes_a_plug_leaf_and_loses_nothing(make_testbed):
+    """The kernel side of a trace's zero-rate bin: the HTB leaf of a traced direction is a plug,
+    closed for the bin (HTB cannot shape to 0) and opened at the next rate; what was sent
+    meanwhile leaves then, none lost."""
+    trace = Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "steps-60s.csv"
+    link = {"between": ["east", "west"], "rate": "20mbit", "delay": "5ms"}
+    link["trace"] = {"file": str(trace), "format": "csv", "direction": "forward"}
+    flow = {"kind": "bulk", "from": "east-h0", "to": "west-h0", "duration": "1s"}  # not run
+    tb = make_testbed(scenario(wan=[link], traffic=[flow]))
+    d = next(d for d in tb.plan.wan if d.name == "east->west")
+    shown = subprocess.run(
+        ["tc", "-n", d.shaper.ns, "qdisc", "show", "dev", d.shaper.ifname],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "qdisc plug 10:" in shown, shown
+    sent, got, held, released = hold_and_release(tb, "east->west", 47991)
+    during = [s for s, t in got if held + 0.05 < t < released - 0.02]
+    order = [s for s, _ in got]
+    late = sum(a > b for a, b in itertools.pairwise(order))
+    # not asserted: in the TCG guest 3 of 121 arrived out of order around the release once
+    print(f"sent {sent}, arrived {len(got)}: {len(during)} during the hold, {late} out of order")
+    assert len(got) == sent and during == []
+    assert min(t for _, t in got if t >= released - 0.02) - released < 0.2

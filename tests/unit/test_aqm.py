@@ -19,6 +19,7 @@ from testbed.link.delayline import (
     iptables_delete_rules,
     iptables_rules,
 )
+from testbed.link.delayline.config import HOLD_RATE
 from testbed.link.delayline.model import HOLD, Queue, decide, enqueue, retime, wire_bytes
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
 from testbed.link.userspace import UserspaceBackend
@@ -225,6 +226,31 @@ def test_a_rate_change_drains_the_queued_packets_at_the_new_rate() -> None:
     q.cfg = cfg
     retime(q, now, 8e5)
     assert q.deadlines[-1] == pytest.approx(0.01 + now + 7.5 * gap)
+
+
+def test_a_held_bottleneck_keeps_its_queue_and_serves_it_at_the_release() -> None:
+    # a trace's zero-rate bin (Mahimahi semantics): nothing leaves, arrivals queue up to the
+    # buffer, and at the release the queue leaves at the new rate with nothing lost
+    base = {"num": 1, "rate": 8e6, "buffer": 131_072, "delay": 0.01}
+    q = Queue(QueueConfig.from_dict(base), random.Random(1))
+    gap = 1514 / 1e6
+    assert all(decide(q, pid, 0.0, 1500, 0) == HOLD for pid in range(5))
+    now = 2.5 * gap  # 2 left, 2.5 packets queued
+    q.cfg = QueueConfig.from_dict(base | {"held": True})
+    retime(q, now, 8e6)
+    assert q.backlog(now) == (pytest.approx(2.5 * 1514), 3)
+    assert q.backlog(now + 60.0) == (pytest.approx(2.5 * 1514, abs=8), 3)  # a minute: 7.5 B left
+    # arrivals wait up to the buffer (84 more packets of 1514 B), then drop-tail
+    verdicts = [decide(q, 10 + k, now + 0.001 * k, 1500, 0) for k in range(90)]
+    assert verdicts.count(HOLD) == 84 and q.dropped_queue == 6
+    assert q.backlog(now + 0.1)[1] == 87
+    # released two seconds later at a tenth of the rate: the 86.5 packets left, 10x slower
+    later = now + 2.0
+    q.cfg = QueueConfig.from_dict(base | {"rate": 8e5})
+    retime(q, later, HOLD_RATE)
+    assert q.backlog(later) == (pytest.approx(86.5 * 1514, rel=1e-5), 87)
+    assert q.deadlines[-1] == pytest.approx(later + 86.5 * gap * 10 + 0.01, rel=1e-5)
+    assert q.deadlines[2] == pytest.approx(later + 0.5 * gap * 10 + 0.01, rel=1e-5)
 
 
 def test_step_marks_ect_and_drops_non_ect_above_k() -> None:

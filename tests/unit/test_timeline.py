@@ -133,35 +133,30 @@ def test_trace_loops_to_the_horizon_relative_to_the_scenario_directory(tmp_path:
         horizon=0.5,
     )
     assert tl.horizon == 0.5
-    assert [(round(e.at, 3), e.action) for e in tl.events] == [
-        (0.0, "set"),
-        (0.1, "blackhole"),
-        (0.2, "set"),
-        (0.2, "unblackhole"),
-        (0.3, "blackhole"),
-        (0.4, "set"),
-        (0.4, "unblackhole"),
+    # a zero-rate bin holds the queue (Mahimahi): a set of rate 0 that keeps the buffer
+    assert [(round(e.at, 3), e.action, change(e, EW).rate) for e in tl.events] == [
+        (0.0, "set", 12_000_000),
+        (0.1, "set", 0),
+        (0.2, "set", 12_000_000),
+        (0.3, "set", 0),
+        (0.4, "set", 12_000_000),
     ]
     first = tl.events[0]
     assert (first.source, first.directions) == ("trace", (EW,))
     assert change(first, EW).rate == 10 * 10 * 12000 / 0.1
     assert first.what == "trace bin 0: rate 12 Mbit/s"
     dark = tl.events[1]
-    assert dark.what == "trace rate 0: blackhole on (HTB cannot shape to 0)"
+    assert dark.what == "trace bin 1: rate 0, held (nothing leaves)"
     assert dark.directions == (EW,)
+    assert change(dark, EW).buffer == change(first, EW).buffer
 
 
-def test_a_looping_trace_ending_dark_is_lit_at_the_horizon(tmp_path: Path) -> None:
+def test_a_looping_trace_ending_dark_holds_until_its_next_period(tmp_path: Path) -> None:
     name = write(tmp_path, "t.csv", "t,rate\n0s,1mbit\n100ms,0\n200ms,0\n")
     tl = timeline(scenario({"trace": {"file": name, "format": "csv"}}), tmp_path, horizon=0.35)
-    assert [(round(e.at, 3), e.action) for e in tl.events] == [
-        (0.0, "set"),
-        (0.1, "blackhole"),
-        (0.2, "set"),
-        (0.2, "unblackhole"),
-        (0.3, "blackhole"),
-        (0.35, "unblackhole"),
-    ]
+    # the 200 ms row ends the period: it loops every 200 ms, dark in its second half
+    got = [(round(e.at, 3), e.action, change(e, EW).rate) for e in tl.events]
+    assert got == [(0.0, "set", 1e6), (0.1, "set", 0), (0.2, "set", 1e6), (0.3, "set", 0)]
 
 
 def test_trace_without_loop_holds_its_last_row_and_csv_sets_delay_and_loss(
@@ -211,12 +206,12 @@ def test_a_loop_too_long_for_its_bin_is_refused(tmp_path: Path) -> None:
     )
 
 
-def test_real_att_trace_expands_with_its_outage_as_a_blackhole() -> None:
+def test_real_att_trace_expands_with_its_outage_held() -> None:
     path = Path("/work/shared/traces/ATT-LTE-driving-2016.up")
     if not path.exists():
         pytest.skip(f"{path} is absent")
     tl = timeline(scenario({"trace": {"file": str(path), "format": "mahimahi"}}), horizon=240.0)
-    dark = [e.at for e in tl.events if e.action == "blackhole"]
+    dark = [e.at for e in sets(tl) if change(e, EW).rate == 0]
     assert any(abs(t - 3.1) < 1e-6 for t in dark)
     assert any(abs(t - 123.1) < 1e-6 for t in dark)  # the second time round
     assert len(sets(tl)) > 2000
@@ -417,16 +412,19 @@ def test_contradicting_overlaps_name_both(
     assert error_of(scenario(link, faults=faults)).startswith(message)
 
 
-def test_a_fault_blackhole_may_not_overlap_a_dark_trace_bin(tmp_path: Path) -> None:
+def test_a_fault_blackhole_may_overlap_a_held_trace_bin(tmp_path: Path) -> None:
+    # a held bin is a rate (0), not a blackhole: the fault's drop and the hold do not contradict
     name = write(tmp_path, "t.csv", "t,rate\n0s,1mbit\n1s,0\n2s,1mbit\n3s,1mbit\n")
     data = scenario(
         {"trace": {"file": name, "format": "csv", "loop": False}},
         faults=[{"kind": "blackhole", "link": "east-west", "at": "1.5s", "duration": "1s"}],
     )
-    assert error_of(data, tmp_path) == (
-        "s.yaml: faults[0]: blackhole 1.5 s .. 2.5 s overlaps wan[0].trace (rate 0 from 1 s to "
-        "2 s) on east->west: the first to end would lift the other's blackhole early"
-    )
+    tl = timeline(data, tmp_path)
+    held = sorted({round(e.at, 3) for e in sets(tl) if change(e, EW).rate == 0})
+    assert (held[0], held[-1]) == (1.0, 1.9)
+    assert [(e.at, e.action) for e in tl.events if e.action != "set"] == [
+        (1.5, "blackhole"), (2.5, "unblackhole"),
+    ]  # fmt: skip
 
 
 def test_what_does_not_contradict_is_accepted() -> None:

@@ -23,6 +23,9 @@ DEFAULT_RCVBUF = 64 << 20
 DEFAULT_RELEASE_GAP = 0.0002
 
 AQM_KEYS = {"kind", *THRESHOLD_FIELDS, "ecn"}
+# bit/s of a held bottleneck: a 1500-byte packet would take 3.3 hours, so nothing leaves in a
+# run, and the queue's arithmetic (backlog, drop-tail, the retime at release) stays the rate one
+HOLD_RATE = 1.0
 
 
 class ConfigError(ValueError):
@@ -49,10 +52,18 @@ class QueueConfig:
     buffer: int = 0  # bytes, drop-tail limit
     aqm: dict[str, Any] | None = None  # {"kind": droptail|red|step, kmin, kmax, pmax, k, ecn}
     ce_mark: int = DEFAULT_CE_MARK
+    # A held bottleneck serves nothing (a trace's zero-rate bin): it keeps what it queued and
+    # accepts more up to its buffer; ``rate`` is the one it had and gets no use until released.
+    held: bool = False
 
     @property
     def bottleneck(self) -> bool:
         return self.rate > 0
+
+    @property
+    def service_rate(self) -> float:
+        """The rate the emulated queue drains at: ``rate``, or HOLD_RATE while held."""
+        return HOLD_RATE if self.held else self.rate
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> QueueConfig:
@@ -77,6 +88,7 @@ class QueueConfig:
             buffer=int(d.get("buffer", 0)),
             aqm=d.get("aqm"),
             ce_mark=int(d.get("ce_mark", DEFAULT_CE_MARK)),
+            held=bool(d.get("held", False)),
         )
         _check_queue(q)
         return q
@@ -101,8 +113,9 @@ def _check_queue(q: QueueConfig) -> None:
         raise ConfigError(f"queue {q.num}: copy_mode must be 'header' or 'meta'")
     if q.bottleneck:
         _check_bottleneck(q)
-    elif q.aqm is not None:
-        raise ConfigError(f"queue {q.num}: aqm needs a bottleneck rate")
+    elif q.aqm is not None or q.held:
+        what = "aqm" if q.aqm is not None else "held"
+        raise ConfigError(f"queue {q.num}: {what} needs a bottleneck rate")
 
 
 def _check_bottleneck(q: QueueConfig) -> None:

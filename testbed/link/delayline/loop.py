@@ -561,7 +561,7 @@ class DelayLine:
             now = time.monotonic()
             for num, qc in new.items():
                 q = self.by_num[num]
-                old_rate = q.cfg.rate
+                old_rate = q.cfg.service_rate
                 q.cfg = qc  # its random stream (Queue.rng) goes on
                 # a bottleneck's new rate also applies to what it holds (dequeue-time shaping)
                 retime(q, now, old_rate)

@@ -67,7 +67,7 @@ class Queue:
             deps.popleft()
         if self.busy_until <= now:
             return 0.0, 0
-        return (self.busy_until - now) * self.cfg.rate / 8, len(deps)
+        return (self.busy_until - now) * self.cfg.service_rate / 8, len(deps)
 
     def departed_bytes(self, now: float) -> float:
         """Wire bytes that left the emulated bottleneck by ``now``: what HTB's counter would
@@ -102,7 +102,7 @@ def decide(q: Queue, pid: int, arrival: float, length: int, tos: int) -> int:
         q.dropped_loss += 1
         return NF_DROP
     depart = arrival
-    if cfg.rate:
+    if cfg.bottleneck:
         depart = enqueue(q, pid, arrival, length, tos)
         if depart < 0:
             return NF_DROP
@@ -156,7 +156,7 @@ def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
             q.dropped_aqm += 1
             return -1.0
     start = q.busy_until if q.busy_until > arrival else arrival
-    q.busy_until = start + size * 8 / cfg.rate
+    q.busy_until = start + size * 8 / cfg.service_rate
     q.queued_bytes += size
     q.departures.append(q.busy_until)
     if backlog + size > q.max_backlog:
@@ -177,8 +177,9 @@ def retime(q: Queue, now: float, old_rate: float) -> None:
     moves with its departure) and releases stay in order. The queued packets are the last
     ``len(departures)`` held ones: a bottleneck queue accepts nothing out of order (the backend
     refuses ``reorder`` with an ``aqm``), so only with reordering (a stray early accept) are
-    fewer of them held, and the newest ones are retimed."""
-    new_rate = q.cfg.rate
+    fewer of them held, and the newest ones are retimed. A hold and its release are rate changes
+    like the others (to and from ``HOLD_RATE``): what was queued keeps its bytes ahead of it."""
+    new_rate = q.cfg.service_rate
     if not old_rate or not new_rate or old_rate == new_rate:
         return
     deps = q.departures

@@ -115,7 +115,7 @@ def queue_stats(q: Queue, now: float) -> dict[str, Any]:
     if qc.bottleneck:
         backlog, packets = q.backlog(now)
         row.update(
-            rate=qc.rate,
+            rate=0.0 if qc.held else qc.rate,
             buffer=qc.buffer,
             aqm=(qc.aqm or {"kind": "droptail"})["kind"],
             wire_bytes=q.wire_bytes,
