@@ -24,7 +24,7 @@ from testbed.link.delayline.model import HOLD, Queue, decide, enqueue, retime, w
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
 from testbed.link.userspace import UserspaceBackend
 from testbed.net.probe import KernelFeatures
-from testbed.plan.render import red_args
+from testbed.plan.render import rate_change_ops, red_args, tc_line, wan_shaper_lines
 from testbed.plan.topology import build_plan
 
 RED = {"kind": "red", "kmin": "20KB", "kmax": "200KB", "pmax": "1%"}
@@ -157,6 +157,43 @@ def test_marking_without_sch_red_goes_to_the_delay_line() -> None:
 def test_kernel_backend_without_red_is_unsupported() -> None:
     with pytest.raises(UnsupportedError, match="unsupported on this kernel: red"):
         choose_backend("kernel", True, feats(netem=True), needs_marking=True)
+
+
+def test_a_trace_needs_sch_plug_in_the_kernel_or_the_delay_line_holds_it() -> None:
+    c = choose_backend("auto", True, feats(netem=True), needs_hold=True)
+    assert c.name == "userspace" and "no sch_plug" in c.reason
+    assert choose_backend("auto", True, feats(netem=True, plug=True), needs_hold=True).name == (
+        "kernel"
+    )
+    with pytest.raises(UnsupportedError, match="unsupported on this kernel: plug"):
+        choose_backend("kernel", True, feats(netem=True), needs_hold=True)
+
+
+def test_a_traced_direction_has_a_plug_leaf_that_closes_at_rate_0() -> None:
+    trace = {"file": "t.csv", "format": "csv", "direction": "forward"}
+    link = {"between": ["east", "west"], "rate": "100mbit", "delay": "5ms", "trace": trace}
+    plan = plan_of(
+        {
+            "name": "t",
+            "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+            "wan": [link],
+            "traffic": [{"kind": "bulk", "from": "east-h0", "to": "west-h0", "duration": "1s"}],
+        }
+    )
+    fwd, rev = plan.wan
+    assert (fwd.traced, rev.traced, plan.needs_hold()) == (True, False, True)
+    assert wan_shaper_lines(fwd)[-1].endswith("handle 10: plug")
+    assert "bfifo" in wan_shaper_lines(rev)[-1]
+    dev = fwd.shaper.ifname
+    assert [tc_line(op) for op in rate_change_ops(fwd, 0, 400_000)] == [
+        f"qdisc change dev {dev} parent 1:1 handle 10: plug limit 400000",
+        f"qdisc change dev {dev} parent 1:1 handle 10: plug block",
+    ]
+    assert [tc_line(op) for op in rate_change_ops(fwd, 10_000_000, 400_000)][1:] == [
+        f"qdisc change dev {dev} parent 1:1 handle 10: plug limit 400000",
+        f"qdisc change dev {dev} parent 1:1 handle 10: plug release_indefinite",
+    ]
+    assert UserspaceBackend().owns_queue(fwd) and not KernelBackend().owns_queue(fwd)
 
 
 # -- the delay line's bottleneck ------------------------------------------------------------------
