@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.summary import iteration_times, summarize
+from testbed.core.aqm import marking_point
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
@@ -37,7 +38,7 @@ RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
     "wan_rate_bps", "wan_goodput_bps", "wan_delay_s", "rtt_s", "wan_loss", "aqm",
-    "aqm_profile", "buffer", "skipped_combinations", "trace_warnings",
+    "aqm_profile", "aqm_at", "buffer", "skipped_combinations", "trace_warnings",
 ]  # fmt: skip
 
 
@@ -241,9 +242,10 @@ def _aqm_label(aqm: dict[str, Any] | None) -> str:
     return str(kind)
 
 
-def _network(resolved: dict[str, Any]) -> dict[str, Any]:
+def _network(resolved: dict[str, Any], backend: str | None) -> dict[str, Any]:
     """What the analysis shows about a run's network: its first WAN link's forward direction
-    (a scenario with several links has all of them in ``resolved``) and its TCP settings."""
+    (a scenario with several links has all of them in ``resolved``) and its TCP settings;
+    ``aqm_at``: where a marking profile decided on the run's ``backend``."""
     out: dict[str, Any] = {}
     tcp = resolved.get("tcp") or {}
     ccs = [tcp.get("congestion")]
@@ -267,6 +269,9 @@ def _network(resolved: dict[str, Any]) -> dict[str, Any]:
         out["wan_loss"] = wan.get("loss")
         out["aqm"] = (wan.get("aqm") or {}).get("kind") or "droptail"
         out["aqm_profile"] = _aqm_label(wan.get("aqm"))
+        aqm = wan.get("aqm") or {}
+        if aqm.get("kind") in ("red", "step") and backend:
+            out["aqm_at"] = marking_point(aqm.get("at"), backend)
         buffer = wan.get("buffer")
         if isinstance(buffer, list | tuple) and len(buffer) == 2:
             out["buffer"] = f"{buffer[1]:g}bdp" if buffer[0] == "bdp" else f"{buffer[1]:.0f}B"
@@ -300,7 +305,7 @@ def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float
                 "world_size": run.get("world_size"),
                 "cpu_busy_mean": run.get("cpu_busy_mean"),
                 "cpu_saturated": bool(run.get("cpu_saturated", False)),
-                **_network(resolved),
+                **_network(resolved, run.get("backend")),
                 "skipped_combinations": len(run.get("skipped_combinations") or []),
                 "trace_warnings": "; ".join(run.get("trace_warnings") or []),
                 **params,

@@ -177,8 +177,8 @@ def data_sockets(res: Results) -> pd.DataFrame:
 
 CONGESTION_COLUMNS = [
     "results", "run_id", "label", "congestion", "ecn", "wan_loss", "rtt_s", "aqm_profile",
-    "wan_rate_bps", "collective", "algorithm", "size", "time_p50", "time_p95", "goodput_bps",
-    "wan_goodput_bps", "cpu_saturated",
+    "aqm_at", "wan_rate_bps", "collective", "algorithm", "size", "time_p50", "time_p95",
+    "goodput_bps", "wan_goodput_bps", "cpu_saturated",
     "srtt_p50_ms", "srtt_p95_ms", "cwnd_p50", "retransmits",
     "backlog_p50_bytes", "backlog_p95_bytes", "backlog_max_bytes", "dropped", "marked",
     "flow_retransmission_share", "flow_ce_share",
@@ -191,7 +191,7 @@ def congestion_table(res: Results) -> pd.DataFrame:
     if runs.empty or res.summary.empty:
         return pd.DataFrame(columns=[*res.params, *CONGESTION_COLUMNS])
     desc = ["results", "run_id", "label", "congestion", "ecn", "wan_loss", "rtt_s"]
-    desc += ["aqm_profile", "wan_rate_bps", "wan_goodput_bps"]
+    desc += ["aqm_profile", "aqm_at", "wan_rate_bps", "wan_goodput_bps"]
     summary = res.summary[["results", "run_id", *SUMMARY_KEYS, "time_p50", "time_p95", "busbw"]]
     df = runs[[*desc, "cpu_saturated", *[p for p in res.params if p in runs]]].merge(
         summary, on=["results", "run_id"]
@@ -529,6 +529,7 @@ HEADERS = {
     "goodput_ratio": "ratio",
     "wan_loss": "loss",
     "aqm_profile": "aqm",
+    "aqm_at": "marks at",
     "cpu_busy_mean": "CPU busy",
     "flow_retransmission_share": "retrans (pcap)",
     "flow_ce_share": "CE (pcap)",

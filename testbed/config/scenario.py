@@ -132,6 +132,10 @@ class Aqm(_Strict):
     dropping, for non-ECN packets or ``ecn: false``) with probability rising linearly from 0 at
     ``kmin`` to ``pmax`` at ``kmax`` bytes of queue, and always above ``kmax``. ``step``:
     DCTCP-like, marks everything that arrives at more than ``k`` bytes of queue.
+
+    ``at``: where the decision is taken: ``dequeue`` (on the queue a packet leaves behind, as
+    DCQCN's simulators do) or ``arrival`` (on the queue it finds, as ``sch_red`` does). Unset:
+    dequeue on the delay line, arrival on the kernel backend (``core.aqm.marking_point``).
     """
 
     kind: Literal["droptail", "red", "step"]
@@ -140,6 +144,7 @@ class Aqm(_Strict):
     pmax: Fraction | None = None
     k: Size | None = None
     ecn: bool = True
+    at: Literal["dequeue", "arrival"] | None = None
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Aqm:

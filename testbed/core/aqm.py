@@ -36,3 +36,12 @@ def mark_probability(aqm: Mapping[str, Any] | None, backlog: float) -> float:
             return 1.0
         return aqm["pmax"] * (backlog - kmin) / (kmax - kmin)
     return 0.0
+
+
+def marking_point(at: str | None, backend: str) -> str:
+    """Where a marking profile decides on ``backend``: the scenario's ``at``, else ``dequeue`` on
+    the delay line (``userspace``) and ``arrival`` in the kernel (``sch_red`` decides at
+    enqueue)."""
+    if at is not None:
+        return at
+    return "dequeue" if backend == "userspace" else "arrival"

@@ -32,6 +32,15 @@ class KernelBackend(LinkBackend):
 
     name: ClassVar[str] = "kernel"
 
+    def check(self, plan: NetworkPlan) -> None:
+        for d in plan.wan:
+            if d.marking and d.aqm is not None and d.aqm.at == "dequeue":
+                raise UnsupportedError(
+                    f"{d.name}: aqm at: dequeue is unsupported on the kernel backend (sch_red "
+                    "decides at enqueue); use `at: arrival`, or `backend: userspace` (the delay "
+                    "line decides at dequeue)"
+                )
+
     def __init__(self, reason: str = "") -> None:
         super().__init__(reason)
         self.netem: dict[str, Impairment] = {}  # what each running netem has, by direction

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from testbed.core.aqm import marking_point
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.core.files import atomic_write_text
 from testbed.link.base import LinkBackend
@@ -123,6 +124,11 @@ def line_holds_queue(d: WanDirection) -> bool:
     replays a trace: a zero-rate bin holds its queue (Mahimahi's semantics), which HTB cannot
     (a rate of 0 is refused, a tiny one leaves a token debt of seconds per packet)."""
     return d.aqm is not None or d.traced
+
+
+def _line_aqm(aqm: Any) -> dict[str, Any]:
+    """A direction's marking profile as the line's config takes it (``at`` resolved)."""
+    return aqm.model_dump() | {"at": marking_point(aqm.at, "userspace")}
 
 
 class UserspaceBackend(LinkBackend):
@@ -278,7 +284,7 @@ class DelayLineSupervisor:
                 queues[-1].update(
                     rate=rate,
                     buffer=buffer,
-                    aqm=None if d.aqm is None else d.aqm.model_dump(),
+                    aqm=None if d.aqm is None else _line_aqm(d.aqm),
                     ce_mark=DEFAULT_CE_MARK,
                     held=d.name in self.held,
                 )

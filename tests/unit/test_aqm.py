@@ -20,7 +20,16 @@ from testbed.link.delayline import (
     iptables_rules,
 )
 from testbed.link.delayline.config import HOLD_RATE
-from testbed.link.delayline.model import HOLD, Queue, decide, enqueue, retime, wire_bytes
+from testbed.link.delayline.model import (
+    HOLD,
+    Queue,
+    decide,
+    dequeue_verdict,
+    enqueue,
+    retime,
+    wire_bytes,
+)
+from testbed.link.delayline.nfqueue import NF_ACCEPT, NF_DROP
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
 from testbed.link.userspace import UserspaceBackend
 from testbed.net.probe import KernelFeatures
@@ -288,6 +297,41 @@ def test_a_held_bottleneck_keeps_its_queue_and_serves_it_at_the_release() -> Non
     assert q.backlog(later) == (pytest.approx(86.5 * 1514, rel=1e-5), 87)
     assert q.deadlines[-1] == pytest.approx(later + 86.5 * gap * 10 + 0.01, rel=1e-5)
     assert q.deadlines[2] == pytest.approx(later + 0.5 * gap * 10 + 0.01, rel=1e-5)
+
+
+def test_marking_at_dequeue_sees_the_queue_a_packet_leaves_behind() -> None:
+    # ten 1514 B ECT packets arrive together at 1 MB/s, step k = 3000 B: at arrival the third
+    # and later find > k queued (2..9 marked); at dequeue the first eight leave > k behind
+    def marked(at: str) -> list[int]:
+        cfg = {"num": 1, "rate": 8e6, "buffer": 200_000, "delay": 0.01}
+        cfg["aqm"] = {"kind": "step", "k": 3000, "ecn": True, "at": at}
+        q = Queue(QueueConfig.from_dict(cfg), random.Random(1))
+        assert all(decide(q, pid, 0.0, 1500, 0x02) == HOLD for pid in range(10))
+        if at == "arrival":
+            return sorted(q.marked_ids)
+        got = [dequeue_verdict(q, pid, due) for pid, due in zip(q.ids, q.deadlines, strict=True)]
+        assert q.marked == got.count(HOLD) and not q.at_dequeue
+        return [pid for pid, v in enumerate(got) if v == HOLD]
+
+    assert marked("arrival") == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert marked("dequeue") == [0, 1, 2, 3, 4, 5, 6, 7]
+
+
+def test_marking_at_dequeue_counts_only_what_arrived_before_the_departure() -> None:
+    # one packet every 2 ms at 1 MB/s (1.5 ms each): none finds a queue, none leaves one behind,
+    # however many arrive later; a non-ECT packet above k is dropped at dequeue
+    cfg = {"num": 1, "rate": 8e6, "buffer": 200_000, "delay": 0.01}
+    cfg["aqm"] = {"kind": "step", "k": 1000, "at": "dequeue"}
+    q = Queue(QueueConfig.from_dict(cfg), random.Random(1))
+    for pid in range(5):
+        decide(q, pid, pid * 0.002, 1500, 0x02)
+    assert [dequeue_verdict(q, pid, due) for pid, due in zip(q.ids, q.deadlines, strict=True)] == [
+        NF_ACCEPT
+    ] * 5
+    q = Queue(QueueConfig.from_dict(cfg), random.Random(1))
+    decide(q, 0, 0.0, 1500, 0x00)
+    decide(q, 1, 0.0, 1500, 0x00)
+    assert dequeue_verdict(q, 0, q.deadlines[0]) == NF_DROP and q.dropped_aqm == 1
 
 
 def test_step_marks_ect_and_drops_non_ect_above_k() -> None:

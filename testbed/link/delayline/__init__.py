@@ -38,7 +38,8 @@ Config (JSON)::
     one; 0 = off).
     Optional per queue: ``maxlen`` (kernel queue length, default 262144), ``copy_mode``
     ("header", default, or "meta"); bottleneck emulation: ``rate`` (bit/s), ``buffer`` (bytes),
-    ``aqm`` ({"kind": "droptail" | "red" (kmin, kmax, pmax) | "step" (k), "ecn"}), ``ce_mark``.
+    ``aqm`` ({"kind": "droptail" | "red" (kmin, kmax, pmax) | "step" (k), "ecn", "at":
+    "arrival" | "dequeue"}), ``ce_mark``, ``held``.
     Optional top level: ``rcvbuf`` (bytes, default 64 MiB), ``rt_priority`` (SCHED_FIFO priority,
     default 10, 0 = don't ask), ``flush_grace`` (s, default 1.0), ``release_gap`` (s, default
     0.0002, see below), ``trace_file`` and ``trace_interval`` (JSONL samples of the bottleneck

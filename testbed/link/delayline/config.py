@@ -22,7 +22,7 @@ DEFAULT_RCVBUF = 64 << 20
 # verdict syscalls, at the price of up to this much extra lateness for packets closer together.
 DEFAULT_RELEASE_GAP = 0.0002
 
-AQM_KEYS = {"kind", *THRESHOLD_FIELDS, "ecn"}
+AQM_KEYS = {"kind", *THRESHOLD_FIELDS, "ecn", "at"}
 # bit/s of a held bottleneck: a 1500-byte packet would take 3.3 hours, so nothing leaves in a
 # run, and the queue's arithmetic (backlog, drop-tail, the retime at release) stays the rate one
 HOLD_RATE = 1.0
@@ -138,6 +138,8 @@ def _check_bottleneck(q: QueueConfig) -> None:
     missing = [k for k in needs if aqm.get(k) is None]
     if unknown or missing:
         raise ConfigError(f"queue {q.num}: aqm unknown {sorted(unknown)} / missing {missing}")
+    if aqm.get("at", "arrival") not in ("arrival", "dequeue"):
+        raise ConfigError(f"queue {q.num}: aqm at must be 'arrival' or 'dequeue'")
     if kind == "red" and not (0 <= aqm["kmin"] < aqm["kmax"] and 0 < aqm["pmax"] <= 1):
         raise ConfigError(f"queue {q.num}: red needs 0 <= kmin < kmax and 0 < pmax <= 1")
 

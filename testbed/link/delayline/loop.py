@@ -30,11 +30,12 @@ from typing import IO, Any
 from testbed.core.files import atomic_write_text
 from testbed.link.delayline.config import Config, ConfigError
 from testbed.link.delayline.lateness import LatenessHistogram
-from testbed.link.delayline.model import HOLD, Queue, decide, retime
+from testbed.link.delayline.model import HOLD, Queue, decide, dequeue_verdict, retime
 from testbed.link.delayline.nfqueue import (
     ATTRS_AT,
     FIRST_ATTRS_END,
     NF_ACCEPT,
+    NF_DROP,
     NFQA_CAP_LEN,
     NFQA_PACKET_HDR,
     NFQA_PAYLOAD,
@@ -96,11 +97,24 @@ def release(q: Queue, limit: float, out: bytearray) -> None:
     pid = prev = -1
     popd, popi = deadlines.popleft, ids.popleft
     marked = q.marked_ids
+    at_dequeue = q.at_dequeue
     num = q.cfg.num
     while deadlines and deadlines[0] <= limit:
-        us = int((now - popd()) * 1e6)
+        due = popd()
+        us = int((now - due) * 1e6)
         pid = popi()
         n += 1
+        if at_dequeue and pid in at_dequeue:
+            verdict = dequeue_verdict(q, pid, due)
+            if verdict == HOLD:
+                marked.add(pid)
+            elif verdict == NF_DROP:
+                if prev >= 0:
+                    out += verdict_msg(num, prev, NF_ACCEPT, batch=True)
+                out += verdict_msg(num, pid, NF_DROP)
+                prev = pid = -1
+                n -= 1
+                continue
         if marked and pid in marked:
             # the batch "accept all ids <= N" before it, then this one with the CE mark
             marked.discard(pid)

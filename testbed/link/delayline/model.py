@@ -4,7 +4,8 @@ This module owns a direction's state (:class:`Queue`) and the arithmetic applied
 :func:`decide` (loss, Gilbert-Elliott burst loss, reordering, delay and order-preserving jitter)
 and the emulated bottleneck
 queue (:func:`enqueue`, with :func:`wire_bytes` and the marking law of
-:mod:`testbed.core.aqm`).
+:mod:`testbed.core.aqm`, decided on the queue a packet finds at its arrival or, with
+:func:`dequeue_verdict`, on the queue it leaves behind at its departure).
 The hot path (:meth:`testbed.link.delayline.loop.DelayLine._drain`) calls :func:`decide` once per
 packet; the unit tests call it with made-up arrival times.
 """
@@ -52,6 +53,13 @@ class Queue:
     busy_until: float = -math.inf  # when the last accepted packet leaves the emulated link
     departures: deque[float] = field(default_factory=deque)  # of packets still in the queue
     marked_ids: set[int] = field(default_factory=set)  # held packets to release with ce_mark
+    # marking at dequeue (aqm "at": "dequeue"): per held packet (release - departure, accepted
+    # bytes through it, its ECN bits), and the accepted bytes by arrival time since the oldest
+    # held one (arrival, cumulative bytes after it): the queue it leaves behind is what arrived
+    # by its departure minus what is ahead of it and itself
+    at_dequeue: dict[int, tuple[float, float, int]] = field(default_factory=dict)
+    arrived: deque[tuple[float, float]] = field(default_factory=deque)
+    arrived_by_cursor: float = 0.0
     wire_bytes: int = 0  # arrived at the bottleneck (dropped ones too)
     queued_bytes: int = 0  # accepted into it (what leaves it, once served)
     dropped_queue: int = 0
@@ -120,6 +128,9 @@ def decide(q: Queue, pid: int, arrival: float, length: int, tos: int) -> int:
     q.last_release = rel
     q.deadlines.append(rel)
     q.ids.append(pid)
+    if pid in q.at_dequeue:
+        _, through, ect = q.at_dequeue[pid]
+        q.at_dequeue[pid] = (rel - depart, through, ect)
     return HOLD
 
 
@@ -134,9 +145,11 @@ def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
 
     departure = max(arrival, previous departure) + wire size / rate; drop-tail when the
     queue would exceed the buffer; the marking decision is taken on the queue the packet
-    finds on arrival. A GSO packet is one decision for all its bytes: marked (or dropped)
-    whole with the profile's probability, so the expected share of marked *bytes* is the
-    same as if each segment were decided alone (it only comes in larger chunks)."""
+    finds on arrival (aqm ``at: arrival``) or, with ``at: dequeue``, recorded for
+    :func:`dequeue_verdict` at its release. A GSO packet is one decision for all its bytes:
+    marked (or dropped) whole with the profile's probability, so the expected share of marked
+    *bytes* is the same as if each segment were decided alone (it only comes in larger
+    chunks)."""
     cfg = q.cfg
     size = wire_bytes(length)
     q.wire_bytes += size
@@ -147,9 +160,13 @@ def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
     ect = tos & 3
     if ect:
         q.ect += 1
-    p = mark_probability(cfg.aqm, backlog)
-    if p and (p >= 1.0 or q.rng.random() < p):
-        if ect and cfg.aqm is not None and cfg.aqm.get("ecn", True):
+    aqm = cfg.aqm
+    if aqm is not None and aqm.get("at") == "dequeue":
+        if aqm["kind"] != "droptail":
+            q.arrived.append((arrival, q.queued_bytes + size))
+            q.at_dequeue[pid] = (0.0, q.queued_bytes + size, ect)
+    elif _marks(q, mark_probability(aqm, backlog)):
+        if ect and aqm is not None and aqm.get("ecn", True):
             q.marked += 1
             q.marked_ids.add(pid)
         else:  # RED drops what it cannot mark
@@ -162,6 +179,30 @@ def enqueue(q: Queue, pid: int, arrival: float, length: int, tos: int) -> float:
     if backlog + size > q.max_backlog:
         q.max_backlog = backlog + size
     return q.busy_until
+
+
+def _marks(q: Queue, p: float) -> bool:
+    return p > 0.0 and (p >= 1.0 or q.rng.random() < p)
+
+
+def dequeue_verdict(q: Queue, pid: int, release: float) -> int:
+    """The marking decision for held packet ``pid`` released at ``release``, taken on the queue
+    it leaves behind at its departure (aqm ``at: dequeue``, as DCQCN's simulators decide):
+    NF_ACCEPT (unmarked), HOLD (to be released with the CE mark) or NF_DROP (RED drops what it
+    cannot mark). Called in release order, which is departure order (the queue is FIFO)."""
+    offset, through, ect = q.at_dequeue.pop(pid)
+    departure = release - offset
+    arrived = q.arrived
+    while arrived and arrived[0][0] <= departure:
+        q.arrived_by_cursor = arrived.popleft()[1]
+    aqm = q.cfg.aqm
+    if not _marks(q, mark_probability(aqm, q.arrived_by_cursor - through)):
+        return NF_ACCEPT
+    if ect and aqm is not None and aqm.get("ecn", True):
+        q.marked += 1
+        return HOLD
+    q.dropped_aqm += 1
+    return NF_DROP
 
 
 def retime(q: Queue, now: float, old_rate: float) -> None:
