@@ -340,7 +340,7 @@ def jain(rates: Sequence[float] | np.ndarray) -> float:
     return 1.0 if sq == 0.0 else float(np.sum(x)) ** 2 / (x.size * sq)
 
 
-def _settled(res: FluidResult, settle_s: float | None) -> np.ndarray:
+def settled(res: FluidResult, settle_s: float | None) -> np.ndarray:
     """The samples after ``settle_s`` (default: halfway from the last start to the end)."""
     if settle_s is None:
         last = max(res.starts_s)
@@ -372,7 +372,7 @@ class QueueStats:
 
 
 def queue_stats(res: FluidResult, settle_s: float | None = None) -> QueueStats:
-    q = res.queue_bytes[_settled(res, settle_s)]
+    q = res.queue_bytes[settled(res, settle_s)]
     p5, p95 = np.percentile(q, [5, 95])
     return QueueStats(float(q.mean()), float(p5), float(p95), float(q.min()), float(q.max()))
 
@@ -403,7 +403,7 @@ class Sawtooth:
 
 
 def sawtooth(res: FluidResult, flow: int = 0, settle_s: float | None = None) -> Sawtooth:
-    m = _settled(res, settle_s)
+    m = settled(res, settle_s)
     t, rc = res.t_s[m], res.rc_bps[flow, m]
     mean = float(rc.mean())
     ptp = float(rc.max() - rc.min())
@@ -459,7 +459,7 @@ def convergence_time(
 def utilisation(res: FluidResult, settle_s: float | None = None) -> float:
     """The bottleneck's mean utilisation after settling: busy whenever a queue stands, else
     carrying Σ RC (this counts what leaves the link, not what is offered)."""
-    m = _settled(res, settle_s)
+    m = settled(res, settle_s)
     out = np.where(res.queue_bytes[m] > 0, res.bottleneck_bps, res.total_bps[m])
     return float(np.mean(np.minimum(out, res.bottleneck_bps)) / res.bottleneck_bps)
 

@@ -30,7 +30,7 @@ from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
 TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events")
-TABLES += ("flows_goodput",)
+TABLES += ("flows_goodput", "dcqcn", "dcqcn_rx")
 # Columns without which a table cannot be analysed (a file from another tool or version): load
 # refuses it, naming the file and the columns, instead of a report failing half-way.
 REQUIRED = {"events": ("run_id", "event", "source", "action", "scheduled_unix")}
@@ -59,11 +59,12 @@ class Results:
     training`` workload, docs/results.md) + ``results`` and ``status``.
     ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``,
     ``events`` (the WAN's schedule steps and faults as applied), ``flows_goodput`` (the
-    ``traffic:`` flows' goodput samples): the Parquet tables as written, + ``results`` (empty
-    when absent). ``iterations`` leaves out operations that failed (``outcome`` error or
-    timeout; they are in ``collectives``). ``skipped``:
-    collective/algorithm combinations that do not exist (per run). ``manifests``: results name
-    -> manifest.json content.
+    ``traffic:`` flows' goodput samples), ``dcqcn`` (the DCQCN flows' RP events and CNPs) and
+    ``dcqcn_rx`` (their receive counts per 100 ms): the Parquet tables as written, +
+    ``results`` (empty when absent). ``iterations`` leaves out operations that failed
+    (``outcome`` error or timeout; they are in ``collectives``). ``skipped``:
+    collective/algorithm combinations that do not exist (per run). ``manifests``: results
+    name -> manifest.json content.
     ``params``: the sweep parameter columns, in the order the sweeps wrote them.
     ``param_order``: per parameter, its values sorted by the resolved number where it is one
     (50mbit before 1gbit).
@@ -82,6 +83,8 @@ class Results:
     flows: pd.DataFrame
     events: pd.DataFrame
     flows_goodput: pd.DataFrame
+    dcqcn: pd.DataFrame
+    dcqcn_rx: pd.DataFrame
     skipped: pd.DataFrame
     manifests: dict[str, dict[str, Any]]
     paths: dict[str, Path]

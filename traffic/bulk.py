@@ -6,7 +6,7 @@ scenario's `traffic:` flows.
                                 [--congestion cubic]
     python -m traffic.bulk sink --port 5201 --out FILE [--interval 0.1]       # READY, samples
 
-``sink`` is the receiver of a scenario's ``traffic:`` flows (testbed.run.bulkflows): it accepts
+``sink`` is the receiver of a scenario's ``traffic:`` flows (testbed.run.flows): it accepts
 one connection and writes, every ``interval`` seconds until EOF, one JSON line
 ``{"t": unix time at the end of the window, "seconds": window, "bytes": read in it,
 "goodput_bps"}`` to FILE (flushed as written), then prints a summary line. ``send

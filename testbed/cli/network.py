@@ -105,6 +105,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plan.fabric:
         out.print(_fabric_table(sc))
     out.print(_tcp_table(sc, plan))
+    if any(getattr(f, "kind", "") == "dcqcn" for f in sc.flows):
+        out.print(_dcqcn_table(sc, plan))
     if any(link.preset or link.schedule or link.trace for link in sc.wan):
         out.print(_dynamics_table(sc, base, args.file, timeline))
     if sc.faults:
@@ -114,7 +116,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "the start of the run"
             if sc.clock == "wall"
             else "the first measured iteration"
-            if sc.workload is not None
+            if sc.rank_workload is not None
             else "the start of the traffic"
         )
         out.print(
@@ -204,6 +206,45 @@ def _tcp_table(sc: Scenario, plan: NetworkPlan) -> Table:
             str(host.tcp.ecn),
             sysctls["net.ipv4.tcp_rmem"],
             sysctls["net.ipv4.tcp_wmem"],
+        )
+    return t
+
+
+def _dcqcn_table(sc: Scenario, plan: NetworkPlan) -> Table:
+    """The DCQCN flows with what they run with in the testbed's units and, dilated, the real
+    ones they stand for (times / s, rates x s)."""
+    from testbed.run.flows import dcqcn_setup
+
+    s = sc.dilation
+    real = f" (real: / {s:g} for times, x {s:g} for rates)" if s != 1 else ""
+    t = Table(title=escape(f"DCQCN flows, dilation {s:g}: emulated units [real units]{real}"))
+    for col in ("flow", "from -> to", "start, duration", "line rate", "bottleneck, RTT"):
+        t.add_column(col)
+    t.add_column("N, K, T, B")
+    t.add_column("variant: g, F, rai, rhai, min_dec_fac")
+
+    def both_t(x: float) -> str:
+        return f"{format_duration(x)} [{format_duration(x / s)}]" if s != 1 else format_duration(x)
+
+    def both_r(x: float) -> str:
+        return f"{format_rate(x)} [{format_rate(x * s)}]" if s != 1 else format_rate(x)
+
+    for i, f in enumerate(sc.flows):
+        if getattr(f, "kind", "") != "dcqcn":
+            continue
+        u = dcqcn_setup(f, plan, s)
+        p = u["params"]
+        b = "off" if p["byte_counter"] is None else format_size(p["byte_counter"])
+        t.add_row(
+            str(i),
+            f"{f.from_} -> {f.to}",
+            f"{both_t(f.start)}, {both_t(f.duration)}",
+            both_r(u["line_rate_bps"]),
+            f"{u['direction']} {both_r(u['bottleneck_bps'])}, {both_t(u['rtt_s'])}",
+            ", ".join(both_t(p[k]) for k in ("cnp_interval", "alpha_timer", "rate_timer"))
+            + f", {b}",
+            f"{f.variant}: {p['g']:.4g}, {p['fast_recovery_steps']}, {both_r(p['rai'])}, "
+            f"{both_r(p['rhai'])}, {format_percent(p['min_dec_fac'])}",
         )
     return t
 

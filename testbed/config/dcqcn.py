@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from testbed.config.fields import Duration, Fraction, Rate, Size, Strict
+from testbed.config.fields import Duration, FieldError, Fraction, Rate, Size, Strict
 from testbed.core.dcqcn import DcqcnParams, Variant, defaults, dilate
 
 
@@ -100,3 +100,59 @@ class DcqcnSettings(Strict):
     # the sender NIC's line rate in real units (None: twice the WAN's, so one flow can queue)
     line_rate: Rate | None = None
     size: Size = 1400  # datagram payload, bytes (no UDP GSO: the bottleneck marks each one)
+
+
+def _positive_duration(v: float) -> float:
+    if v <= 0:
+        raise ValueError("a duration must be positive; examples: 20s, 500ms")
+    return v
+
+
+class DcqcnTraffic(DcqcnSettings):
+    """One DCQCN flow as cross-traffic (``traffic: [{kind: dcqcn, ...}]``), beside bulk flows,
+    collectives or training."""
+
+    kind: Literal["dcqcn"]
+    from_: str = Field(alias="from")
+    to: str
+    start: Duration = 0.0
+    duration: Duration
+
+    _d = field_validator("duration")(lambda cls, v: _positive_duration(v))
+
+
+class DcqcnWorkload(DcqcnSettings):
+    """``workload: kind: dcqcn``: DCQCN flows alone, each from its ``start`` to ``duration``
+    (no ranks: a traffic-only run)."""
+
+    kind: Literal["dcqcn"]
+    flows: list[DcqcnFlowSpec] = Field(min_length=1)
+    duration: Duration
+
+    _d = field_validator("duration")(lambda cls, v: _positive_duration(v))
+
+    @model_validator(mode="after")
+    def _starts_before_the_end(self) -> DcqcnWorkload:
+        for i, f in enumerate(self.flows):
+            if f.start >= self.duration:
+                raise FieldError(
+                    f"workload.flows[{i}].start",
+                    f"starts at {f.start:g} s, not before the workload's duration "
+                    f"({self.duration:g} s)",
+                )
+        return self
+
+    def as_traffic(self) -> list[DcqcnTraffic]:
+        """Its flows as traffic entries (what the runner starts)."""
+        shared = {k: getattr(self, k) for k in DcqcnSettings.model_fields}
+        return [
+            DcqcnTraffic.model_construct(
+                kind="dcqcn",
+                from_=f.from_,
+                to=f.to,
+                start=f.start,
+                duration=self.duration - f.start,
+                **shared,
+            )  # validated already, as this workload's parts
+            for f in self.flows
+        ]

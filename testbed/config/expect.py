@@ -65,6 +65,32 @@ Metric = Literal[
     "fault_survived",
     "events_late",
     "trace_correlation",
+    # DCQCN flows (analysis.dcqcn): measured over the settled half, the fluid model's
+    # prediction (dcqcn_pred_*) and measured / predicted
+    "dcqcn_rate_mean_bps",
+    "dcqcn_jain",
+    "dcqcn_utilisation",
+    "dcqcn_convergence_s",
+    "dcqcn_cuts",
+    "dcqcn_cnps",
+    "dcqcn_cut_interval_s",
+    "dcqcn_queue_mean_bytes",
+    "dcqcn_queue_p5_bytes",
+    "dcqcn_queue_p95_bytes",
+    "dcqcn_queue_amplitude_bytes",
+    "dcqcn_lost",
+    "dcqcn_lossy",
+    "dcqcn_pred_rate_mean_bps",
+    "dcqcn_pred_jain",
+    "dcqcn_pred_utilisation",
+    "dcqcn_pred_convergence_s",
+    "dcqcn_pred_cut_interval_s",
+    "dcqcn_pred_queue_mean_bytes",
+    "dcqcn_pred_queue_amplitude_bytes",
+    "dcqcn_queue_mean_over_predicted",
+    "dcqcn_cut_interval_over_predicted",
+    "dcqcn_convergence_over_predicted",
+    "dcqcn_utilisation_over_predicted",
 ]
 METRICS = get_args(Metric)
 # A training sweep's algorithm is the scenario field workload.algorithm and the summary column

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from testbed.config.dcqcn import DcqcnTraffic, DcqcnWorkload
 from testbed.config.dynamics import (
     FAULT_KINDS,
     BulkFlow,
@@ -434,10 +435,19 @@ def _workload_kind(v: Any) -> str | None:
 
 
 AnyWorkload = Annotated[
-    Annotated[Workload, Tag("collectives")] | Annotated[TrainingWorkload, Tag("training")],
+    Annotated[Workload, Tag("collectives")]
+    | Annotated[TrainingWorkload, Tag("training")]
+    | Annotated[DcqcnWorkload, Tag("dcqcn")],
     Discriminator(_workload_kind),
 ]
-WORKLOAD_KINDS = {"collectives": Workload, "training": TrainingWorkload}
+WORKLOAD_KINDS = {"collectives": Workload, "training": TrainingWorkload, "dcqcn": DcqcnWorkload}
+RankWorkload = Workload | TrainingWorkload
+
+TrafficFlow = Annotated[
+    Annotated[BulkFlow, Tag("bulk")] | Annotated[DcqcnTraffic, Tag("dcqcn")],
+    Discriminator(lambda v: v.get("kind") if isinstance(v, dict) else getattr(v, "kind", None)),
+]
+TRAFFIC_KINDS = ("bulk", "dcqcn")
 
 
 def _off_or_period(v: Any) -> Any:
@@ -486,7 +496,10 @@ class Scenario(_Strict):
     trace: Trace = Trace()
     # The WAN misbehaving while the workload runs (testbed.config.dynamics, docs/faults.md).
     faults: list[Fault] = Field(default_factory=list)
-    traffic: list[BulkFlow] = Field(default_factory=list)
+    traffic: list[TrafficFlow] = Field(default_factory=list)
+    # DCQCN's time dilation (issue 16): its parameters (times x s, rates / s) are given in real
+    # units and run dilated; the WAN is in the testbed's (emulated) units
+    dilation: float = Field(1.0, ge=1.0, le=10000.0)
     # Origin of schedule, trace and fault times: the first measured iteration (workload; the
     # start of the traffic when there is no workload) or the start of the run (wall).
     clock: Literal["workload", "wall"] = "workload"
@@ -599,16 +612,19 @@ class Scenario(_Strict):
                 raise _FieldError(
                     f"faults[{i}].after", "`after` an iteration needs a workload; use `at`"
                 )
-        for i, flow in enumerate(self.traffic):
+        named_flows = [(f"traffic[{i}]", f) for i, f in enumerate(self.traffic)]
+        if isinstance(self.workload, DcqcnWorkload):
+            named_flows += [(f"workload.flows[{i}]", f) for i, f in enumerate(self.workload.flows)]
+        for where, flow in named_flows:
             for field, host in (("from", flow.from_), ("to", flow.to)):
                 if host not in hosts:
                     raise _FieldError(
-                        f"traffic[{i}].{field}",
+                        f"{where}.{field}",
                         f"no host {host!r}; hosts are named <cluster>-h<i>, e.g. "
                         f"{sorted(hosts)[0]}",
                     )
             if flow.from_ == flow.to:
-                raise _FieldError(f"traffic[{i}].to", "a flow goes to another host")
+                raise _FieldError(f"{where}.to", "a flow goes to another host")
         dynamic = self.faults or any(link.schedule or link.trace for link in self.wan)
         if dynamic and self.workload is None and not self.traffic:
             raise _FieldError(
@@ -616,6 +632,17 @@ class Scenario(_Strict):
                 "schedules, traces and faults act while something runs: add a workload or traffic",
             )
         return self
+
+    @property
+    def flows(self) -> list[BulkFlow | DcqcnTraffic]:
+        """Every flow the runner starts: the ``traffic:`` entries, then a dcqcn workload's."""
+        extra = self.workload.as_traffic() if isinstance(self.workload, DcqcnWorkload) else []
+        return [*self.traffic, *extra]
+
+    @property
+    def rank_workload(self) -> RankWorkload | None:
+        """The workload the ranks run (collectives, training); None: a traffic-only run."""
+        return None if isinstance(self.workload, DcqcnWorkload) else self.workload
 
     def cluster_tcp(self, cluster: str) -> TcpSettings:
         override = self.clusters[cluster].tcp
@@ -633,6 +660,8 @@ def _without_workload_tag(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(loc) > 1 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
         return (loc[0], *loc[2:])
     if len(loc) > 2 and loc[0] == "faults" and loc[2] in FAULT_KINDS:  # faults[0].blackhole.x
+        return (*loc[:2], *loc[3:])
+    if len(loc) > 2 and loc[0] == "traffic" and loc[2] in TRAFFIC_KINDS:  # traffic[0].bulk.x
         return (*loc[:2], *loc[3:])
     return loc
 

@@ -18,7 +18,7 @@ Results layout (one directory per invocation)::
 
 A run whose WAN changes (schedule, trace, faults) or that has ``traffic:`` gets a clock origin
 (testbed.run.events.OriginClock: the ranks announce their iterations on a socket named in the
-spec), an EventRunner applying its timeline and its bulk flows (testbed.run.bulkflows) around
+spec), an EventRunner applying its timeline and its flows (testbed.run.flows) around
 the workload; they stop when the workload ends (events still to come are recorded as skipped,
 faults still in force undone) and before the testbed goes down.
 
@@ -41,12 +41,14 @@ from typing import Any
 
 import pandas as pd
 
+from analysis import dcqcn
 from analysis.faults import rank_operations, summarize_faults
 from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
 from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
 from testbed.config.scenario import Scenario, TrainingWorkload, Workload
 from testbed.config.sweep import RunSpec
+from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError, TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
@@ -54,8 +56,8 @@ from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.timeline import Timeline, build_timeline
 from testbed.plan.topology import NetworkPlan
 from testbed.run import training
-from testbed.run.bulkflows import BulkFlows
 from testbed.run.events import EventRunner, OriginClock
+from testbed.run.flows import Flows
 from testbed.run.ranks import RankLaunch, RankSpec, require_torch
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
@@ -66,7 +68,7 @@ from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
 TRACE_TABLES = ("tcp", "queues", "flows")
-DYNAMICS_TABLES = ("events", "flows_goodput")
+DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx")
 RANK_MODULE = "traffic.rank"
 # s: until every rank has joined (torch's import, then the join's own timeout,
 # traffic.context.SETUP_TIMEOUT_S = 120 s, whatever the operations' timeout).
@@ -234,12 +236,12 @@ def timeline_for(sc: Scenario, plan: NetworkPlan, source: Path | None) -> Timeli
     """The run's timeline of WAN changes and faults: traces (relative to the scenario file
     ``source``) looped up to the traffic's end, or up to HORIZON beside a workload (whose
     length is not known in advance)."""
-    horizon = max((f.start + f.duration for f in sc.traffic), default=0.0)
+    horizon = max((f.start + f.duration for f in sc.flows), default=0.0)
     return build_timeline(
         sc,
         plan,
         source.parent if source else Path.cwd(),
-        horizon if sc.workload is None else HORIZON,
+        horizon if sc.rank_workload is None else HORIZON,
         source=str(source) if source else "<scenario>",
     )
 
@@ -268,6 +270,43 @@ def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     return summarize_faults(pd.DataFrame(events), ops, sc.model_dump(mode="json"), rtt, **tables)
 
 
+def dcqcn_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
+    """The run's DCQCN metrics, measured and predicted by the fluid model (analysis.dcqcn), for
+    its summary rows; empty for a run without DCQCN flows."""
+    setups = result.info.get("dcqcn") or {}
+    events = result.dynamics.get("dcqcn", [])
+    if not setups or not events:
+        return {}
+    ev = pd.DataFrame(events)
+    rx = pd.DataFrame(result.dynamics.get("dcqcn_rx", []))
+    queues = pd.DataFrame(result.traces.get("queues", []))
+    first = setups[min(setups, key=int)]
+    ends = ev[ev["kind"] == "end"].set_index("flow")
+    sent = {int(f): int(n) for f, n in ends["sent"].items()} if "sent" in ends else {}
+    out = dcqcn.measure(
+        ev, rx, queues, first["direction"], first["bottleneck_bps"], sent
+    ) if not rx.empty else {}  # fmt: skip
+    starts = ev[ev["kind"] == "start"].set_index("flow")["t"]
+    if out and first["aqm"] and first["aqm"].get("kind") in ("red", "step"):
+        origin = float(starts.min())
+        flows = [int(f) for f in sorted(setups, key=int)]
+        params = DcqcnParams(**first["params"])
+        res = dcqcn.predict(
+            params,
+            line_rate_bps=first["line_rate_bps"],
+            bottleneck_bps=first["bottleneck_bps"],
+            rtt_s=first["rtt_s"],
+            aqm=first["aqm"],
+            size=next(f.size for f in spec.scenario.flows if getattr(f, "kind", "") == "dcqcn"),
+            starts_s=[float(starts.get(f, origin) - origin) for f in flows],
+            duration_s=float(ends["t"].max() - origin) if not ends.empty else 10.0,
+            buffer_bytes=first["buffer_bytes"],
+        )
+        out |= dcqcn.predicted(res)
+        out |= dcqcn.ratios(out)
+    return out
+
+
 class RunDynamics:
     """Around one run's workload: the clock origin, the event runner and the bulk flows.
 
@@ -286,14 +325,15 @@ class RunDynamics:
         self.timeline = timeline_for(sc, tb.plan, source)
         self.clock: OriginClock | None = None
         self.runner: EventRunner | None = None
-        self.flows: BulkFlows | None = None
+        self.flows: Flows | None = None
         self.errors: list[str] = []
-        if not self.timeline.events and not sc.traffic:
+        if not self.timeline.events and not sc.flows:
             return
-        self.clock = OriginClock(from_iterations=sc.clock == "workload" and sc.workload is not None)
+        ranks = sc.rank_workload is not None
+        self.clock = OriginClock(from_iterations=sc.clock == "workload" and ranks)
         self.runner = EventRunner(self.timeline, tb, self.clock)
-        self.flows = BulkFlows(tb, list(sc.traffic), self.clock, run_dir)
-        self.wall = sc.clock == "wall" or sc.workload is None
+        self.flows = Flows(tb, sc.flows, self.clock, run_dir, sc.dilation)
+        self.wall = sc.clock == "wall" or not ranks
 
     def __enter__(self) -> RunDynamics:
         if self.clock is None:
@@ -339,6 +379,10 @@ class RunDynamics:
                 "events": [{"run_id": run_id, **r} for r in events],
                 "flows_goodput": [{"run_id": run_id, **r} for r in self.flows.rows()],
             }
+            for name, rows in self.flows.dcqcn_rows().items():
+                self.result.dynamics[name] = [{"run_id": run_id, **r} for r in rows]
+            if self.flows.dcqcn:
+                self.result.info["dcqcn"] = {str(i): v for i, v in self.flows.dcqcn.items()}
             self.errors = list(self.flows.errors)
             try:  # apart from the shapers' queue-overflow drops (queues.parquet)
                 if drops := self.runner.fault_drops():
@@ -373,10 +417,16 @@ def execute(
 ) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
-    if isinstance(sc.workload, TrainingWorkload) or any(link.trace for link in sc.wan):
+    dcqcn_flows = any(getattr(f, "kind", "") == "dcqcn" for f in sc.flows)
+    if (
+        isinstance(sc.workload, TrainingWorkload)
+        or any(link.trace for link in sc.wan)
+        or dcqcn_flows
+    ):
         # WAN byte counters for every step, also from a delay line that holds a queue; a trace
         # replay's achieved rate per bin is what its bottleneck passed (the flows' goodput is
-        # the receiver's in-order bytes: what waited behind a lost segment shows up later)
+        # the receiver's in-order bytes: what waited behind a lost segment shows up later); a
+        # DCQCN run's queue against Kmin/Kmax and the fluid model
         sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
@@ -390,12 +440,12 @@ def execute(
             result.info["tcp_sysctls"] = tcp_sysctls_in_effect(tb)
             checks = check_links(tb, duration=selfcheck_seconds, pings=20)
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
-            workload = sc.workload
+            workload = sc.rank_workload
             dynamics = RunDynamics(tb, sc, run_dir, source, result)
             traces: RunTraces | None = None
             if workload is None:
                 # the traffic's hosts stand for the ranks' (their sockets' tcp_info)
-                hosts = sorted({h for f in sc.traffic for h in (f.from_, f.to)})
+                hosts = sorted({h for f in sc.flows for h in (f.from_, f.to)})
                 traces = RunTraces(tb, sc.trace, run_dir, hosts)
                 with traces, dynamics:
                     dynamics.wait_traffic()
@@ -594,7 +644,7 @@ class Experiment:
             ]
         else:
             summary = summarize(result.rows, result.info, params)
-        faults = fault_summary(spec, result)
+        faults = fault_summary(spec, result) | dcqcn_summary(spec, result)
         if faults and not summary:  # every operation failed: the fault metrics still count
             summary = [dict(params)]
         for s in summary:

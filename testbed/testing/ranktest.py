@@ -478,7 +478,7 @@ class RankTestbed:
         out_dir: str | Path | None = None,
         selfcheck_seconds: float = 1.0,
     ) -> None:
-        workload = testbed.scenario.workload if testbed.scenario else None
+        workload = testbed.scenario.rank_workload if testbed.scenario else None
         self.testbed = testbed
         self.ranks_per_host = ranks_per_host or (workload.ranks_per_host if workload else 1)
         self.placement = placement or (workload.placement if workload else "by-cluster")

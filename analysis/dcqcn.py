@@ -1,0 +1,190 @@
+"""What a run's DCQCN flows measured, beside what DCQCN's fluid model predicts for the same
+scenario (issue 16). PURE: pandas, numpy, the model (analysis.dcqcn_model) and the scenario's
+own resolution of the parameters.
+
+:func:`measure` reads the ``dcqcn`` rows (the RP's start, cuts and increases, the NP's CNPs),
+the ``dcqcn_rx`` rows (what each receiver got per 100 ms) and the bottleneck's queue samples;
+:func:`predict` integrates the fluid model for the scenario (dilated units, the RTT as the
+feedback delay, the WAN rate as the bottleneck, the datagram's wire size as the packet);
+:func:`summarize` gives both as one flat dict of ``dcqcn_*`` metrics for the run's summary row
+(docs/results.md "DCQCN").
+
+The *settled* window, where means are taken: the second half between the last flow's start and
+the first flow's end, as :func:`analysis.dcqcn_model.summary` does on the model's trajectory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import dcqcn_model
+from testbed.core.dcqcn import DcqcnParams
+
+# UDP 8 + IPv4 20 + Ethernet 14: what the bottleneck counts of a datagram's payload
+WIRE_OVERHEAD = 42
+SMOOTH_S = 0.5  # receive rates are averaged over this for fairness over time
+
+
+def _jain(x: np.ndarray) -> float:
+    return dcqcn_model.jain(x)
+
+
+def settled_window(starts: list[float], ends: list[float]) -> tuple[float, float]:
+    """(from, to), seconds after the origin: the second half of the span all flows share."""
+    first_end = min(ends)
+    last_start = max(starts)
+    return last_start + (first_end - last_start) / 2, first_end
+
+
+def flow_rates(rx: pd.DataFrame, origin: float) -> pd.DataFrame:
+    """Per flow and 100 ms window: ``t`` (s after ``origin``, window end) and ``rate_bps`` of
+    payload received, as a wide frame (one column per flow)."""
+    if rx.empty:
+        return pd.DataFrame()
+    rx = rx.assign(t=(rx["t"] - origin).round(3))
+    return rx.pivot_table(index="t", columns="flow", values="rate_bps", aggfunc="sum").fillna(0.0)
+
+
+def convergence(rates: pd.DataFrame, since: float, threshold: float = 0.95) -> float:
+    """Seconds from ``since`` until Jain's index of the flows' rates (smoothed over SMOOTH_S)
+    reaches ``threshold`` and stays there; NaN if it never does."""
+    if rates.shape[1] < 2:
+        return math.nan
+    window = max(1, round(SMOOTH_S / 0.1))
+    smooth = rates.rolling(window, min_periods=window).mean().dropna()
+    smooth = smooth[smooth.index >= since]
+    if smooth.empty:
+        return math.nan
+    ok = np.array([_jain(row) >= threshold for row in smooth.to_numpy()])
+    if not ok[-1]:
+        return math.nan
+    bad = np.flatnonzero(~ok)
+    at = smooth.index[bad[-1] + 1] if bad.size else smooth.index[0]
+    return float(at - since)
+
+
+def measure(
+    events: pd.DataFrame,
+    rx: pd.DataFrame,
+    queues: pd.DataFrame,
+    direction: str,
+    bottleneck_bps: float,
+    sent: dict[int, int] | None = None,
+) -> dict[str, float]:
+    """The measured ``dcqcn_*`` metrics of one run (times relative to the first flow's start).
+
+    ``sent``: datagrams each flow's sender sent (its final line), for the loss count; the run is
+    ``lossy`` when fewer arrived or the bottleneck dropped any (RoCE assumes a lossless fabric:
+    no PFC exists here, the buffer must hold the queue)."""
+    starts = events[events["kind"] == "start"].set_index("flow")["t"]
+    if starts.empty:
+        return {}
+    origin = float(starts.min())
+    rates = flow_rates(rx, origin)
+    if rates.empty:
+        return {}
+    rel_starts = [float(starts[f] - origin) for f in rates.columns]
+    last_rx = rx.groupby("flow")["t"].max() - origin
+    ends = [float(last_rx[f]) for f in rates.columns]
+    lo, hi = settled_window(rel_starts, ends)
+    steady = rates[(rates.index > lo) & (rates.index <= hi)]
+    per_flow = steady.mean() if not steady.empty else rates.mean()
+    out: dict[str, float] = {
+        "dcqcn_flows": float(rates.shape[1]),
+        "dcqcn_rate_mean_bps": float(per_flow.mean()),
+        "dcqcn_jain": _jain(per_flow.to_numpy()),
+        "dcqcn_utilisation": float(steady.sum(axis=1).mean() / bottleneck_bps)
+        if not steady.empty
+        else math.nan,
+        "dcqcn_convergence_s": convergence(rates, max(rel_starts)),
+    }
+    cuts = events[events["kind"] == "cut"]
+    out["dcqcn_cuts"] = float(len(cuts))
+    out["dcqcn_cnps"] = float((events["kind"] == "cnp_sent").sum())
+    settled_cuts = cuts[(cuts["t"] - origin > lo) & (cuts["t"] - origin <= hi)]
+    gaps = settled_cuts.sort_values("t").groupby("flow")["t"].diff().dropna()
+    out["dcqcn_cut_interval_s"] = float(gaps.mean()) if not gaps.empty else math.nan
+    q = queues[queues["direction"] == direction] if not queues.empty else queues
+    if not q.empty:
+        q = q.assign(t=q["time"] - origin)
+        q = q[(q["t"] > lo) & (q["t"] <= hi)]
+    if not q.empty:
+        b = q["backlog_bytes"].to_numpy(dtype=float)
+        p5, p95 = np.percentile(b, [5, 95])
+        out |= {
+            "dcqcn_queue_mean_bytes": float(b.mean()),
+            "dcqcn_queue_p5_bytes": float(p5),
+            "dcqcn_queue_p95_bytes": float(p95),
+            "dcqcn_queue_amplitude_bytes": float(p95 - p5),
+        }
+    received = rx.groupby("flow")["datagrams"].sum()
+    lost = sum(max(0, n - int(received.get(f, 0))) for f, n in (sent or {}).items())
+    dropped = 0.0
+    if not queues.empty and "dropped" in queues:
+        d = queues[queues["direction"] == direction]["dropped"]
+        dropped = float(d.max() - d.min()) if not d.empty else 0.0
+    out["dcqcn_lost"] = float(lost)
+    out["dcqcn_lossy"] = float(lost > 0 or dropped > 0)
+    return out
+
+
+def predict(
+    params: DcqcnParams,
+    *,
+    line_rate_bps: float,
+    bottleneck_bps: float,
+    rtt_s: float,
+    aqm: dict[str, Any],
+    size: int,
+    starts_s: list[float],
+    duration_s: float,
+    buffer_bytes: float | None,
+) -> dcqcn_model.FluidResult:
+    """The fluid model of the run's flows through its bottleneck (dilated units)."""
+    if aqm.get("kind") == "step":
+        kmin = kmax = float(aqm["k"])
+        pmax = 1.0
+    else:
+        kmin, kmax, pmax = float(aqm["kmin"]), float(aqm["kmax"]), float(aqm["pmax"])
+    return dcqcn_model.integrate(
+        params,
+        line_rate_bps=line_rate_bps,
+        feedback_delay_s=rtt_s,
+        kmin_bytes=kmin,
+        kmax_bytes=kmax,
+        pmax=pmax,
+        packet_bytes=size + WIRE_OVERHEAD,
+        duration_s=duration_s,
+        starts_s=starts_s,
+        bottleneck_bps=bottleneck_bps,
+        buffer_bytes=buffer_bytes,
+    )
+
+
+def predicted(res: dcqcn_model.FluidResult) -> dict[str, float]:
+    """The model's numbers under the measured ones' names (``dcqcn_pred_*``)."""
+    s = dcqcn_model.summary(res)
+    rates = res.rc_bps[:, dcqcn_model.settled(res, None)].mean(axis=1)
+    return {
+        "dcqcn_pred_rate_mean_bps": float(rates.mean()),
+        "dcqcn_pred_jain": _jain(rates),
+        "dcqcn_pred_utilisation": s["utilisation"],
+        "dcqcn_pred_convergence_s": s["convergence_s"],
+        "dcqcn_pred_cut_interval_s": s["cut_interval_s"],
+        "dcqcn_pred_queue_mean_bytes": s["queue_mean_bytes"],
+        "dcqcn_pred_queue_amplitude_bytes": s["queue_p95_bytes"] - s["queue_p5_bytes"],
+    }
+
+
+def ratios(out: dict[str, float]) -> dict[str, float]:
+    """measured / predicted for the readings an expectation compares."""
+    got = {}
+    for name in ("queue_mean_bytes", "cut_interval_s", "convergence_s", "utilisation"):
+        m, p = out.get(f"dcqcn_{name}"), out.get(f"dcqcn_pred_{name}")
+        if m is not None and p is not None and p and not (math.isnan(m) or math.isnan(p)):
+            got[f"dcqcn_{name.removesuffix('_bytes').removesuffix('_s')}_over_predicted"] = m / p
+    return got
