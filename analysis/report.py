@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import dcqcn_plots as DP
 from analysis import fault_plots as FP
 from analysis import faults as F
 from analysis import plots as P
@@ -34,7 +35,7 @@ from analysis.loader import Results, load
 
 CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
 CSV_NAMES += ("congestion", "model_terms", "faults", "fault_drops", "trace_replay")
-CSV_NAMES += ("events_lateness",)
+CSV_NAMES += ("events_lateness", "dcqcn")
 
 
 @dataclass
@@ -143,6 +144,8 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         out.append(_training_section(res, csv))
     if res.has("events"):
         out.append(_faults_section(res, csv))
+    if res.has("dcqcn"):
+        out.append(_dcqcn_section(res, csv))
     speedup = T.speedup_table(res)
     if not speedup.empty:
         csv["speedup"] = speedup
@@ -191,6 +194,24 @@ TRAINING_COLUMNS = [
     "step_time_p95", "wan_bytes_per_step", "comm_per_step", "predicted_comm_per_step",
     "comm_measured_over_predicted", "compute_utilisation", "cpu_saturated", "status",
 ]  # fmt: skip
+
+
+def _dcqcn_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    shown = DP.table(res)
+    sec = Section(
+        "dcqcn",
+        "DCQCN flows",
+        "Per run (docs/congestion.md, DCQCN): the real RP/NP over UDP through the marking "
+        "bottleneck, measured over the settled half (the second half of the span all flows "
+        "share) beside DCQCN's fluid model for the same parameters (`pred`); times and rates in "
+        "the testbed's dilated units (real = times / dilation, rates x dilation). LOSSY: a "
+        "datagram was lost (RoCE assumes a lossless fabric; no PFC exists here).",
+    )
+    if not shown.empty:
+        csv["dcqcn"] = shown
+        sec.tables.append(("", T.formatted(shown)))
+    sec.plots = [p for p in (DP.plot_rates_and_queue(res), DP.plot_versus_rtt(res)) if p]
+    return sec
 
 
 def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
