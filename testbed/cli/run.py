@@ -114,6 +114,8 @@ def print_summary(exp) -> None:
         out.print(_collectives_table(exp))
     if any(info.get("events") for info in exp.manifest["runs"].values()):
         out.print(_dynamics_table(exp))
+    if any("dcqcn_flows" in s for s in exp.summaries):
+        out.print(_dcqcn_table(exp))
     for run_id, info in exp.manifest["runs"].items():
         if info["status"] != "ok":
             colour = "yellow" if info["status"] == "skipped" else "red"
@@ -211,6 +213,45 @@ def _dynamics_table(exp) -> Table:
             dur(s.get("fault_recover")),
             "-" if survived is None else ("yes" if survived else "no"),
             num(s.get("trace_correlation"), ".3f"),
+        )
+    return t
+
+
+def _dcqcn_table(exp) -> Table:
+    """Per run with DCQCN flows: measured over the settled half, beside the fluid model."""
+    t = Table(title="DCQCN flows (settled half; model = DCQCN's fluid model; dilated units)")
+    params = list(exp.runs[0].params)
+    columns = (*params, "flows", "rate", "Jain", "util", "model", "queue mean", "model")
+    for col in (*columns, "cut every", "model", "converge", "model", "lost"):
+        t.add_column(col, justify="right")
+
+    def num(v: Any, fmt: str) -> str:
+        return "-" if v is None or v != v else format(v, fmt)
+
+    def dur(v: Any) -> str:
+        return "-" if v is None or v != v else format_duration(v)
+
+    def size(v: Any) -> str:
+        return "-" if v is None or v != v else format_size(v)
+
+    for s in exp.summaries:
+        if "dcqcn_flows" not in s:
+            continue
+        lost = s.get("dcqcn_lost") or 0
+        t.add_row(
+            *(escape(str(s.get(p, ""))) for p in params),
+            f"{s['dcqcn_flows']:.0f}",
+            "-" if s.get("dcqcn_rate_mean_bps") is None else format_rate(s["dcqcn_rate_mean_bps"]),
+            num(s.get("dcqcn_jain"), ".3f"),
+            num(s.get("dcqcn_utilisation"), ".1%"),
+            num(s.get("dcqcn_pred_utilisation"), ".1%"),
+            size(s.get("dcqcn_queue_mean_bytes")),
+            size(s.get("dcqcn_pred_queue_mean_bytes")),
+            dur(s.get("dcqcn_cut_interval_s")),
+            dur(s.get("dcqcn_pred_cut_interval_s")),
+            dur(s.get("dcqcn_convergence_s")),
+            dur(s.get("dcqcn_pred_convergence_s")),
+            f"{lost:.0f} LOSSY" if s.get("dcqcn_lossy") else "0",
         )
     return t
 
