@@ -67,15 +67,22 @@ def convergence(rates: pd.DataFrame, since: float, threshold: float = 0.95) -> f
     return float(at - since)
 
 
+def payload_capacity(bottleneck_bps: float, size: int) -> float:
+    """The bottleneck's rate in payload bit/s of ``size``-byte datagrams: the RP paces payload
+    (its RC counts ``size`` bytes a datagram), the bottleneck serves wire bytes."""
+    return bottleneck_bps * size / (size + WIRE_OVERHEAD)
+
+
 def measure(
     events: pd.DataFrame,
     rx: pd.DataFrame,
     queues: pd.DataFrame,
     direction: str,
-    bottleneck_bps: float,
+    capacity_bps: float,
     sent: dict[int, int] | None = None,
 ) -> dict[str, float]:
-    """The measured ``dcqcn_*`` metrics of one run (times relative to the first flow's start).
+    """The measured ``dcqcn_*`` metrics of one run (times relative to the first flow's start);
+    utilisation is the payload received over ``capacity_bps`` (:func:`payload_capacity`).
 
     ``sent``: datagrams each flow's sender sent (its final line), for the loss count; the run is
     ``lossy`` when fewer arrived or the bottleneck dropped any (RoCE assumes a lossless fabric:
@@ -97,7 +104,7 @@ def measure(
         "dcqcn_flows": float(rates.shape[1]),
         "dcqcn_rate_mean_bps": float(per_flow.mean()),
         "dcqcn_jain": _jain(per_flow.to_numpy()),
-        "dcqcn_utilisation": float(steady.sum(axis=1).mean() / bottleneck_bps)
+        "dcqcn_utilisation": float(steady.sum(axis=1).mean() / capacity_bps)
         if not steady.empty
         else math.nan,
         "dcqcn_convergence_s": convergence(rates, max(rel_starts)),
@@ -144,12 +151,17 @@ def predict(
     duration_s: float,
     buffer_bytes: float | None,
 ) -> dcqcn_model.FluidResult:
-    """The fluid model of the run's flows through its bottleneck (dilated units)."""
+    """The fluid model of the run's flows through its bottleneck (dilated units), in payload
+    terms as the RP counts: the bottleneck's rate is :func:`payload_capacity`."""
     if aqm.get("kind") == "step":
         kmin = kmax = float(aqm["k"])
         pmax = 1.0
     else:
         kmin, kmax, pmax = float(aqm["kmin"]), float(aqm["kmax"]), float(aqm["pmax"])
+    # the queue is wire bytes at the bottleneck, payload bytes in the model
+    to_payload = size / (size + WIRE_OVERHEAD)
+    kmin, kmax = kmin * to_payload, kmax * to_payload
+    buffer_bytes = None if buffer_bytes is None else buffer_bytes * to_payload
     return dcqcn_model.integrate(
         params,
         line_rate_bps=line_rate_bps,
@@ -157,17 +169,24 @@ def predict(
         kmin_bytes=kmin,
         kmax_bytes=kmax,
         pmax=pmax,
-        packet_bytes=size + WIRE_OVERHEAD,
+        packet_bytes=size,
         duration_s=duration_s,
         starts_s=starts_s,
-        bottleneck_bps=bottleneck_bps,
+        bottleneck_bps=payload_capacity(bottleneck_bps, size),
         buffer_bytes=buffer_bytes,
     )
 
 
+def wire_queue(res: dcqcn_model.FluidResult) -> np.ndarray:
+    """The model's queue (payload bytes) as the bottleneck counts it (wire bytes)."""
+    return res.queue_bytes * (res.packet_bytes + WIRE_OVERHEAD) / res.packet_bytes
+
+
 def predicted(res: dcqcn_model.FluidResult) -> dict[str, float]:
-    """The model's numbers under the measured ones' names (``dcqcn_pred_*``)."""
+    """The model's numbers under the measured ones' names (``dcqcn_pred_*``; queues in wire
+    bytes, as measured)."""
     s = dcqcn_model.summary(res)
+    wire = (res.packet_bytes + WIRE_OVERHEAD) / res.packet_bytes
     rates = res.rc_bps[:, dcqcn_model.settled(res, None)].mean(axis=1)
     return {
         "dcqcn_pred_rate_mean_bps": float(rates.mean()),
@@ -175,8 +194,8 @@ def predicted(res: dcqcn_model.FluidResult) -> dict[str, float]:
         "dcqcn_pred_utilisation": s["utilisation"],
         "dcqcn_pred_convergence_s": s["convergence_s"],
         "dcqcn_pred_cut_interval_s": s["cut_interval_s"],
-        "dcqcn_pred_queue_mean_bytes": s["queue_mean_bytes"],
-        "dcqcn_pred_queue_amplitude_bytes": s["queue_p95_bytes"] - s["queue_p5_bytes"],
+        "dcqcn_pred_queue_mean_bytes": s["queue_mean_bytes"] * wire,
+        "dcqcn_pred_queue_amplitude_bytes": (s["queue_p95_bytes"] - s["queue_p5_bytes"]) * wire,
     }
 
 

@@ -18,6 +18,19 @@ from testbed.core.units import format_size
 MAX_RUNS = 6  # runs drawn (the first ones): a sweep's table has them all
 
 
+def rows(res: Results) -> pd.DataFrame:
+    """One row per run with DCQCN metrics: a traffic-alone run's row, or the first summary row
+    of a run whose DCQCN flows ran beside collectives or training (each row repeats them)."""
+    parts = [
+        s[s["dcqcn_flows"].notna()]
+        for s in (res.traffic_summary, res.summary, res.training_summary)
+        if not s.empty and "dcqcn_flows" in s
+    ]
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts).drop_duplicates(["results", "run_id"]).reset_index(drop=True)
+
+
 def _setups(res: Results, results: str, run_id: str) -> dict[str, dict]:
     run = res.manifests.get(results, {}).get("runs", {}).get(run_id, {})
     return run.get("dcqcn") or {}
@@ -79,7 +92,7 @@ def plot_rates_and_queue(res: Results) -> P.Plot | None:
                 q = q[q["direction"] == first["direction"]]
                 queue_ax.plot(q["time"] - origin, q["backlog_bytes"] / 1e3, lw=0.8, label="queue")
             if model is not None:
-                queue_ax.plot(model.t_s, model.queue_bytes / 1e3, "k--", lw=0.8, label="model")
+                queue_ax.plot(model.t_s, D.wire_queue(model) / 1e3, "k--", lw=0.8, label="model")
             aqm = first.get("aqm") or {}
             for key, style in (("kmin", ":"), ("kmax", "-.")):
                 if aqm.get(key) is not None:
@@ -100,7 +113,7 @@ def plot_rates_and_queue(res: Results) -> P.Plot | None:
 
 def plot_versus_rtt(res: Results) -> P.Plot | None:
     """Across runs: queue amplitude and utilisation against the RTT (a delay sweep)."""
-    s = res.summary
+    s = rows(res)
     need = ("dcqcn_queue_amplitude_bytes", "dcqcn_utilisation")
     if s.empty or any(c not in s for c in need) or "rtt_s" not in res.runs:
         return None
@@ -142,10 +155,9 @@ SHOWN = [
 
 def table(res: Results) -> pd.DataFrame:
     """Per run: the measured and predicted DCQCN metrics (SI units)."""
-    s = res.summary
-    if s.empty or "dcqcn_flows" not in s:
+    s = rows(res)
+    if s.empty:
         return pd.DataFrame()
-    s = s.dropna(subset=["dcqcn_flows"])
     cols = ["results", "run_id", *[p for p in res.params if p in s], *[c for c in SHOWN if c in s]]
     out = s[cols].copy()
     if "dcqcn_lossy" in out:

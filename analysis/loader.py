@@ -57,6 +57,8 @@ class Results:
     is the slowest rank's time (nccl-tests' convention).
     ``training_summary``: one row per training run (the manifest's summary of a ``kind:
     training`` workload, docs/results.md) + ``results`` and ``status``.
+    ``traffic_summary``: one row per run without ranks (traffic alone: its fault, trace-replay
+    and DCQCN metrics) + ``results`` and the sweep columns.
     ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``,
     ``events`` (the WAN's schedule steps and faults as applied), ``flows_goodput`` (the
     ``traffic:`` flows' goodput samples), ``dcqcn`` (the DCQCN flows' RP events and CNPs) and
@@ -76,6 +78,7 @@ class Results:
     collectives: pd.DataFrame
     training: pd.DataFrame
     training_summary: pd.DataFrame
+    traffic_summary: pd.DataFrame
     links: pd.DataFrame
     delayline: pd.DataFrame
     tcp: pd.DataFrame
@@ -179,6 +182,20 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
             is_training = pd.Series(True, index=summary.index)
         training_summary = summary[is_training].dropna(axis=1, how="all").reset_index(drop=True)
         summary = summary[~is_training].dropna(axis=1, how="all").reset_index(drop=True)
+    # a run without ranks (traffic alone) has a summary row of run metrics (faults, trace
+    # replay, DCQCN) and no collective
+    if summary.empty:
+        traffic_summary = pd.DataFrame()
+    else:
+        is_traffic = (
+            summary["collective"].isna()
+            if "collective" in summary.columns
+            else pd.Series(True, index=summary.index)
+        )
+        traffic_summary = summary[is_traffic].dropna(axis=1, how="all").reset_index(drop=True)
+        summary = summary[~is_traffic].reset_index(drop=True)
+    if not traffic_summary.empty:
+        traffic_summary = _with_params(traffic_summary, runs_df, params)
     if summary.empty and not iterations.empty:
         summary = _summary_from_iterations(iterations, params)
     status = runs_df.set_index(["results", "run_id"])["status"] if not runs_df.empty else {}
@@ -195,6 +212,7 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
         runs=runs_df,
         summary=summary,
         training_summary=training_summary,
+        traffic_summary=traffic_summary,
         iterations=iterations,
         skipped=pd.DataFrame(skipped),
         manifests=manifests,

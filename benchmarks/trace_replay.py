@@ -51,11 +51,14 @@ SCALE = 10  # the trace's 1.95 Mbit/s mean and 16.9 Mbit/s best bin, times 10
 DURATION = "60s"
 
 
-def scenario(trace: dict, congestions: list[str], buffers: list[str], repeat: int) -> dict:
+def scenario(
+    trace: dict, congestions: list[str], buffers: list[str], repeat: int, backend: str = "auto"
+) -> dict:
     """One link replaying ``trace`` forward, one bulk flow per congestion control and buffer
     (a sweep)."""
     return {
         "name": "bench-trace",
+        "backend": backend,
         "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
         "wan": [
             {
@@ -118,7 +121,11 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="cubic only, once")
     p.add_argument("--repeat", type=int, default=2, help="runs per case (2)")
     p.add_argument("--buffers", default="1bdp,4MB", help="bottleneck buffers (1bdp,4MB)")
+    p.add_argument("--backend", default="auto", help="auto | kernel | userspace")
+    p.add_argument("--scale", type=float, default=SCALE, help=f"the Mahimahi trace's ({SCALE})")
+    p.add_argument("--traces", default="synthetic,mahimahi", help="synthetic,mahimahi")
     args = p.parse_args()
+    traces = args.traces.split(",")
     congestions = ["cubic"] if args.quick else ["cubic", "bbr"]
     buffers = args.buffers.split(",")
     repeat = 1 if args.quick else args.repeat
@@ -135,25 +142,31 @@ def main() -> None:
         "seconds excluded |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    synthetic = scenario({"file": str(SYNTHETIC), "format": "csv"}, congestions, buffers, repeat)
-    for row in rows_of(SYNTHETIC.name, synthetic, str(ROOT / "scenarios" / "trace-replay.yaml")):
-        print(row)
-    if MAHIMAHI.exists():
+    if "synthetic" in traces:
+        synthetic = scenario(
+            {"file": str(SYNTHETIC), "format": "csv"}, congestions, buffers, repeat, args.backend
+        )
+        source = str(ROOT / "scenarios" / "trace-replay.yaml")
+        for row in rows_of(SYNTHETIC.name, synthetic, source):
+            print(row)
+    if "mahimahi" in traces and MAHIMAHI.exists():
         att = scenario(
-            {"file": str(MAHIMAHI), "format": "mahimahi", "scale": SCALE},
+            {"file": str(MAHIMAHI), "format": "mahimahi", "scale": args.scale},
             congestions,
             buffers,
             repeat,
+            args.backend,
         )
-        for row in rows_of(f"{MAHIMAHI.name} x {SCALE}", att, str(MAHIMAHI)):
+        for row in rows_of(f"{MAHIMAHI.name} x {args.scale:g}", att, str(MAHIMAHI)):
             print(row)
-    else:
+    elif "mahimahi" in traces:
         print(
             f"\n{MAHIMAHI.name}: skipped, {SHARED} is absent (the Mahimahi traces are GPL-3.0 "
             "and are not shipped with this package)."
         )
     sys.stdout = sys.__stdout__
-    if args.write and not args.quick:
+    defaults = (args.backend, args.scale, args.traces) == ("auto", SCALE, "synthetic,mahimahi")
+    if args.write and not args.quick and defaults:
         write_section("trace_replay.py", buf.getvalue())
 
 

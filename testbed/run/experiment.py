@@ -283,9 +283,9 @@ def dcqcn_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     first = setups[min(setups, key=int)]
     ends = ev[ev["kind"] == "end"].set_index("flow")
     sent = {int(f): int(n) for f, n in ends["sent"].items()} if "sent" in ends else {}
-    out = dcqcn.measure(
-        ev, rx, queues, first["direction"], first["bottleneck_bps"], sent
-    ) if not rx.empty else {}  # fmt: skip
+    size = next(f.size for f in spec.scenario.flows if getattr(f, "kind", "") == "dcqcn")
+    capacity = dcqcn.payload_capacity(first["bottleneck_bps"], size)
+    out = dcqcn.measure(ev, rx, queues, first["direction"], capacity, sent) if not rx.empty else {}
     starts = ev[ev["kind"] == "start"].set_index("flow")["t"]
     if out and first["aqm"] and first["aqm"].get("kind") in ("red", "step"):
         origin = float(starts.min())
@@ -297,7 +297,7 @@ def dcqcn_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
             bottleneck_bps=first["bottleneck_bps"],
             rtt_s=first["rtt_s"],
             aqm=first["aqm"],
-            size=next(f.size for f in spec.scenario.flows if getattr(f, "kind", "") == "dcqcn"),
+            size=size,
             starts_s=[float(starts.get(f, origin) - origin) for f in flows],
             duration_s=float(ends["t"].max() - origin) if not ends.empty else 10.0,
             buffer_bytes=first["buffer_bytes"],
