@@ -27,6 +27,7 @@ from testbed.core.dcqcn import DcqcnParams
 # UDP 8 + IPv4 20 + Ethernet 14: what the bottleneck counts of a datagram's payload
 WIRE_OVERHEAD = 42
 SMOOTH_S = 0.5  # receive rates are averaged over this for fairness over time
+RX_WINDOW = 0.1  # s: a receiver's counting window (traffic.dcqcn.flow INTERVAL)
 
 
 def _jain(x: np.ndarray) -> float:
@@ -42,11 +43,20 @@ def settled_window(starts: list[float], ends: list[float]) -> tuple[float, float
 
 def flow_rates(rx: pd.DataFrame, origin: float) -> pd.DataFrame:
     """Per flow and 100 ms window: ``t`` (s after ``origin``, window end) and ``rate_bps`` of
-    payload received, as a wide frame (one column per flow)."""
+    payload received, as a wide frame (one column per flow). Each receiver's windows have
+    their own phase: a window counts in the 100 ms bin of the common grid its end falls in
+    (else the flows' rows would interleave with zeros)."""
     if rx.empty:
         return pd.DataFrame()
-    rx = rx.assign(t=(rx["t"] - origin).round(3))
-    return rx.pivot_table(index="t", columns="flow", values="rate_bps", aggfunc="sum").fillna(0.0)
+    rel = rx["t"] - origin
+    # a receiver's windows are spaced exactly: count them from its first one (rounding each
+    # unix time alone would be at the mercy of its float precision, ~0.2 µs)
+    first = rel.groupby(rx["flow"]).transform("min")
+    k = ((rel - first) / RX_WINDOW).round()
+    grid = (np.ceil(first / RX_WINDOW - 1e-3) + k) * RX_WINDOW
+    rx = rx.assign(t=grid.round(3))
+    wide = rx.pivot_table(index="t", columns="flow", values="rate_bps", aggfunc="mean")
+    return wide.fillna(0.0)
 
 
 def convergence(rates: pd.DataFrame, since: float, threshold: float = 0.95) -> float:

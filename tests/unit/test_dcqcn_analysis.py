@@ -39,8 +39,10 @@ def rows(late_start: float = 5.0, fair_after: float = 2.0) -> tuple[pd.DataFrame
         else:
             r0, r1 = 5e7, 5e7
         rx.append({"flow": 0, "t": T0 + t, "seconds": 0.1, "rate_bps": r0, "datagrams": 5})
-        if r1 is not None:
-            rx.append({"flow": 1, "t": T0 + t, "seconds": 0.1, "rate_bps": r1, "datagrams": 2})
+        if r1 is not None:  # its own receiver: its windows end 37 ms later than flow 0's
+            rx.append(
+                {"flow": 1, "t": T0 + t + 0.037, "seconds": 0.1, "rate_bps": r1, "datagrams": 2}
+            )
     return pd.DataFrame(ev), pd.DataFrame(rx)
 
 
