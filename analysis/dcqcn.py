@@ -59,14 +59,17 @@ def flow_rates(rx: pd.DataFrame, origin: float) -> pd.DataFrame:
     return wide.fillna(0.0)
 
 
-def convergence(rates: pd.DataFrame, since: float, threshold: float = 0.95) -> float:
+def convergence(
+    rates: pd.DataFrame, since: float, until: float = math.inf, threshold: float = 0.95
+) -> float:
     """Seconds from ``since`` until Jain's index of the flows' rates (smoothed over SMOOTH_S)
-    reaches ``threshold`` and stays there; NaN if it never does."""
+    reaches ``threshold`` and stays there up to ``until`` (the first flow's end); NaN if it
+    never does."""
     if rates.shape[1] < 2:
         return math.nan
-    window = max(1, round(SMOOTH_S / 0.1))
+    window = max(1, round(SMOOTH_S / RX_WINDOW))
     smooth = rates.rolling(window, min_periods=window).mean().dropna()
-    smooth = smooth[smooth.index >= since]
+    smooth = smooth[(smooth.index >= since) & (smooth.index <= until)]
     if smooth.empty:
         return math.nan
     ok = np.array([_jain(row) >= threshold for row in smooth.to_numpy()])
@@ -105,7 +108,9 @@ def measure(
     if rates.empty:
         return {}
     rel_starts = [float(starts[f] - origin) for f in rates.columns]
-    last_rx = rx.groupby("flow")["t"].max() - origin
+    # a receiver writes empty windows until it has been idle for 2 s: a flow ends at its last
+    # window with data
+    last_rx = rx[rx["datagrams"] > 0].groupby("flow")["t"].max() - origin
     ends = [float(last_rx[f]) for f in rates.columns]
     lo, hi = settled_window(rel_starts, ends)
     steady = rates[(rates.index > lo) & (rates.index <= hi)]
@@ -117,7 +122,7 @@ def measure(
         "dcqcn_utilisation": float(steady.sum(axis=1).mean() / capacity_bps)
         if not steady.empty
         else math.nan,
-        "dcqcn_convergence_s": convergence(rates, max(rel_starts)),
+        "dcqcn_convergence_s": convergence(rates, max(rel_starts), hi),
     }
     cuts = events[events["kind"] == "cut"]
     out["dcqcn_cuts"] = float(len(cuts))
