@@ -80,10 +80,70 @@ def convergence(
     return float(at - since)
 
 
+def cut_depth(events: pd.DataFrame, cuts: pd.Index) -> float:
+    """The mean rate a cut takes away (bit/s): RC after the flow's previous event (the state
+    each row records) minus RC after the cut; NaN without cuts."""
+    rp = events[events["rc"].notna()] if "rc" in events else events.iloc[:0]
+    if rp.empty or cuts.empty:
+        return math.nan
+    before = rp.sort_values("t").groupby("flow")["rc"].shift()
+    depth = (before - rp["rc"]).reindex(cuts).dropna()
+    return float(depth.mean()) if not depth.empty else math.nan
+
+
 def payload_capacity(bottleneck_bps: float, size: int) -> float:
     """The bottleneck's rate in payload bit/s of ``size``-byte datagrams: the RP paces payload
     (its RC counts ``size`` bytes a datagram), the bottleneck serves wire bytes."""
     return bottleneck_bps * size / (size + WIRE_OVERHEAD)
+
+
+def flow_metrics(
+    rates: pd.DataFrame,
+    starts: list[float],
+    ends: list[float],
+    queues: pd.DataFrame,
+    direction: str,
+    origin: float,
+    capacity_bps: float,
+    prefix: str,
+) -> dict[str, float]:
+    """What any set of flows through one bottleneck measured over the settled half: rate per
+    flow, Jain's index, utilisation (received over ``capacity_bps``), convergence after the
+    last start and the bottleneck's queue, named ``{prefix}*``. ``rates``: :func:`flow_rates`;
+    ``starts``/``ends``: per column, seconds after ``origin`` (unix)."""
+    lo, hi = settled_window(starts, ends)
+    steady = rates[(rates.index > lo) & (rates.index <= hi)]
+    per_flow = steady.mean() if not steady.empty else rates.mean()
+    out: dict[str, float] = {
+        f"{prefix}flows": float(rates.shape[1]),
+        f"{prefix}rate_mean_bps": float(per_flow.mean()),
+        f"{prefix}jain": _jain(per_flow.to_numpy()),
+        f"{prefix}utilisation": float(steady.sum(axis=1).mean() / capacity_bps)
+        if not steady.empty
+        else math.nan,
+        f"{prefix}convergence_s": convergence(rates, max(starts), hi),
+    }
+    q = queues[queues["direction"] == direction] if not queues.empty else queues
+    if not q.empty:
+        q = q.assign(t=q["time"] - origin)
+        q = q[(q["t"] > lo) & (q["t"] <= hi)]
+    if not q.empty:
+        b = q["backlog_bytes"].to_numpy(dtype=float)
+        p5, p95 = np.percentile(b, [5, 95])
+        out |= {
+            f"{prefix}queue_mean_bytes": float(b.mean()),
+            f"{prefix}queue_p5_bytes": float(p5),
+            f"{prefix}queue_p95_bytes": float(p95),
+            f"{prefix}queue_amplitude_bytes": float(p95 - p5),
+        }
+    return out
+
+
+def _dropped(queues: pd.DataFrame, direction: str) -> float:
+    if queues.empty or "dropped" not in queues:
+        return 0.0
+    d = queues[queues["direction"] == direction]["dropped"]
+    return float(d.max() - d.min()) if not d.empty else 0.0
 
 
 def measure(
@@ -112,46 +172,55 @@ def measure(
     # window with data
     last_rx = rx[rx["datagrams"] > 0].groupby("flow")["t"].max() - origin
     ends = [float(last_rx[f]) for f in rates.columns]
+    out = flow_metrics(rates, rel_starts, ends, queues, direction, origin, capacity_bps, "dcqcn_")
     lo, hi = settled_window(rel_starts, ends)
-    steady = rates[(rates.index > lo) & (rates.index <= hi)]
-    per_flow = steady.mean() if not steady.empty else rates.mean()
-    out: dict[str, float] = {
-        "dcqcn_flows": float(rates.shape[1]),
-        "dcqcn_rate_mean_bps": float(per_flow.mean()),
-        "dcqcn_jain": _jain(per_flow.to_numpy()),
-        "dcqcn_utilisation": float(steady.sum(axis=1).mean() / capacity_bps)
-        if not steady.empty
-        else math.nan,
-        "dcqcn_convergence_s": convergence(rates, max(rel_starts), hi),
-    }
     cuts = events[events["kind"] == "cut"]
     out["dcqcn_cuts"] = float(len(cuts))
     out["dcqcn_cnps"] = float((events["kind"] == "cnp_sent").sum())
     settled_cuts = cuts[(cuts["t"] - origin > lo) & (cuts["t"] - origin <= hi)]
     gaps = settled_cuts.sort_values("t").groupby("flow")["t"].diff().dropna()
     out["dcqcn_cut_interval_s"] = float(gaps.mean()) if not gaps.empty else math.nan
-    q = queues[queues["direction"] == direction] if not queues.empty else queues
-    if not q.empty:
-        q = q.assign(t=q["time"] - origin)
-        q = q[(q["t"] > lo) & (q["t"] <= hi)]
-    if not q.empty:
-        b = q["backlog_bytes"].to_numpy(dtype=float)
-        p5, p95 = np.percentile(b, [5, 95])
-        out |= {
-            "dcqcn_queue_mean_bytes": float(b.mean()),
-            "dcqcn_queue_p5_bytes": float(p5),
-            "dcqcn_queue_p95_bytes": float(p95),
-            "dcqcn_queue_amplitude_bytes": float(p95 - p5),
-        }
+    out["dcqcn_cut_depth_bps"] = cut_depth(events, settled_cuts.index)
     received = rx.groupby("flow")["datagrams"].sum()
     lost = sum(max(0, n - int(received.get(f, 0))) for f, n in (sent or {}).items())
-    dropped = 0.0
-    if not queues.empty and "dropped" in queues:
-        d = queues[queues["direction"] == direction]["dropped"]
-        dropped = float(d.max() - d.min()) if not d.empty else 0.0
     out["dcqcn_lost"] = float(lost)
-    out["dcqcn_lossy"] = float(lost > 0 or dropped > 0)
+    out["dcqcn_lossy"] = float(lost > 0 or _dropped(queues, direction) > 0)
     return out
+
+
+def measure_bulk(
+    goodput: pd.DataFrame, queues: pd.DataFrame, direction: str, capacity_bps: float
+) -> dict[str, float]:
+    """The same flow metrics for bulk TCP flows (``flows_goodput`` rows, one direction's
+    flows), named ``bulk_*``: what a DCQCN run is compared with (DCTCP through the same
+    marking switch). Utilisation is goodput over ``capacity_bps`` (:func:`tcp_capacity`);
+    ``bulk_dropped`` is what the bottleneck dropped."""
+    if goodput.empty:
+        return {}
+    rx = goodput.rename(columns={"goodput_bps": "rate_bps"})
+    # a flow starts a window before its first sample
+    first = rx.groupby("flow")["t"].min() - rx.groupby("flow")["seconds"].first()
+    origin = float(first.min())
+    rates = flow_rates(rx, origin)
+    last = rx[rx["bytes"] > 0].groupby("flow")["t"].max() - origin
+    out = flow_metrics(
+        rates,
+        [float(first[f] - origin) for f in rates.columns],
+        [float(last[f]) for f in rates.columns],
+        queues,
+        direction,
+        origin,
+        capacity_bps,
+        "bulk_",
+    )
+    out["bulk_dropped"] = _dropped(queues, direction)
+    return out
+
+
+def tcp_capacity(bottleneck_bps: float, mtu: int = 1500) -> float:
+    """The bottleneck's rate in TCP payload bit/s: MSS (MTU − 52: IPv4, TCP, timestamps) of
+    every MTU + 14 (Ethernet) bytes."""
+    return bottleneck_bps * (mtu - 52) / (mtu + 14)
 
 
 def predict(
@@ -209,6 +278,7 @@ def predicted(res: dcqcn_model.FluidResult) -> dict[str, float]:
         "dcqcn_pred_utilisation": s["utilisation"],
         "dcqcn_pred_convergence_s": s["convergence_s"],
         "dcqcn_pred_cut_interval_s": s["cut_interval_s"],
+        "dcqcn_pred_cut_depth_bps": s["cut_depth_bps"],
         "dcqcn_pred_queue_mean_bytes": s["queue_mean_bytes"] * wire,
         "dcqcn_pred_queue_amplitude_bytes": (s["queue_p95_bytes"] - s["queue_p5_bytes"]) * wire,
     }
@@ -217,8 +287,10 @@ def predicted(res: dcqcn_model.FluidResult) -> dict[str, float]:
 def ratios(out: dict[str, float]) -> dict[str, float]:
     """measured / predicted for the readings an expectation compares."""
     got = {}
-    for name in ("queue_mean_bytes", "cut_interval_s", "convergence_s", "utilisation"):
+    names = ("queue_mean_bytes", "cut_interval_s", "cut_depth_bps", "convergence_s", "utilisation")
+    for name in names:
         m, p = out.get(f"dcqcn_{name}"), out.get(f"dcqcn_pred_{name}")
         if m is not None and p is not None and p and not (math.isnan(m) or math.isnan(p)):
-            got[f"dcqcn_{name.removesuffix('_bytes').removesuffix('_s')}_over_predicted"] = m / p
+            short = name.removesuffix("_bytes").removesuffix("_bps").removesuffix("_s")
+            got[f"dcqcn_{short}_over_predicted"] = m / p
     return got

@@ -222,7 +222,7 @@ def _dcqcn_table(exp) -> Table:
     t = Table(title="DCQCN flows (settled half; model = DCQCN's fluid model; dilated units)")
     params = list(exp.runs[0].params)
     columns = (*params, "flows", "rate", "Jain", "util", "model", "queue mean", "model")
-    for col in (*columns, "cut every", "model", "converge", "model", "lost"):
+    for col in (*columns, "cut every", "model", "cut by", "model", "converge", "model", "lost"):
         t.add_column(col, justify="right")
 
     def num(v: Any, fmt: str) -> str:
@@ -234,6 +234,9 @@ def _dcqcn_table(exp) -> Table:
     def size(v: Any) -> str:
         return "-" if v is None or v != v else format_size(v)
 
+    def rate(v: Any) -> str:
+        return "-" if v is None or v != v else format_rate(v)
+
     for s in exp.summaries:
         if "dcqcn_flows" not in s:
             continue
@@ -241,7 +244,7 @@ def _dcqcn_table(exp) -> Table:
         t.add_row(
             *(escape(str(s.get(p, ""))) for p in params),
             f"{s['dcqcn_flows']:.0f}",
-            "-" if s.get("dcqcn_rate_mean_bps") is None else format_rate(s["dcqcn_rate_mean_bps"]),
+            rate(s.get("dcqcn_rate_mean_bps")),
             num(s.get("dcqcn_jain"), ".3f"),
             num(s.get("dcqcn_utilisation"), ".1%"),
             num(s.get("dcqcn_pred_utilisation"), ".1%"),
@@ -249,6 +252,8 @@ def _dcqcn_table(exp) -> Table:
             size(s.get("dcqcn_pred_queue_mean_bytes")),
             dur(s.get("dcqcn_cut_interval_s")),
             dur(s.get("dcqcn_pred_cut_interval_s")),
+            rate(s.get("dcqcn_cut_depth_bps")),
+            rate(s.get("dcqcn_pred_cut_depth_bps")),
             dur(s.get("dcqcn_convergence_s")),
             dur(s.get("dcqcn_pred_convergence_s")),
             f"{lost:.0f} LOSSY" if s.get("dcqcn_lossy") else "0",

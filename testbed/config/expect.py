@@ -74,6 +74,7 @@ Metric = Literal[
     "dcqcn_cuts",
     "dcqcn_cnps",
     "dcqcn_cut_interval_s",
+    "dcqcn_cut_depth_bps",
     "dcqcn_queue_mean_bytes",
     "dcqcn_queue_p5_bytes",
     "dcqcn_queue_p95_bytes",
@@ -85,12 +86,25 @@ Metric = Literal[
     "dcqcn_pred_utilisation",
     "dcqcn_pred_convergence_s",
     "dcqcn_pred_cut_interval_s",
+    "dcqcn_pred_cut_depth_bps",
     "dcqcn_pred_queue_mean_bytes",
     "dcqcn_pred_queue_amplitude_bytes",
     "dcqcn_queue_mean_over_predicted",
     "dcqcn_cut_interval_over_predicted",
+    "dcqcn_cut_depth_over_predicted",
     "dcqcn_convergence_over_predicted",
     "dcqcn_utilisation_over_predicted",
+    # bulk TCP flows through the first one's bottleneck (the comparison with DCQCN)
+    "bulk_flows",
+    "bulk_rate_mean_bps",
+    "bulk_jain",
+    "bulk_utilisation",
+    "bulk_convergence_s",
+    "bulk_queue_mean_bytes",
+    "bulk_queue_p5_bytes",
+    "bulk_queue_p95_bytes",
+    "bulk_queue_amplitude_bytes",
+    "bulk_dropped",
 ]
 METRICS = get_args(Metric)
 # A training sweep's algorithm is the scenario field workload.algorithm and the summary column

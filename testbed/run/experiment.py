@@ -307,6 +307,20 @@ def dcqcn_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     return out
 
 
+def bulk_summary(result: RunResult) -> dict[str, Any]:
+    """The bulk flows' rate per flow, fairness, utilisation and queue (analysis.dcqcn ``bulk_*``)
+    through the first one's bottleneck: a DCQCN run's comparison (e.g. DCTCP through the same
+    marking switch); empty without bulk flows."""
+    setup = result.info.get("bulk") or {}
+    rows = pd.DataFrame(result.dynamics.get("flows_goodput", []))
+    if not setup or rows.empty:
+        return {}
+    rows = rows[rows["flow"].isin(setup["flows"])]
+    queues = pd.DataFrame(result.traces.get("queues", []))
+    capacity = dcqcn.tcp_capacity(setup["bottleneck_bps"])
+    return dcqcn.measure_bulk(rows, queues, setup["direction"], capacity)
+
+
 class RunDynamics:
     """Around one run's workload: the clock origin, the event runner and the bulk flows.
 
@@ -383,6 +397,8 @@ class RunDynamics:
                 self.result.dynamics[name] = [{"run_id": run_id, **r} for r in rows]
             if self.flows.dcqcn:
                 self.result.info["dcqcn"] = {str(i): v for i, v in self.flows.dcqcn.items()}
+            if self.flows.bulk:
+                self.result.info["bulk"] = self.flows.bulk
             self.errors = list(self.flows.errors)
             try:  # apart from the shapers' queue-overflow drops (queues.parquet)
                 if drops := self.runner.fault_drops():
@@ -417,16 +433,11 @@ def execute(
 ) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
-    dcqcn_flows = any(getattr(f, "kind", "") == "dcqcn" for f in sc.flows)
-    if (
-        isinstance(sc.workload, TrainingWorkload)
-        or any(link.trace for link in sc.wan)
-        or dcqcn_flows
-    ):
+    if isinstance(sc.workload, TrainingWorkload) or any(link.trace for link in sc.wan) or sc.flows:
         # WAN byte counters for every step, also from a delay line that holds a queue; a trace
         # replay's achieved rate per bin is what its bottleneck passed (the flows' goodput is
-        # the receiver's in-order bytes: what waited behind a lost segment shows up later); a
-        # DCQCN run's queue against Kmin/Kmax and the fluid model
+        # the receiver's in-order bytes: what waited behind a lost segment shows up later);
+        # flows' queue (a DCQCN run's against Kmin/Kmax and the fluid model)
         sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
@@ -644,7 +655,7 @@ class Experiment:
             ]
         else:
             summary = summarize(result.rows, result.info, params)
-        faults = fault_summary(spec, result) | dcqcn_summary(spec, result)
+        faults = fault_summary(spec, result) | dcqcn_summary(spec, result) | bulk_summary(result)
         if faults and not summary:  # every operation failed: the fault metrics still count
             summary = [dict(params)]
         for s in summary:

@@ -50,8 +50,8 @@ def dcqcn_params(flow: DcqcnTraffic, dilation: float) -> DcqcnParams:
     return resolve(flow.variant, flow.params, dilation)
 
 
-def dcqcn_bottleneck(flow: DcqcnTraffic, plan: NetworkPlan) -> WanDirection | None:
-    """The WAN direction a DCQCN flow's queue builds in: the one from its cluster to the
+def flow_bottleneck(flow: Flow, plan: NetworkPlan) -> WanDirection | None:
+    """The WAN direction a flow's queue builds in: the one from its cluster to the
     receiver's (or, across several hops, the first one leaving its cluster)."""
     src, dst = (h.rsplit("-h", 1)[0] for h in (flow.from_, flow.to))
     leaving = [d for d in plan.wan if d.src == src]
@@ -63,7 +63,7 @@ def dcqcn_setup(flow: DcqcnTraffic, plan: NetworkPlan, dilation: float) -> dict[
     fluid model needs: ``params``, ``line_rate_bps`` (the flow's ``line_rate`` / dilation,
     else twice the bottleneck's rate, so that one flow builds a queue: DCQCN reacts to none
     otherwise), ``direction``, ``bottleneck_bps``, ``rtt_s``, ``buffer_bytes``, ``aqm``."""
-    d = dcqcn_bottleneck(flow, plan)
+    d = flow_bottleneck(flow, plan)
     rate = d.rate if d is not None else 100e6
     back = next((r for r in plan.wan if d is not None and r.src == d.dst and r.dst == d.src), None)
     line = flow.line_rate / dilation if flow.line_rate is not None else 2.0 * rate
@@ -94,6 +94,8 @@ class Flows:
         self.flows = flows
         self.dilation = dilation
         self.dcqcn: dict[int, dict[str, Any]] = {}  # DCQCN flow -> what it ran with
+        # the first bulk flow's bottleneck, for the bulk flows' summary (analysis.dcqcn)
+        self.bulk: dict[str, Any] = {}
         self.clock = clock
         self.run_dir = run_dir
         self.receivers: list[subprocess.Popen] = []
@@ -139,6 +141,17 @@ class Flows:
 
     def start(self) -> Flows:
         """Start every receiver (READY), then the thread that starts the senders."""
+        plan = self.tb.plan
+        through = {
+            i: d.name
+            for i, f in enumerate(self.flows)
+            if isinstance(f, BulkFlow) and plan is not None and (d := flow_bottleneck(f, plan))
+        }
+        if through and plan is not None:
+            first = next(iter(through.values()))
+            rate = next(d.rate for d in plan.wan if d.name == first)
+            flows = [i for i, name in through.items() if name == first]
+            self.bulk = {"direction": first, "bottleneck_bps": rate, "flows": flows}
         for i, flow in enumerate(self.flows):
             argv = self._receiver_argv(i, flow)
             with open(self.run_dir / f"flow-{i}-sink.log", "w") as err:

@@ -76,3 +76,9 @@ def test_a_replayed_step_trace_is_followed_second_by_second(root, tmp_path) -> N
     assert ratio.median() > 0.97 and ratio.min() > 0.8, settled
     table = trace_table(bins).iloc[0]
     assert table["correlation"] >= 0.9, table
+    # the bulk flow's own summary (analysis.dcqcn measure_bulk, DCQCN's comparison): its rate
+    # over the settled half (the last 12 s: 10, 40, 90 Mbit/s levels) and the queue it built
+    s = exp.summaries[0]
+    assert s["bulk_flows"] == 1 and s["bulk_jain"] == pytest.approx(1.0)
+    assert 5e6 < s["bulk_rate_mean_bps"] < 90e6, s
+    assert s["bulk_queue_mean_bytes"] >= 0 and "bulk_dropped" in s
