@@ -4,6 +4,7 @@ table as it is measured while keeping a copy for it (``Tee``)."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import platform
 import re
@@ -50,3 +51,9 @@ def heading(title: str, note: str = "") -> None:
         f"cores). {note}".rstrip()
         + "\n"
     )
+
+
+def cell(summary: dict, key: str, fmt) -> str:
+    """A summary value formatted for a table, "-" when missing or NaN."""
+    v = summary.get(key)
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v)

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._results import Tee, heading, write_section
+from benchmarks._results import Tee, cell, heading, write_section
 from testbed.config.sweep import load_runs
 from testbed.core.units import format_duration, format_rate, format_size
 from testbed.run.experiment import Experiment
@@ -33,11 +32,6 @@ SCENARIOS = {
     "two": ROOT / "scenarios" / "dcqcn-two-flows.yaml",
     "delay": ROOT / "scenarios" / "dcqcn-delay-sweep.yaml",
 }
-
-
-def _v(s: dict, key: str, fmt) -> str:
-    v = s.get(key)
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v)
 
 
 def rows_of(path: Path) -> tuple[list[str], list[str]]:
@@ -55,20 +49,20 @@ def rows_of(path: Path) -> tuple[list[str], list[str]]:
         pct = lambda x: f"{x:.1%}"  # noqa: E731
         out.append(
             f"| {path.stem} | {point} | {s['dcqcn_flows']:.0f} | "
-            f"{_v(s, 'dcqcn_rate_mean_bps', format_rate)} | "
-            f"{_v(s, 'dcqcn_utilisation', pct)} / {_v(s, 'dcqcn_pred_utilisation', pct)} | "
-            f"{_v(s, 'dcqcn_jain', lambda x: f'{x:.3f}')} / "
-            f"{_v(s, 'dcqcn_pred_jain', lambda x: f'{x:.3f}')} | "
-            f"{_v(s, 'dcqcn_queue_mean_bytes', format_size)} / "
-            f"{_v(s, 'dcqcn_pred_queue_mean_bytes', format_size)} | "
-            f"{_v(s, 'dcqcn_queue_amplitude_bytes', format_size)} / "
-            f"{_v(s, 'dcqcn_pred_queue_amplitude_bytes', format_size)} | "
-            f"{_v(s, 'dcqcn_cut_interval_s', format_duration)} / "
-            f"{_v(s, 'dcqcn_pred_cut_interval_s', format_duration)} | "
-            f"{_v(s, 'dcqcn_cut_depth_bps', format_rate)} / "
-            f"{_v(s, 'dcqcn_pred_cut_depth_bps', format_rate)} | "
-            f"{_v(s, 'dcqcn_convergence_s', format_duration)} / "
-            f"{_v(s, 'dcqcn_pred_convergence_s', format_duration)} | "
+            f"{cell(s, 'dcqcn_rate_mean_bps', format_rate)} | "
+            f"{cell(s, 'dcqcn_utilisation', pct)} / {cell(s, 'dcqcn_pred_utilisation', pct)} | "
+            f"{cell(s, 'dcqcn_jain', lambda x: f'{x:.3f}')} / "
+            f"{cell(s, 'dcqcn_pred_jain', lambda x: f'{x:.3f}')} | "
+            f"{cell(s, 'dcqcn_queue_mean_bytes', format_size)} / "
+            f"{cell(s, 'dcqcn_pred_queue_mean_bytes', format_size)} | "
+            f"{cell(s, 'dcqcn_queue_amplitude_bytes', format_size)} / "
+            f"{cell(s, 'dcqcn_pred_queue_amplitude_bytes', format_size)} | "
+            f"{cell(s, 'dcqcn_cut_interval_s', format_duration)} / "
+            f"{cell(s, 'dcqcn_pred_cut_interval_s', format_duration)} | "
+            f"{cell(s, 'dcqcn_cut_depth_bps', format_rate)} / "
+            f"{cell(s, 'dcqcn_pred_cut_depth_bps', format_rate)} | "
+            f"{cell(s, 'dcqcn_convergence_s', format_duration)} / "
+            f"{cell(s, 'dcqcn_pred_convergence_s', format_duration)} | "
             f"{s.get('dcqcn_lost', 0):.0f}{' LOSSY' if s.get('dcqcn_lossy') else ''} |"
         )
     verdicts = [f"- {path.stem}: {c.text()}" for c in checks]

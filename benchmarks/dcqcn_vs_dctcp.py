@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._results import Tee, heading, write_section
+from benchmarks._results import Tee, cell, heading, write_section
 from testbed.config.sweep import load_runs
 from testbed.core.units import format_duration, format_rate, format_size
 from testbed.run.experiment import Experiment
@@ -27,21 +26,16 @@ from testbed.run.experiment import Experiment
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "dcqcn-vs-dctcp.yaml"
 
 
-def _v(s: dict, key: str, fmt) -> str:
-    v = s.get(key)
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v)
-
-
 def row(kind: str, s: dict, prefix: str) -> str:
     drops = prefix + ("lost" if prefix == "dcqcn_" else "dropped")
     return (
-        f"| {kind} | {_v(s, prefix + 'rate_mean_bps', format_rate)} | "
-        f"{_v(s, prefix + 'jain', lambda x: f'{x:.3f}')} | "
-        f"{_v(s, prefix + 'utilisation', lambda x: f'{x:.1%}')} | "
-        f"{_v(s, prefix + 'queue_mean_bytes', format_size)} | "
-        f"{_v(s, prefix + 'queue_amplitude_bytes', format_size)} | "
-        f"{_v(s, prefix + 'convergence_s', format_duration)} | "
-        f"{_v(s, drops, lambda x: f'{x:.0f}')} |"
+        f"| {kind} | {cell(s, prefix + 'rate_mean_bps', format_rate)} | "
+        f"{cell(s, prefix + 'jain', lambda x: f'{x:.3f}')} | "
+        f"{cell(s, prefix + 'utilisation', lambda x: f'{x:.1%}')} | "
+        f"{cell(s, prefix + 'queue_mean_bytes', format_size)} | "
+        f"{cell(s, prefix + 'queue_amplitude_bytes', format_size)} | "
+        f"{cell(s, prefix + 'convergence_s', format_duration)} | "
+        f"{cell(s, drops, lambda x: f'{x:.0f}')} |"
     )
 
 

@@ -143,15 +143,14 @@ class Flows:
         """Start every receiver (READY), then the thread that starts the senders."""
         plan = self.tb.plan
         through = {
-            i: d.name
+            i: d
             for i, f in enumerate(self.flows)
             if isinstance(f, BulkFlow) and plan is not None and (d := flow_bottleneck(f, plan))
         }
-        if through and plan is not None:
+        if through:
             first = next(iter(through.values()))
-            rate = next(d.rate for d in plan.wan if d.name == first)
-            flows = [i for i, name in through.items() if name == first]
-            self.bulk = {"direction": first, "bottleneck_bps": rate, "flows": flows}
+            flows = [i for i, d in through.items() if d.name == first.name]
+            self.bulk = {"direction": first.name, "bottleneck_bps": first.rate, "flows": flows}
         for i, flow in enumerate(self.flows):
             argv = self._receiver_argv(i, flow)
             with open(self.run_dir / f"flow-{i}-sink.log", "w") as err:
