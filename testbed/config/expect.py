@@ -242,10 +242,17 @@ def holds(row: dict, resolved: dict | None, when: dict[str, Any]) -> bool:
     return True
 
 
+def _within(a: str, b: str) -> bool:
+    """Whether field path ``a`` is ``b`` or inside it (``traffic[0].kind`` within ``traffic``)."""
+    return a == b or a.startswith((b + ".", b + "["))
+
+
 def _identity(row: dict, resolved: dict | None, ignore: set[str], params: list[str]) -> tuple:
     if ignore & ALGORITHM_KEYS:
         ignore = ignore | ALGORITHM_KEYS
-    keys = [k for k in (*SUMMARY_KEYS, *params, "repeat") if k not in ignore]
+    # a sweep path that holds a changed key, or lies inside one, differs between twins too
+    ignored = {p for p in params if any(_within(k, p) or _within(p, k) for k in ignore)}
+    keys = [k for k in (*SUMMARY_KEYS, *params, "repeat") if k not in ignore | ignored]
     return tuple((k, repr(lookup(row, resolved, k))) for k in keys)
 
 

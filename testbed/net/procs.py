@@ -134,9 +134,14 @@ def ready(
         stop(proc)
 
 
-def stop(proc: subprocess.Popen) -> int:
+def stop(proc: subprocess.Popen, grace: float = 0.0) -> int:
     """Kill ``proc`` if it still runs (Popen knows whether it reaped the pid: never a stranger)
-    and reap it; its exit code."""
+    and reap it; its exit code. With ``grace`` it is first asked to end (SIGTERM) and killed
+    only if it has not ended that many seconds later (a helper that writes its records then)."""
+    if grace > 0 and proc.poll() is None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
     if proc.poll() is None:
         proc.kill()
     return proc.wait()

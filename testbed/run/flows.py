@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 BASE_PORT = 5300  # flow i listens on BASE_PORT + i (below the kernel's ephemeral range)
 INTERVAL = 0.1  # s between two goodput samples
 END_GRACE = 30.0  # s after its planned end a flow may take to drain and close
+# s a DCQCN sender stopped early gets to take its last CNPs and write its log (SIGTERM)
+STOP_GRACE = 15.0
 Flow = BulkFlow | DcqcnTraffic
 
 
@@ -214,7 +216,8 @@ class Flows:
             running = p.poll() is None
             if running:
                 self.cut.append(i)
-            code = procs.stop(p)
+            grace = STOP_GRACE if isinstance(self.flows[i], DcqcnTraffic) else 0.0
+            code = procs.stop(p, grace)
             if not running and code != 0:
                 said = ""
                 with contextlib.suppress(OSError):

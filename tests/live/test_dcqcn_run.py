@@ -57,3 +57,47 @@ def test_a_dcqcn_workload_runs_records_and_reports(root, tmp_path) -> None:
     report = write_report(path, tmp_path / "report")
     assert "dcqcn" in report.sections
     assert any(p.name == "dcqcn_rates.png" for p in report.pngs)
+
+
+def test_a_dcqcn_tenant_beside_an_all_reduce_is_recorded_when_the_workload_stops_it(
+    root, tmp_path
+) -> None:
+    """``traffic: [{kind: dcqcn}]`` beside collectives (a RoCE tenant and a TCP tenant on one
+    DCI): the flow is planned far beyond the workload, so the run stops it when the all-reduce
+    is done; asked to end (SIGTERM), the sender still takes its last CNPs and writes its log."""
+    data = {
+        "name": f"{RUN_TAG}-dcqcn-x"[:32],
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "tcp": {"congestion": "cubic", "ecn": True},
+        "wan": [
+            {
+                "between": ["east", "west"], "rate": "100mbit", "delay": "5ms", "buffer": "2MB",
+                "aqm": {"kind": "red", "kmin": "5KB", "kmax": "200KB", "pmax": "1%"},
+            }
+        ],
+        "workload": {
+            "kind": "collectives", "collectives": ["all_reduce"], "algorithms": ["flat"],
+            "sizes": ["64KiB"], "warmup": 1, "iterations": 3, "timeout": "120s",
+        },
+        "traffic": [
+            {"kind": "dcqcn", "variant": "mellanox", "from": "east-h0", "to": "west-h0",
+             "start": "0s", "duration": "600s"},
+        ],
+        "backend": "userspace",
+    }  # fmt: skip
+    exp = Experiment(expand(data, "test"), "test", tmp_path / "out", resume=False)
+    assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]["p000-r0"]["reason"]
+    path = exp.results.path
+    assert exp.manifest["runs"]["p000-r0"]["traffic_cut"] == [0]
+    ops = pd.read_parquet(path / "collectives.parquet")
+    assert (ops["outcome"] == "ok").all() and len(ops) == 3 * 2  # 3 timed iterations x 2 ranks
+    ev = pd.read_parquet(path / "dcqcn.parquet")
+    kinds = ev["kind"].value_counts()
+    print(kinds.to_dict(), ops.groupby("op")["seconds"].max().to_dict())
+    assert kinds["start"] == 1 and kinds["end"] == 1 and kinds["cut"] > 0
+    end = ev[ev["kind"] == "end"].iloc[0]
+    assert end["cnps_received"] == kinds["cnp"] <= kinds["cnp_sent"]
+    # it sent until the workload ended, not for its planned 600 s
+    assert end["t"] - ev[ev["kind"] == "start"].iloc[0]["t"] < 120
+    (row,) = exp.manifest["summary"]
+    assert row["dcqcn_flows"] == 1 and row["time_p50"] > 0

@@ -241,3 +241,33 @@ def test_fault_metrics_on_summary_rows() -> None:
     ]
     checks = check(expectations, rows, {"p000-r0": resolved_run}, [])
     assert [c.status for c in checks] == ["passed", "passed", "unchecked"]
+
+
+def test_twins_across_a_swept_list_compare_on_a_field_inside_it() -> None:
+    """A sweep over ``traffic`` (whole lists); ``where``/``compare_to`` name a field inside it
+    (``traffic[0].kind``) or the list itself (``traffic: []``): the twin differs in the swept
+    path that holds the compared field, and only there."""
+    tenants = {
+        "p000-r0": [],
+        "p001-r0": [{"kind": "dcqcn", "from": "east-h0", "to": "west-h0", "duration": "9s"}],
+        "p002-r0": [{"kind": "bulk", "from": "east-h0", "to": "west-h0", "duration": "9s"}],
+    }
+    resolved = {
+        r: parse_scenario({**BASE, "traffic": t}).model_dump(mode="json")
+        for r, t in tenants.items()
+    }
+    rows = [
+        row("p000-r0", "1gbit", "flat", 0.4),
+        row("p001-r0", "1gbit", "flat", 30.0),
+        row("p002-r0", "1gbit", "flat", 0.5),
+    ]
+    slower = {"where": {"traffic[0].kind": "dcqcn"}, "metric": "time_p50", "relation": ">"}
+    exps = [
+        Expectation(**slower, compare_to={"traffic[0].kind": "bulk"}),
+        Expectation(**slower, compare_to={"traffic": []}),
+    ]
+    checks = check(exps, rows, resolved, ["traffic"])
+    assert [(c.status, c.lhs, c.rhs) for c in checks] == [
+        ("passed", 30.0, 0.5),
+        ("passed", 30.0, 0.4),
+    ]

@@ -34,6 +34,7 @@ import ctypes
 import dataclasses
 import json
 import select
+import signal
 import socket
 import struct
 import sys
@@ -89,9 +90,12 @@ def send(
     tick: float = 200e-6,
     linger: float = 0.3,
 ) -> dict:
-    """Send for ``duration`` seconds at the RP's rate, then take the CNPs still coming back until
-    none came for ``linger`` seconds."""
+    """Send for ``duration`` seconds at the RP's rate (or until SIGTERM: a run that stops the flow
+    early still gets its records), then take the CNPs still coming back until none came for
+    ``linger`` seconds."""
     _fine_timer_slack()
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_IP, IP_TOS, ECT0)
     s.setblocking(False)
@@ -118,7 +122,7 @@ def send(
 
     while True:
         now = time.monotonic()
-        if now >= end:
+        if now >= end or stopped:
             break
         take_cnps()
         now = time.monotonic()
