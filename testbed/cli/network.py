@@ -20,7 +20,7 @@ from rich.table import Table
 
 from testbed.cli.common import need_root
 from testbed.cli.console import escape, make_console
-from testbed.core.errors import TestbedError
+from testbed.core.errors import TestbedError, UsageError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
 from testbed.net import build as net
 from testbed.net import registry
@@ -49,6 +49,16 @@ def register(sub: Any) -> None:
         "--foreground",
         action="store_true",
         help="stay in the foreground and tear down on Ctrl-C/SIGTERM",
+    )
+    s.add_argument(
+        "--engine",
+        choices=["native", "mininet"],
+        help="what builds the network (default: the scenario's `engine`, else native)",
+    )
+    s.add_argument(
+        "--cli",
+        action="store_true",
+        help="engine mininet: Mininet's own CLI (`west_h0 ping east_h1`); tears down on exit",
     )
     s.set_defaults(fn=cmd_up)
     s = sub.add_parser("exec", help="run a command inside a host: exec NAME HOST -- CMD...")
@@ -335,8 +345,12 @@ def _print_hosts(tb) -> None:
     t.add_column("host")
     t.add_column("address")
     t.add_column("namespace")
+    mininet = tb.record.engine == "mininet"
+    if mininet:
+        t.add_column("Mininet node")
     for name, addr in tb.hosts.items():
-        t.add_row(name, addr, f"{tb.record.prefix}-{name}")
+        node = [name.replace("-", "_")] if mininet else []
+        t.add_row(name, addr, f"{tb.record.prefix}-{name}", *node)
     out.print(t)
 
 
@@ -346,7 +360,23 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     need_root("up")
     sc = load_scenario(args.file)
-    tb = Testbed(sc, name=args.name or sc.name, persistent=not args.foreground, source=args.file)
+    if args.engine:
+        sc = sc.model_copy(update={"engine": args.engine})
+    if args.cli and sc.engine != "mininet":
+        raise UsageError("--cli is Mininet's CLI: use it with --engine mininet")
+    foreground = args.foreground or args.cli
+    tb = Testbed(sc, name=args.name or sc.name, persistent=not foreground, source=args.file)
+    if args.cli:
+        from mininet.cli import CLI
+        from mininet.log import setLogLevel
+
+        with tb:
+            setLogLevel("output")  # the CLI prints at Mininet's "output" level
+            _announce(tb)
+            _print_hosts(tb)
+            out.print("Mininet CLI: nodes are named like east_h0; `exit` tears the testbed down")
+            CLI(tb.engine.net)
+        return 0
     if args.foreground:
         with tb:
             _announce(tb)
@@ -392,14 +422,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
         out.print("no testbeds")
         return 0
     t = Table()
-    for col in ("name", "prefix", "state", "backend", "hosts", "owner", "age", "scenario"):
+    for col in ("name", "prefix", "state", "engine", "backend", "hosts", "owner", "age", "scenario"):
         t.add_column(col)
     for r in recs:
         state = r.phase if r.live() else "leftover (testbed clean removes it)"
         owner = "persistent" if r.persistent else str(r.owner_pid)
         age = f"{time.time() - r.created:.0f}s"
         hosts = str(sum(1 for h in r.hosts if not h.endswith("-gw")))
-        t.add_row(r.name, r.prefix, state, r.backend, hosts, owner, age, r.scenario)
+        t.add_row(r.name, r.prefix, state, r.engine, r.backend, hosts, owner, age, r.scenario)
     out.print(t)
     return 0
 

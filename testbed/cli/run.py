@@ -37,6 +37,11 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR")
     s.add_argument(
+        "--engine",
+        choices=["native", "mininet"],
+        help="what builds the network (default: the scenario's `engine`, else native)",
+    )
+    s.add_argument(
         "--selfcheck",
         type=float,
         default=1.0,
@@ -52,7 +57,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from testbed.run.experiment import Experiment
 
     need_root("run")
-    runs = load_runs(args.file, [parse_override(s) for s in args.set])
+    overrides = [parse_override(s) for s in args.set]
+    if args.engine:
+        overrides.append(("engine", args.engine))
+    runs = load_runs(args.file, overrides)
     exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
     pending = [r for r in runs if not exp.done(r)]
     out.print(f"{len(runs)} run(s), {len(pending)} to do; results: {escape(exp.results.path)}")

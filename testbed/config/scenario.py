@@ -492,6 +492,9 @@ class Scenario(_Strict):
     wan: list[WanLink] = Field(default_factory=list)
     tcp: TcpSettings = TcpSettings()
     backend: Literal["auto", "kernel", "userspace"] = "auto"
+    # what makes the namespaces and veth pairs: the testbed itself, or Mininet (its nodes and
+    # links, shaped by the same backends; docs/mininet.md)
+    engine: Literal["native", "mininet"] = "native"
     workload: AnyWorkload | None = None
     trace: Trace = Trace()
     # The WAN misbehaving while the workload runs (testbed.config.dynamics, docs/faults.md).

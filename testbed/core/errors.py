@@ -16,6 +16,12 @@ class ScenarioError(TestbedError):
     exit_code = 2
 
 
+class UsageError(TestbedError):
+    """Command-line options that do not go together (exit code 2)."""
+
+    exit_code = 2
+
+
 class PlanError(TestbedError):
     """A valid scenario cannot become a network (e.g. no free address block for it)."""
 

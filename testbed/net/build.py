@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.net import netns, registry
+from testbed.net.engines import Engine
 from testbed.net.registry import Record
 
 if TYPE_CHECKING:
@@ -148,19 +149,21 @@ def build(
     feats: KernelFeatures,
     tc: dict[str, list[str]],
     namespaces_made: Callable[[], None] | None = None,
+    engine: Engine | None = None,
 ) -> None:
     """Create every kernel object of ``plan``, with ``tc``'s qdiscs (namespace -> batch lines,
     which the link backend renders). The record must already be saved (for clean).
-    ``namespaces_made`` is called once the namespaces and veth pairs exist, before anything is
-    configured in them (the link backend starts its slow parts then, side by side)."""
+    ``engine`` makes the namespaces and veth pairs (default: native, one ``ip`` batch);
+    ``namespaces_made`` is called once they exist, before anything is configured in them (the
+    link backend starts its slow parts then, side by side)."""
     from testbed.net import rtnl
-    from testbed.plan.render import ip_ops, root_batch
+    from testbed.plan.render import ip_ops
 
     ensure_congestion_allowed(plan.congestion, feats)
     rec.namespaces = [ns.name for ns in plan.namespaces]
     rec.hosts = plan.names()
     rec.save()
-    run_batches([(["ip"], root_batch(plan))])
+    (engine or Engine()).create(plan, rec)
     if namespaces_made is not None:
         namespaces_made()
     # Side by side from here (2+ cores; each mostly waits in the kernel): the qdiscs (they need

@@ -64,6 +64,7 @@ class Record:
     created: float = field(default_factory=time.time)
     scenario: str = ""
     backend: str = ""
+    engine: str = "native"  # what made its namespaces (testbed.net.engines)
     namespaces: list[str] = field(default_factory=list)
     processes: list[tuple[int, int | None, str]] = field(default_factory=list)  # pid, start, what
     hosts: dict[str, str] = field(default_factory=dict)

@@ -445,6 +445,7 @@ def execute(
     try:
         with tb:
             result.info["backend"] = tb.backend.name if tb.backend else None
+            result.info["engine"] = tb.engine.name
             result.info["backend_reason"] = tb.backend.reason if tb.backend else None
             result.info["prefix"] = tb.record.prefix if tb.record else None
             result.info["rtt_compensation"] = [c.row() for c in tb.compensation]

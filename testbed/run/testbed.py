@@ -28,6 +28,7 @@ from testbed.link.choose import choose_backend
 from testbed.net import build as net
 from testbed.net import probe as kernel
 from testbed.net import registry
+from testbed.net.engines import Engine, make_engine
 from testbed.plan.compensation import Compensation, calibration_plan
 from testbed.plan.topology import NetworkPlan, WanDirection, build_plan
 
@@ -52,6 +53,7 @@ class Testbed:
         persistent: bool = False,
         source: str = "",
         compensate_rtt: bool = True,
+        engine: str | None = None,
     ) -> None:
         self.scenario = scenario  # None: a handle on a testbed another process made (attach)
         if name is None:
@@ -67,6 +69,9 @@ class Testbed:
         # Off only to measure what the emulation does without it (benchmarks/link_fidelity.py).
         self.compensate_rtt = compensate_rtt
         self.compensation: list[Compensation] = []  # per WAN direction, when compensated
+        # what makes the namespaces: the argument, else the scenario's (native for an attach)
+        chosen = engine or (scenario.engine if scenario is not None else "native")
+        self.engine: Engine = make_engine(chosen)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
@@ -87,6 +92,7 @@ class Testbed:
     def up(self) -> Testbed:
         assert self.scenario is not None, "an attached testbed is already up"
         self.features = kernel.probe()
+        self.engine.check()
         self.record = registry.claim(self.name, self.source)
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
@@ -99,6 +105,7 @@ class Testbed:
             )
             self.backend.check(self.plan)
             self.record.backend = self.backend.name
+            self.record.engine = self.engine.name
             self.record.save()
             # RTT compensation: the emulators start with the delays alone, the floor of each
             # direction is measured, then they get configured - floor and the rest of their
@@ -108,7 +115,14 @@ class Testbed:
             backend, record = self.backend, self.record
             trace = self.scenario.trace.queues
             namespaces_made = backend.prepare(first, record, trace)
-            net.build(self.plan, record, self.features, backend.tc_batches(first), namespaces_made)
+            net.build(
+                self.plan,
+                record,
+                self.features,
+                backend.tc_batches(first),
+                namespaces_made,
+                self.engine,
+            )
             backend.start(first, record, trace)
             if calibrating:
                 from testbed.run.calibrate import calibrate  # imports the probe: only when used
@@ -128,9 +142,12 @@ class Testbed:
             if self.backend is not None:
                 self.backend.stop()
         finally:
-            if self.record is not None:
-                net.destroy(self.record)
-                self.record = None
+            try:
+                self.engine.stop()
+            finally:
+                if self.record is not None:
+                    net.destroy(self.record)
+                    self.record = None
 
     def problems(self) -> list[str]:
         """What is broken in the emulation right now (a dead delay line, queue overflow)."""

@@ -1,0 +1,131 @@
+"""Engines: what makes a plan's namespaces and veth pairs (the rest of a build is the same).
+
+* ``native``: one ``ip -batch`` in the initial namespace (``netns add``, ``link add ... type
+  veth``), the fastest way (benchmarks/setup_speed.py).
+* ``mininet``: every namespace is a Mininet node (``mininet.node.Node``, a shell started by
+  ``mnexec`` in a network namespace of its own, ``controller=None``) and every veth pair a
+  Mininet ``Link`` with the plan's interface names. Each node's namespace is then given the
+  plan's name (``ip netns attach``), so everything after it - bridges, addresses, routes,
+  sysctls, the link backends' qdiscs and processes, tracers, ``testbed exec``, teardown and
+  ``clean`` - is the native build's, unchanged. A cluster's bridge is the plan's ``br0`` in its
+  gateway node, as on the native engine: Mininet's own switches live in the initial namespace,
+  where the testbed puts nothing. Node names are the plan's labels with ``_`` for ``-``
+  (``east_h0``: Mininet's CLI reads ``east-h0`` as ``east``).
+
+Mininet is imported only here, and only when the engine is used. Its ``mn`` script,
+``Mininet.cleanup()`` and ``net.iperf()`` kill processes host-wide by name and are never called;
+the nodes' shells are recorded in the registry (their pids), so a crashed testbed's ``clean``
+finds them like any process it started.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from testbed.core.errors import NetError, UnsupportedError
+from testbed.net.registry import Record
+
+if TYPE_CHECKING:
+    from testbed.plan.topology import NetworkPlan
+
+EngineName = Literal["native", "mininet"]
+# What Mininet runs in its nodes' shells: without them it exits the whole process (sys.exit)
+MININET_TOOLS = {"mnexec": "mininet", "ifconfig": "net-tools"}
+
+
+def node_name(label: str) -> str:
+    """A plan label as a Mininet node name (``east-h0`` -> ``east_h0``)."""
+    return label.replace("-", "_")
+
+
+class Engine:
+    """The native engine: the plan's namespaces and veth pairs in one ``ip`` batch."""
+
+    name: ClassVar[str] = "native"
+
+    def check(self) -> None:
+        """Raise ``UnsupportedError`` (saying what to install) if this engine cannot run here."""
+
+    def create(self, plan: NetworkPlan, rec: Record) -> None:
+        from testbed.net.build import run_batches
+        from testbed.plan.render import root_batch
+
+        run_batches([(["ip"], root_batch(plan))])
+
+    def stop(self) -> None:
+        """Let go of what the engine holds (its namespaces go with the testbed's teardown)."""
+
+
+class MininetEngine(Engine):
+    """The plan's namespaces as Mininet nodes, its veth pairs as Mininet links."""
+
+    name: ClassVar[str] = "mininet"
+
+    def __init__(self) -> None:
+        self.net: Any = None  # mininet.net.Mininet, once created
+        self.nodes: dict[str, Any] = {}  # namespace -> mininet.node.Node
+
+    def check(self) -> None:
+        missing = [f"{tool} (Debian package {pkg})" for tool, pkg in MININET_TOOLS.items()
+                   if shutil.which(tool) is None]  # fmt: skip
+        try:
+            import mininet.net  # noqa: F401
+        except ImportError:
+            missing.append("the Python module mininet (pip extra [mininet])")
+        if missing:
+            raise UnsupportedError(
+                f"engine mininet needs {', '.join(missing)}; scripts/setup.sh installs them"
+            )
+
+    def create(self, plan: NetworkPlan, rec: Record) -> None:
+        self.check()
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import Node
+
+        from testbed.net.build import run_batches
+
+        setLogLevel("warning")
+        # build=False and no topo: nodes and links are made as they are added; no controller,
+        # no switch (the plan's bridges are made by the native build, in the gateway nodes)
+        self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False)
+        for ns in plan.namespaces:
+            node = self.net.addHost(node_name(ns.label), cls=Node, ip=None, inNamespace=True)
+            self.nodes[ns.name] = node
+        rec.add_processes([(n.pid, f"mininet node {n.name}") for n in self.nodes.values()])
+        # named, so that `ip netns exec`, `tc -n` and the rtnetlink worker find them
+        run_batches([(["ip"], [f"netns attach {ns} {n.pid}" for ns, n in self.nodes.items()])])
+        for v in plan.veths:
+            self.net.addLink(
+                self.nodes[v.ns_a], self.nodes[v.ns_b], intfName1=v.if_a, intfName2=v.if_b
+            )
+        # Mininet's own view of the addresses (its CLI puts a node's IP for its name)
+        for a in plan.addresses:
+            ip, prefix_len = a.cidr.split("/")
+            intf = self.nodes[a.ns].nameToIntf.get(a.ifname)  # not the bridges: not Mininet's
+            if intf is not None:
+                intf.ip, intf.prefixLen = ip, int(prefix_len)
+
+    def stop(self) -> None:
+        if self.net is None:
+            return
+        net, self.net = self.net, None
+        try:
+            net.stop()
+        except Exception as exc:  # a node's shell already gone: teardown removes the rest
+            raise NetError(f"mininet: stopping the network failed: {exc!r}") from None
+
+    def node(self, host: str) -> Any:
+        """The Mininet node of a plan label (``east-h0``)."""
+        return next(n for n in self.nodes.values() if n.name == node_name(host))
+
+
+ENGINES: dict[str, type[Engine]] = {"native": Engine, "mininet": MininetEngine}
+
+
+def make_engine(name: str) -> Engine:
+    try:
+        return ENGINES[name]()
+    except KeyError:
+        raise UnsupportedError(f"engine {name!r}: choose one of {', '.join(ENGINES)}") from None
