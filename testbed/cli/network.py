@@ -422,7 +422,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         out.print("no testbeds")
         return 0
     t = Table()
-    for col in ("name", "prefix", "state", "engine", "backend", "hosts", "owner", "age", "scenario"):
+    columns = ("name", "prefix", "state", "engine", "backend", "hosts", "owner", "age", "scenario")
+    for col in columns:
         t.add_column(col)
     for r in recs:
         state = r.phase if r.live() else "leftover (testbed clean removes it)"
