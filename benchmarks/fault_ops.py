@@ -27,7 +27,7 @@ from collections.abc import Callable
 from benchmarks._results import Tee, write_section
 from testbed.config.scenario import parse_scenario
 from testbed.core.stats import quantile
-from testbed.net.build import run_batches
+from testbed.net.batches import run_batches
 from testbed.net.faults import FaultOps, restore_text, run_restore
 from testbed.plan.render import rate_change_lines
 from testbed.run.testbed import Testbed

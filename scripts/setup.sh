@@ -11,9 +11,11 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # iproute2: ip/tc; iptables: the delay line's NFQUEUE rules; tcpdump: pcap traces;
 # qemu-system-x86, kmod, zstd: `testbed vm` (a stock kernel with netem/fq/red/dctcp in a QEMU
 # guest; zstd unpacks Ubuntu's .ko.zst modules; docs/vm.md). Only the tests and benchmarks use
-# iputils-ping (RTT checks) and iperf3 (bulk TCP benchmarks).
+# iputils-ping (RTT checks) and iperf3 (bulk TCP benchmarks). mininet (for its mnexec; its
+# Python module comes from PyPI into .venv), net-tools (ifconfig) and bridge-utils (brctl):
+# `engine: mininet` and `testbed.mininet` (docs/mininet.md).
 PACKAGES=(iproute2 iptables tcpdump qemu-system-x86 kmod zstd python3 python3-venv
-          iputils-ping iperf3)
+          iputils-ping iperf3 mininet net-tools bridge-utils)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -58,7 +60,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&
          .venv/bin/python -m pip install -q "${torch_index[@]}" torch==2.13.0 &&
-         .venv/bin/python -m pip install -q -e '.[ranks,dev]'; } >"$log" 2>&1; then
+         .venv/bin/python -m pip install -q -e '.[ranks,dev,mininet]'; } >"$log" 2>&1; then
     cat "$log" >&2
     echo "setup: pip install failed (log above, also in $log)" >&2
     exit 1

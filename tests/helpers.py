@@ -1,11 +1,14 @@
 """Helpers shared by the test files (imported as ``helpers``; pytest advises against importing
 conftest): unique testbed names of this run, a small default scenario, and delay steps under a
-packet stream (the live tests of both link backends)."""
+packet stream (the live tests of both link backends), the initial namespace's state (a testbed
+leaves it as it was) and waiting for a line of a process's output."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import time
 from typing import Any
 
 RUN_TAG = f"t{os.getpid()}"
@@ -176,3 +179,28 @@ def hold_and_release(
         rx.close()
         tx.close()
     return seq, got, times["hold"], times["release"]
+
+
+def root_namespace_state() -> dict:
+    """What the initial namespace holds (links, qdiscs, iptables rules): a testbed adds none."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    qdiscs = subprocess.run(["tc", "qdisc"], capture_output=True, text=True).stdout
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    return {
+        "links": sorted(line.split(":")[1].strip() for line in links.splitlines()),
+        "qdiscs": qdiscs,
+        "rules": [line for line in rules.splitlines() if not line.startswith("#")],
+    }
+
+
+def wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"{text!r} not printed; got: {''.join(seen)}")

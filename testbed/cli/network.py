@@ -504,6 +504,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             f"for {', '.join(missing)}: `testbed vm -- testbed run FILE` runs a scenario on a "
             "stock distribution kernel in a throwaway guest (docs/vm.md)"
         )
+    from testbed.net.engines import MininetEngine
+
+    try:
+        MininetEngine().check()
+        out.print("engine mininet: available (`--engine mininet`)")
+    except TestbedError as exc:
+        out.print(f"engine mininet: [yellow]{escape(exc)}[/]")
     for note in feats.notes:
         out.print(f"note: {escape(note)}")
     return 0

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.net import rtnl
-from testbed.net.build import run_batches
+from testbed.net.batches import run_batches
 from testbed.net.registry import Record
 from testbed.plan.render import (
     TcOp,

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from testbed.core.errors import UnsupportedError
 from testbed.link.base import LinkBackend
-from testbed.net.build import run_batches
+from testbed.net.batches import run_batches
 from testbed.net.registry import Record
 from testbed.plan.render import fabric_lines, netem_lines
 from testbed.plan.topology import MIN_BUFFER, FabricPort, Impairment, NetworkPlan, netem_limit

@@ -24,66 +24,17 @@ from typing import TYPE_CHECKING
 
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.net import netns, registry
-from testbed.net.engines import Engine
+from testbed.net.batches import start_batches, wait_batches
 from testbed.net.registry import Record
 
 if TYPE_CHECKING:
+    from testbed.net.engines import Engine
     from testbed.net.probe import KernelFeatures
     from testbed.plan.topology import NetworkPlan
 
 ETC_NETNS = Path("/etc/netns")
 INIT_ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 ALLOWED_CC_BACKUP = "allowed_congestion.orig"
-
-
-def _batch_error(tool: list[str], lines: list[str], stderr: str) -> NetError:
-    detail = stderr.strip().splitlines()
-    failed = ""
-    for text in detail:
-        if "Command failed -:" in text:
-            with contextlib.suppress(ValueError, IndexError):
-                failed = lines[int(text.rsplit(":", 1)[1]) - 1]
-    where = f" at `{failed}`" if failed else ""
-    return NetError(f"{' '.join(tool)} failed{where}: {' / '.join(detail[:3])}")
-
-
-Batches = list[tuple[subprocess.Popen, list[str], list[str]]]
-
-
-def run_batches(jobs: list[tuple[list[str], list[str]]]) -> None:
-    """Run iproute2 batch jobs (argv, lines) in parallel; raise NetError on the first failure."""
-    wait_batches(start_batches(jobs))
-
-
-def start_batches(jobs: list[tuple[list[str], list[str]]]) -> Batches:
-    """Start iproute2 batch jobs (argv, lines), all at once; :func:`wait_batches` finishes them."""
-    procs = []
-    for argv, lines in jobs:
-        p = subprocess.Popen(
-            [*argv, "-batch", "-"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        # Batches are a few KiB: they fit in the pipe buffer, so this never blocks.
-        assert p.stdin is not None
-        p.stdin.write("\n".join(lines) + "\n")
-        p.stdin.close()
-        procs.append((p, argv, lines))
-    return procs
-
-
-def wait_batches(procs: Batches) -> None:
-    """Wait for started batches; raise NetError on the first failure."""
-    errors = []
-    for p, argv, lines in procs:
-        assert p.stderr is not None
-        stderr = p.stderr.read()
-        if p.wait() != 0:
-            errors.append(_batch_error(argv, lines, stderr))
-    if errors:
-        raise errors[0]
 
 
 def ensure_congestion_allowed(wanted: tuple[str, ...], feats: KernelFeatures) -> None:
@@ -148,12 +99,12 @@ def build(
     rec: Record,
     feats: KernelFeatures,
     tc: dict[str, list[str]],
+    engine: Engine,
     namespaces_made: Callable[[], None] | None = None,
-    engine: Engine | None = None,
 ) -> None:
     """Create every kernel object of ``plan``, with ``tc``'s qdiscs (namespace -> batch lines,
     which the link backend renders). The record must already be saved (for clean).
-    ``engine`` makes the namespaces and veth pairs (default: native, one ``ip`` batch);
+    ``engine`` makes the namespaces and veth pairs (testbed.net.engines);
     ``namespaces_made`` is called once they exist, before anything is configured in them (the
     link backend starts its slow parts then, side by side)."""
     from testbed.net import rtnl
@@ -163,7 +114,7 @@ def build(
     rec.namespaces = [ns.name for ns in plan.namespaces]
     rec.hosts = plan.names()
     rec.save()
-    (engine or Engine()).create(plan, rec)
+    engine.create(plan, rec)
     if namespaces_made is not None:
         namespaces_made()
     # Side by side from here (2+ cores; each mostly waits in the kernel): the qdiscs (they need

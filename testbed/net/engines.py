@@ -24,6 +24,7 @@ import shutil
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from testbed.core.errors import NetError, UnsupportedError
+from testbed.net.batches import run_batches
 from testbed.net.registry import Record
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ class Engine:
         """Raise ``UnsupportedError`` (saying what to install) if this engine cannot run here."""
 
     def create(self, plan: NetworkPlan, rec: Record) -> None:
-        from testbed.net.build import run_batches
         from testbed.plan.render import root_batch
 
         run_batches([(["ip"], root_batch(plan))])
@@ -83,8 +83,6 @@ class MininetEngine(Engine):
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import Node
-
-        from testbed.net.build import run_batches
 
         setLogLevel("warning")
         # build=False and no topo: nodes and links are made as they are added; no controller,

@@ -120,8 +120,8 @@ class Testbed:
                 record,
                 self.features,
                 backend.tc_batches(first),
-                namespaces_made,
                 self.engine,
+                namespaces_made,
             )
             backend.start(first, record, trace)
             if calibrating:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import RUN_TAG, scenario, unique_name
+from helpers import RUN_TAG, root_namespace_state, scenario, unique_name, wait_for_line
 
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns, registry
@@ -96,32 +96,8 @@ def test_two_testbeds_at_once_do_not_collide(make_testbed):
         assert r.returncode == 0, r.stdout + r.stderr
 
 
-def _root_namespace_state() -> dict:
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    qdiscs = subprocess.run(["tc", "qdisc"], capture_output=True, text=True).stdout
-    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
-    return {
-        "links": sorted(line.split(":")[1].strip() for line in links.splitlines()),
-        "qdiscs": qdiscs,
-        "rules": [line for line in rules.splitlines() if not line.startswith("#")],
-    }
-
-
-def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
-    seen = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if text in line:
-            return "".join(seen)
-    raise AssertionError(f"{text!r} not printed; got: {''.join(seen)}")
-
-
 def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
-    before = _root_namespace_state()
+    before = root_namespace_state()
     path = tmp_path / "s.yaml"
     # With delay, so that a delay line runs too (in its own session: it survives the kill).
     data = scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}])
@@ -135,7 +111,7 @@ def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
         env=dict(os.environ),
     )
     try:
-        _wait_for_line(up, "press Ctrl-C", timeout=30)
+        wait_for_line(up, "press Ctrl-C", timeout=30)
         rec = registry.find(name)
         helpers = [pid for pid, start, _ in rec.processes if registry.process_alive(pid, start)]
         sleeper = subprocess.Popen(["ip", "netns", "exec", f"{rec.prefix}-east-h0", "sleep", "300"])
@@ -153,7 +129,7 @@ def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path):
         assert registry.namespaces_with_prefix(rec.prefix) == []
         assert not list(Path("/etc/netns").glob(f"{rec.prefix}-*"))
         assert not rec.path.exists()
-        assert _root_namespace_state() == before
+        assert root_namespace_state() == before
     finally:
         if up.poll() is None:
             up.kill()

@@ -193,7 +193,7 @@ def test_longest_cluster_name_is_accepted() -> None:
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
 ALLOWED_TOP = (
-    "name, description, clusters, wan, tcp, backend, workload, trace, faults, traffic, dilation, "
+    "name, description, clusters, wan, tcp, backend, engine, workload, trace, faults, traffic, dilation, "
     "clock, sweep, repeat, expect"
 )
 ALLOWED_WAN = (
