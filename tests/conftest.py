@@ -2,7 +2,8 @@
 
 Tiers are directories, and each test gets its tier's marker from its path: ``tests/unit`` (pure,
 no root, seconds: ``make test-unit``), ``tests/live`` (root and real namespaces; skipped with the
-reason elsewhere), ``tests/guest`` (boots a QEMU guest). Every testbed a test makes is named
+reason elsewhere), ``tests/guest`` (boots a QEMU guest), ``tests/acceptance`` (root: bounds
+other projects wrote - Mininet's link tests - on both engines). Every testbed a test makes is named
 ``t<pid>-<hex>`` and destroyed in a finalizer, and the session ends by checking that none of this
 run's testbeds is left (so a missing cleanup fails loudly).
 """
@@ -21,7 +22,7 @@ from testbed.config.scenario import parse_scenario
 from testbed.net import registry
 from testbed.run.testbed import Testbed
 
-TIERS = ("unit", "live", "guest")
+TIERS = ("unit", "live", "guest", "acceptance")
 HERE = Path(__file__).resolve().parent
 
 

@@ -1,0 +1,215 @@
+"""Mininet's own link assertions, re-implemented (parameters and bounds, not code) and run on the
+testbed's networks built by both engines (native, mininet), with every link backend this kernel
+has (userspace here; kernel where netem exists, else skipped with the reason). Nobody here wrote
+these bounds: they come from Mininet's test sources (mininet/test/test_hifi.py,
+test_walkthrough.py, examples/test/test_intfoptions.py, test_linearbandwidth.py; see
+../shared/notes/mininet-and-flent.md A3).
+
+Mininet's tests use h1 - s1 - h2 with a TCLink on each host link, whose ``delay`` applies at both
+ends: one link-end delay D gives an RTT of 4 D. Here the same path is two clusters of one host
+joined by one WAN link, so a WAN delay of 2 D one way is the same RTT, and the link's ``rate`` is
+the path's bottleneck.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+import subprocess
+import time
+
+import pytest
+from helpers import unique_name
+
+from testbed.config.scenario import parse_scenario
+from testbed.net import probe, procs
+from testbed.net.engines import MininetEngine
+from testbed.run.testbed import Testbed
+
+PORT = 5211
+ENGINES = ["native", "mininet"]
+BACKENDS = ["userspace", "kernel"]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request, root) -> str:
+    if request.param == "mininet":
+        try:
+            MininetEngine().check()
+        except Exception as exc:
+            pytest.skip(str(exc))
+    return request.param
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, root) -> str:
+    if request.param == "kernel" and not probe.probe().has_qdisc("netem"):
+        pytest.skip("backend kernel: unsupported on this kernel: netem")
+    return request.param
+
+
+@pytest.fixture
+def testbeds():
+    made: list[Testbed] = []
+
+    def make(engine: str, backend: str, wan: list[dict], clusters: int = 2) -> Testbed:
+        names = [f"c{i}" for i in range(clusters)]
+        data = {
+            "name": "acceptance",
+            "clusters": {c: {"hosts": 1} for c in names},
+            "wan": wan,
+            "backend": backend,
+            "engine": engine,
+        }
+        tb = Testbed(parse_scenario(data, "test"), name=unique_name("acc"))
+        made.append(tb)
+        return tb.up()
+
+    yield make
+    for tb in made:
+        tb.down()
+
+
+def wan(rate: str = "1gbit", delay: str | None = None, **more) -> list[dict]:
+    link = {"between": ["c0", "c1"], "rate": rate, **more}
+    return [link | ({"delay": delay} if delay else {})]
+
+
+def ping(tb: Testbed, count: int, interval: float = 0.2, src="c0-h0", dst="c1-h0") -> dict:
+    """ping's summary: sent, received, rtt min/avg/max in ms (None when none came back)."""
+    r = tb.run(src, ["ping", "-c", str(count), "-i", str(interval), "-W", "1", dst], timeout=60)
+    sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", r.stdout).groups())
+    m = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/", r.stdout)
+    rtt = tuple(map(float, m.groups())) if m else (None, None, None)
+    return {"sent": sent, "received": got, "min": rtt[0], "avg": rtt[1], "max": rtt[2]}
+
+
+def iperf(tb: Testbed, seconds: int, src="c0-h0", dst="c1-h0") -> float:
+    """TCP goodput of one iperf3 flow from ``src`` to ``dst``, at the receiver (bit/s)."""
+    argv = ["iperf3", "-s", "-1", "-p", str(PORT), "--forceflush"]
+    server = tb.popen(dst, argv, stdout=subprocess.PIPE, text=True)
+    with procs.ready(server, f"iperf3 server on {dst}", "Server listening", substring=True):
+        r = tb.run(src, ["iperf3", "-c", dst, "-p", str(PORT), "-t", str(seconds), "-J"],
+                   timeout=seconds + 30)  # fmt: skip
+    data = json.loads(r.stdout)
+    assert "error" not in data, data["error"]
+    return float(data["end"]["sum_received"]["bits_per_second"])
+
+
+def udp_delivered(tb: Testbed, rate: str, seconds: int, src="c0-h0", dst="c1-h0") -> float:
+    """The share of UDP datagrams sent at ``rate`` that arrived, as the iperf2 server counts
+    them (Mininet's tool; iperf3 cannot even set up a UDP test through 50% loss: its one
+    set-up datagram is lost half the time)."""
+    argv = ["stdbuf", "-oL", "iperf", "-s", "-u", "-p", str(PORT)]
+    server = tb.popen(dst, argv, stdout=subprocess.PIPE, text=True)
+    with procs.ready(server, f"iperf server on {dst}", "Server listening", substring=True):
+        client = ["iperf", "-c", dst, "-u", "-b", rate, "-t", str(seconds), "-p", str(PORT)]
+        tb.run(src, client, timeout=seconds + 30)
+        deadline = time.monotonic() + 10
+        assert server.stdout is not None
+        while time.monotonic() < deadline:
+            line = server.stdout.readline()
+            m = re.search(r"(\d+)/\s*(\d+) \(", line)
+            if m:
+                lost, total = map(int, m.groups())
+                return 1 - lost / total
+    raise AssertionError("the iperf server reported no Lost/Total line")
+
+
+def within(measured: float, expected: float, tolerance: float) -> bool:
+    """Mininet's assertWithinTolerance: [f x expected, expected + (1 - f) x expected]."""
+    return tolerance * expected <= measured <= expected + (1 - tolerance) * expected
+
+
+# -- mininet/test/test_hifi.py ----------------------------------------------------------------
+def test_link_bandwidth(engine, backend, testbeds):
+    """testLinkBandwidth: bw 5 Mbit/s, iperf server rate within 80% tolerance: 4..6 Mbit/s."""
+    tb = testbeds(engine, backend, wan(rate="5mbit"))
+    rate = iperf(tb, 5)
+    assert within(rate / 1e6, 5, 0.8), rate
+
+
+def test_link_delay(engine, backend, testbeds):
+    """testLinkDelay: 15 ms per link end (RTT 60 ms), 3 reps: nothing lost, min, avg and max
+    RTT each within 80% tolerance of 60 ms (48..72 ms)."""
+    tb = testbeds(engine, backend, wan(delay="30ms"))
+    for _ in range(3):
+        p = ping(tb, 1)
+        assert p["received"] == p["sent"] == 1, p
+        assert all(within(p[k], 60, 0.8) for k in ("min", "avg", "max")), p
+
+
+def test_link_loss(engine, backend, testbeds):
+    """testLinkLoss: 99% loss; a ping loses something."""
+    tb = testbeds(engine, backend, wan(loss="99%"))
+    p = ping(tb, 10)
+    assert p["received"] < p["sent"], p
+
+
+# -- mininet/test/test_walkthrough.py -----------------------------------------------------------
+def test_link_change(engine, backend, testbeds):
+    """testLinkChange (`mn --link tc,bw=10,delay=10ms`): TCP 9.0 < bw < 10.1 Mbit/s and ping
+    avg RTT 40..50 ms (2 links x 2 ends x 10 ms)."""
+    tb = testbeds(engine, backend, wan(rate="10mbit", delay="20ms"))
+    p = ping(tb, 4)
+    assert p["received"] == 4 and 40 <= p["avg"] <= 50, p
+    rate = iperf(tb, 5)
+    assert 9.0e6 < rate < 10.1e6, rate
+
+
+# -- examples/test/test_intfoptions.py (tolerance 25%, "for cloud CI tests") -----------------------
+def test_runtime_reconfiguration_of_one_direction(engine, backend, testbeds):
+    """config(bw=10) -> TCP within 7.5..12.5 Mbit/s; config(loss=50) -> UDP 10M delivered
+    37.5..62.5%; config(delay='15ms') on one interface -> RTT avg 11.25..18.75 ms. Here: the
+    running testbed's backend changes one WAN direction in place (set_rate, set_impairments);
+    the link starts at 1 Gbit/s with 1 ms so that its delay line exists."""
+    tb = testbeds(engine, backend, wan(delay="1ms"))
+    fwd, rev = (d.name for d in tb.plan.wan)
+    d = tb.plan.wan[0]
+    tb.backend.set_rate({fwd: (10_000_000, d.buffer)})
+    rate = iperf(tb, 5)
+    assert 7.5e6 <= rate <= 12.5e6, rate
+    tb.backend.set_rate({fwd: (d.rate, d.buffer)})
+    lossy = dataclasses.replace(d.impairment, loss=0.5)
+    tb.backend.set_impairments({fwd: lossy})
+    delivered = udp_delivered(tb, "10M", 5)
+    assert 0.375 <= delivered <= 0.625, delivered
+    back = tb.plan.wan[1]
+    tb.backend.set_impairments(
+        {
+            fwd: dataclasses.replace(d.impairment, loss=0.0, delay=0.015),
+            rev: dataclasses.replace(back.impairment, delay=0.0),
+        }
+    )
+    p = ping(tb, 5)
+    assert p["received"] == 5 and 11.25 <= p["avg"] <= 18.75, p
+
+
+# -- examples/test/test_linearbandwidth.py ------------------------------------------------------
+def test_bandwidth_decreases_with_hop_count(engine, backend, testbeds):
+    """linearbandwidth: bw 100 Mbit/s, delay 30 ms per link, reno, 5 s iperf across 1 to 4
+    switches (2 to 5 links: 30 ms one way each): the bandwidth strictly decreases as the hop
+    count grows. Here a chain of 3 to 6 clusters joined by 2 to 5 WAN links of 100 Mbit/s and
+    30 ms, reno, the traffic transiting the clusters between the ends; each link's buffer is what
+    Mininet's TCLink gives without max_queue_size (netem's default limit, 1000 packets)."""
+    rates = []
+    for hops in range(2, 6):
+        links = [
+            {"between": [f"c{i}", f"c{i + 1}"], "rate": "100mbit", "delay": "30ms",
+             "buffer": f"{1000 * 1514}B"}
+            for i in range(hops)
+        ]  # fmt: skip
+        tb = testbeds(engine, backend, links, clusters=hops + 1)
+        subprocess.run(  # every host's default congestion control (their namespaces' sysctl)
+            [
+                "ip", "netns", "exec", tb.namespace("c0-h0"), "sysctl", "-q",
+                "net.ipv4.tcp_congestion_control=reno",
+            ],
+            check=True,
+        )  # fmt: skip
+        rates.append(iperf(tb, 5, dst=f"c{hops}-h0"))
+        tb.down()
+    print([f"{r / 1e6:.1f}" for r in rates])
+    assert all(a > b for a, b in itertools.pairwise(rates)), rates
