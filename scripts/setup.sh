@@ -13,9 +13,10 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # guest; zstd unpacks Ubuntu's .ko.zst modules; docs/vm.md). Only the tests and benchmarks use
 # iputils-ping (RTT checks) and iperf3 (bulk TCP benchmarks). mininet (for its mnexec; its
 # Python module comes from PyPI into .venv), net-tools (ifconfig) and bridge-utils (brctl):
-# `engine: mininet` and `testbed.mininet` (docs/mininet.md).
+# `engine: mininet` and `testbed.mininet` (docs/mininet.md). fping and irtt: flent's and irtt's
+# checks of the emulated links (tests/acceptance; flent itself comes from PyPI).
 PACKAGES=(iproute2 iptables tcpdump qemu-system-x86 kmod zstd python3 python3-venv
-          iputils-ping iperf3 mininet net-tools bridge-utils)
+          iputils-ping iperf3 mininet net-tools bridge-utils fping irtt)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
