@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import re
 import subprocess
-import time
 
 import pytest
 from helpers import unique_name
 
 from testbed.config.scenario import parse_scenario
-from testbed.net import probe, procs
+from testbed.net import probe
 from testbed.net.engines import MininetEngine
 from testbed.run.testbed import Testbed
+from testbed.testing.clients import iperf3_goodput, udp_delivered
 
-PORT = 5211
 ENGINES = ["native", "mininet"]
 BACKENDS = ["userspace", "kernel"]
 
@@ -86,36 +84,8 @@ def ping(tb: Testbed, count: int, interval: float = 0.2, src="c0-h0", dst="c1-h0
     return {"sent": sent, "received": got, "min": rtt[0], "avg": rtt[1], "max": rtt[2]}
 
 
-def iperf(tb: Testbed, seconds: int, src="c0-h0", dst="c1-h0") -> float:
-    """TCP goodput of one iperf3 flow from ``src`` to ``dst``, at the receiver (bit/s)."""
-    argv = ["iperf3", "-s", "-1", "-p", str(PORT), "--forceflush"]
-    server = tb.popen(dst, argv, stdout=subprocess.PIPE, text=True)
-    with procs.ready(server, f"iperf3 server on {dst}", "Server listening", substring=True):
-        r = tb.run(src, ["iperf3", "-c", dst, "-p", str(PORT), "-t", str(seconds), "-J"],
-                   timeout=seconds + 30)  # fmt: skip
-    data = json.loads(r.stdout)
-    assert "error" not in data, data["error"]
-    return float(data["end"]["sum_received"]["bits_per_second"])
-
-
-def udp_delivered(tb: Testbed, rate: str, seconds: int, src="c0-h0", dst="c1-h0") -> float:
-    """The share of UDP datagrams sent at ``rate`` that arrived, as the iperf2 server counts
-    them (Mininet's tool; iperf3 cannot even set up a UDP test through 50% loss: its one
-    set-up datagram is lost half the time)."""
-    argv = ["stdbuf", "-oL", "iperf", "-s", "-u", "-p", str(PORT)]
-    server = tb.popen(dst, argv, stdout=subprocess.PIPE, text=True)
-    with procs.ready(server, f"iperf server on {dst}", "Server listening", substring=True):
-        client = ["iperf", "-c", dst, "-u", "-b", rate, "-t", str(seconds), "-p", str(PORT)]
-        tb.run(src, client, timeout=seconds + 30)
-        deadline = time.monotonic() + 10
-        assert server.stdout is not None
-        while time.monotonic() < deadline:
-            line = server.stdout.readline()
-            m = re.search(r"(\d+)/\s*(\d+) \(", line)
-            if m:
-                lost, total = map(int, m.groups())
-                return 1 - lost / total
-    raise AssertionError("the iperf server reported no Lost/Total line")
+def iperf(tb: Testbed, seconds: int, dst: str = "c1-h0") -> float:
+    return iperf3_goodput(tb, "c0-h0", dst, seconds)
 
 
 def within(measured: float, expected: float, tolerance: float) -> bool:
@@ -174,7 +144,7 @@ def test_runtime_reconfiguration_of_one_direction(engine, backend, testbeds):
     tb.backend.set_rate({fwd: (d.rate, d.buffer)})
     lossy = dataclasses.replace(d.impairment, loss=0.5)
     tb.backend.set_impairments({fwd: lossy})
-    delivered = udp_delivered(tb, "10M", 5)
+    delivered = udp_delivered(tb, "c0-h0", "c1-h0", "10M", 5)
     assert 0.375 <= delivered <= 0.625, delivered
     back = tb.plan.wan[1]
     tb.backend.set_impairments(
