@@ -491,7 +491,8 @@ class Scenario(_Strict):
     clusters: dict[str, Cluster]
     wan: list[WanLink] = Field(default_factory=list)
     tcp: TcpSettings = TcpSettings()
-    backend: Literal["auto", "kernel", "userspace"] = "auto"
+    # tclink: Mininet's own TCLink on the WAN links, unchanged (engine mininet; for comparison)
+    backend: Literal["auto", "kernel", "userspace", "tclink"] = "auto"
     # what makes the namespaces and veth pairs: the testbed itself, or Mininet (its nodes and
     # links, shaped by the same backends; docs/mininet.md)
     engine: Literal["native", "mininet"] = "native"

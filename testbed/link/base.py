@@ -45,6 +45,11 @@ class LinkBackend:
         """Raise ``UnsupportedError`` (saying what and why) if ``plan`` needs what this backend
         cannot emulate."""
 
+    def mininet_link_params(self, d: WanDirection) -> dict | None:
+        """Mininet ``TCLink`` keywords for the sending side of ``d`` when Mininet itself shapes
+        it (backend tclink, engine mininet); None: the backend's own qdiscs do."""
+        return None
+
     def owns_queue(self, d: WanDirection) -> bool:
         """Whether the backend itself, not a qdisc, holds the bottleneck queue of ``d``."""
         return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 from testbed.core.errors import UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
+from testbed.link.tclink import TclinkBackend
 from testbed.link.userspace import UserspaceBackend
 from testbed.net.probe import KernelFeatures
 
@@ -18,8 +19,9 @@ def choose_backend(
     needs_hold: bool = False,
 ) -> LinkBackend:
     """How delay/jitter/loss/reorder and marking profiles are emulated: the kernel (netem, red),
-    the userspace delay line (which then also emulates the marking bottlenecks) or shaping only
-    (nothing to emulate). ``requested`` is the scenario's ``backend`` (auto|kernel|userspace).
+    the userspace delay line (which then also emulates the marking bottlenecks), shaping only
+    (nothing to emulate) or Mininet's TCLink (``tclink``, engine mininet). ``requested`` is the
+    scenario's ``backend`` (auto|kernel|userspace|tclink).
     A trace (``needs_hold``) needs sch_plug in the kernel (its zero-rate bins hold the queue);
     the delay line holds it itself."""
     netem = feats.has_qdisc("netem")
@@ -30,6 +32,8 @@ def choose_backend(
         ("plug", needs_hold, feats.has_qdisc("plug")),
     )
     missing = [q for q, need, have in wants if need and not have]
+    if requested == "tclink":
+        return TclinkBackend("backend: tclink requested (Mininet's TCLink, unchanged)", netem)
     if requested == "kernel":
         if missing:
             raise UnsupportedError(

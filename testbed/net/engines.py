@@ -48,6 +48,14 @@ class Engine:
     def check(self) -> None:
         """Raise ``UnsupportedError`` (saying what to install) if this engine cannot run here."""
 
+    def set_tclinks(self, params: dict[tuple[str, str], dict]) -> None:
+        """Make these veth ends ((namespace, interface) -> ``TCLink`` keywords) Mininet
+        TCLinks (backend tclink): only the Mininet engine can."""
+        if params:
+            raise UnsupportedError(
+                "backend tclink is Mininet's TCLink: use it with `engine: mininet`"
+            )
+
     def create(self, plan: NetworkPlan, rec: Record) -> None:
         from testbed.plan.render import root_batch
 
@@ -65,6 +73,10 @@ class MininetEngine(Engine):
     def __init__(self) -> None:
         self.net: Any = None  # mininet.net.Mininet, once created
         self.nodes: dict[str, Any] = {}  # namespace -> mininet.node.Node
+        self.tclinks: dict[tuple[str, str], dict] = {}  # veth end -> TCLink keywords
+
+    def set_tclinks(self, params: dict[tuple[str, str], dict]) -> None:
+        self.tclinks = params
 
     def check(self) -> None:
         missing = [f"{tool} (Debian package {pkg})" for tool, pkg in MININET_TOOLS.items()
@@ -80,6 +92,7 @@ class MininetEngine(Engine):
 
     def create(self, plan: NetworkPlan, rec: Record) -> None:
         self.check()
+        from mininet.link import TCLink
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import Node
@@ -95,9 +108,15 @@ class MininetEngine(Engine):
         # named, so that `ip netns exec`, `tc -n` and the rtnetlink worker find them
         run_batches([(["ip"], [f"netns attach {ns} {n.pid}" for ns, n in self.nodes.items()])])
         for v in plan.veths:
-            self.net.addLink(
-                self.nodes[v.ns_a], self.nodes[v.ns_b], intfName1=v.if_a, intfName2=v.if_b
-            )
+            a, b = self.nodes[v.ns_a], self.nodes[v.ns_b]
+            params = self.tclinks.get((v.ns_a, v.if_a))  # backend tclink: a WAN sending side
+            if params is None:
+                self.net.addLink(a, b, intfName1=v.if_a, intfName2=v.if_b)
+            else:
+                self.net.addLink(
+                    a, b, intfName1=v.if_a, intfName2=v.if_b, cls=TCLink, params1=params,
+                    params2={},
+                )  # fmt: skip
         # Mininet's own view of the addresses (its CLI puts a node's IP for its name)
         for a in plan.addresses:
             ip, prefix_len = a.cidr.split("/")

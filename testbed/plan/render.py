@@ -14,8 +14,9 @@ text. The qdisc lines are pieces: which of them a testbed gets is its link backe
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from testbed.core.frames import FRAME_BYTES
 from testbed.plan.topology import (
@@ -355,3 +356,21 @@ def netem_lines(imp: Impairment, verb: str = "add") -> list[str]:
     """The wire's netem; ``verb`` "replace" changes a running one in place (same handle: netem
     takes the new parameters and keeps the packets it holds) or adds it where there was none."""
     return [f"qdisc {verb} dev {imp.egress_if} root handle 1: netem {netem_args(imp)}"]
+
+
+# -- Mininet's TCLink (backend tclink) -------------------------------------------------------
+def tclink_params(d: WanDirection, netem: bool = True) -> dict[str, Any]:
+    """A WAN direction as Mininet's ``TCIntf.config`` keywords on its sending side's egress, as
+    a Mininet user would write them (``backend: tclink``, testbed.link.tclink). Without netem
+    no ``max_queue_size`` (Mininet sets it as netem's limit: it would fail, and the leaf stay
+    the default one)."""
+    params: dict[str, Any] = {"bw": d.rate / 1e6}
+    if netem:  # netem's limit is Mininet's max_queue_size, in packets
+        params["max_queue_size"] = math.ceil(d.buffer / FRAME_BYTES)
+    if d.delay:
+        params["delay"] = f"{d.delay * 1e3:g}ms"
+    if d.jitter:
+        params["jitter"] = f"{d.jitter * 1e3:g}ms"
+    if d.loss:
+        params["loss"] = d.loss * 100
+    return params

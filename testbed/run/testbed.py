@@ -104,13 +104,22 @@ class Testbed:
                 self.plan.needs_hold(),
             )
             self.backend.check(self.plan)
+            tclinks = {
+                (d.shaper.ns, d.shaper.ifname): params
+                for d in self.plan.wan
+                if (params := self.backend.mininet_link_params(d)) is not None
+            }
+            self.engine.set_tclinks(tclinks)
             self.record.backend = self.backend.name
             self.record.engine = self.engine.name
             self.record.save()
             # RTT compensation: the emulators start with the delays alone, the floor of each
             # direction is measured, then they get configured - floor and the rest of their
             # impairment (testbed.plan.compensation).
-            calibrating = self.compensate_rtt and any(d.delay for d in self.plan.wan)
+            # (Mininet's TCLink runs unchanged: no compensation)
+            calibrating = (
+                self.compensate_rtt and any(d.delay for d in self.plan.wan) and not tclinks
+            )
             first = calibration_plan(self.plan) if calibrating else self.plan
             backend, record = self.backend, self.record
             trace = self.scenario.trace.queues

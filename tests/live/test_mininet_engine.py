@@ -16,9 +16,12 @@ import pytest
 from helpers import RUN_TAG, root_namespace_state, scenario, unique_name, wait_for_line
 
 from testbed.config.sweep import expand
+from testbed.core.errors import UnsupportedError
+from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import registry
 from testbed.net.engines import MininetEngine
 from testbed.run.experiment import Experiment
+from testbed.testing.clients import iperf3_goodput
 
 pytestmark = pytest.mark.live
 CLI = [sys.executable, "-m", "testbed.cli"]
@@ -139,3 +142,28 @@ def test_up_cli_runs_mininet_commands_and_tears_down(mininet, tmp_path):
     assert "2 received" in said and 19.5 <= rtt_avg_ms(said) <= 23.0, said
     assert "east_h0" in said and "wan_east_west" in said
     assert not any(rec.name == name for rec in registry.records())
+
+
+def test_backend_tclink_is_mininets_own_link(mininet, make_testbed):
+    """backend tclink: Mininet's TCLink on the WAN, unchanged: its HTB (handle 5:) shapes the
+    gateway's egress; on a kernel without netem, delay is refused instead of silently absent."""
+    tb = make_testbed(scenario(wan=[{"between": ["east", "west"], "rate": "10mbit"}],
+                               engine="mininet", backend="tclink"))  # fmt: skip
+    assert tb.backend.name == "tclink"
+    qdiscs = tb.run("east-gw", ["tc", "qdisc", "show", "dev", "w-west"]).stdout
+    assert "htb 5:" in qdiscs, qdiscs  # Mininet's handle, not the project's
+    rate = iperf3_goodput(tb, "east-h0", "west-h0", 4)
+    assert 0.9 * 10e6 * GOODPUT_FACTOR <= rate <= 10e6, rate
+
+
+def test_backend_tclink_refuses_what_mininet_would_silently_drop(root, make_testbed):
+    from testbed.net import probe
+
+    data = scenario(wan=[{"between": ["east", "west"], "rate": "10mbit", "delay": "10ms"}],
+                    engine="mininet", backend="tclink")  # fmt: skip
+    if probe.probe().has_qdisc("netem"):
+        pytest.skip("this kernel has netem: TCLink's delay works here")
+    with pytest.raises(UnsupportedError, match="Specified qdisc kind is unknown"):
+        make_testbed(data)
+    with pytest.raises(UnsupportedError, match="use it with `engine: mininet`"):
+        make_testbed(scenario(backend="tclink"))
