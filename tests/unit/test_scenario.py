@@ -414,7 +414,7 @@ PAIR_ONCE = "a cluster pair appears at most once"
         pytest.param(
             "backend",
             "docker",
-            "backend: 'docker' is not allowed; allowed: 'auto', 'kernel' or 'userspace'",
+            "backend: 'docker' is not allowed; allowed: 'auto', 'kernel', 'userspace' or 'tclink'",
             id="bad-backend",
         ),
     ],
