@@ -21,7 +21,7 @@ finds them like any process it started.
 from __future__ import annotations
 
 import shutil
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.net.batches import run_batches
@@ -30,7 +30,6 @@ from testbed.net.registry import Record
 if TYPE_CHECKING:
     from testbed.plan.topology import NetworkPlan
 
-EngineName = Literal["native", "mininet"]
 # What Mininet runs in its nodes' shells: without them it exits the whole process (sys.exit)
 MININET_TOOLS = {"mnexec": "mininet", "ifconfig": "net-tools"}
 
