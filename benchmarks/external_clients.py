@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -18,10 +17,16 @@ from pathlib import Path
 from benchmarks._results import Tee, heading, write_section
 from testbed.config.scenario import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
-from testbed.net import procs
 from testbed.run.selfcheck import check_direction
 from testbed.run.testbed import Testbed
-from testbed.testing.clients import flent, iperf3_goodput, irtt, irtt_server, series_median
+from testbed.testing.clients import (
+    flent,
+    iperf2_udp_server,
+    iperf3_goodput,
+    irtt,
+    irtt_server,
+    series_median,
+)
 
 ENGINES = ("native", "mininet")
 CEILING = 100e6 * GOODPUT_FACTOR
@@ -56,12 +61,8 @@ def measure(engine: str, tmp: Path) -> dict[str, str]:
             ping = flent(tb, "east-h0", "west-h0", "ping", out)
         got["flent ping ICMP p50"] = f"{series_median(ping, 'Ping (ms) ICMP'):.2f} ms"
         got["flent ping UDP p50"] = f"{series_median(ping, 'Ping (ms) UDP'):.2f} ms"
-        server = tb.popen("west-h0", ["iperf", "-s", "-u"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)  # fmt: skip
-        try:
+        with iperf2_udp_server(tb, "west-h0"):
             flood = flent(tb, "east-h0", "west-h0", "udp_flood", out)
-        finally:
-            procs.stop(server)
         got["flent udp_flood: ping under load p50"] = (
             f"{series_median(flood, 'Ping (ms) ICMP'):.2f} ms"
         )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from testbed.cli.common import need_root
+from testbed.cli.common import add_engine_option, need_root
 from testbed.cli.console import escape, make_console
 from testbed.core.errors import TestbedError, UsageError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
@@ -50,11 +50,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="stay in the foreground and tear down on Ctrl-C/SIGTERM",
     )
-    s.add_argument(
-        "--engine",
-        choices=["native", "mininet"],
-        help="what builds the network (default: the scenario's `engine`, else native)",
-    )
+    add_engine_option(s)
     s.add_argument(
         "--cli",
         action="store_true",

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from testbed.cli.common import need_root
+from testbed.cli.common import add_engine_option, need_root
 from testbed.cli.console import escape, make_console
 from testbed.core.units import format_duration, format_rate, format_size
 
@@ -36,11 +36,7 @@ def register(sub: Any) -> None:
         help="override a field, e.g. --set wan[0].delay=50ms (repeatable)",
     )
     s.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR")
-    s.add_argument(
-        "--engine",
-        choices=["native", "mininet"],
-        help="what builds the network (default: the scenario's `engine`, else native)",
-    )
+    add_engine_option(s)
     s.add_argument(
         "--selfcheck",
         type=float,

@@ -43,9 +43,7 @@ def iperf3_goodput(tb: Testbed, src: str, dst: str, seconds: int, omit: int = 0)
 def udp_delivered(tb: Testbed, src: str, dst: str, rate: str, seconds: int) -> float:
     """The share of UDP datagrams sent at ``rate`` that arrived, as the iperf2 server counts
     them (iperf3 cannot set up a UDP test through heavy loss: its one set-up datagram is lost)."""
-    argv = ["stdbuf", "-oL", "iperf", "-s", "-u", "-p", str(PORT)]
-    server = tb.popen(dst, argv, stdout=subprocess.PIPE, text=True)
-    with procs.ready(server, f"iperf server on {dst}", "Server listening", substring=True):
+    with iperf2_udp_server(tb, dst, PORT) as server:
         client = ["iperf", "-c", dst, "-u", "-b", rate, "-t", str(seconds), "-p", str(PORT)]
         tb.run(src, client, timeout=seconds + 30)
         deadline = time.monotonic() + 10
@@ -56,6 +54,14 @@ def udp_delivered(tb: Testbed, src: str, dst: str, rate: str, seconds: int) -> f
                 lost, total = map(int, m.groups())
                 return 1 - lost / total
     raise AssertionError(f"the iperf server on {dst} reported no Lost/Total line")
+
+
+def iperf2_udp_server(tb: Testbed, host: str, port: int = 5001) -> Any:
+    """``with iperf2_udp_server(tb, host) as proc:`` an iperf2 UDP server on ``host`` (line
+    buffered: its reports can be read as they come); flent's udp_flood uses the default port."""
+    argv = ["stdbuf", "-oL", "iperf", "-s", "-u", "-p", str(port)]
+    proc = tb.popen(host, argv, stdout=subprocess.PIPE, text=True)
+    return procs.ready(proc, f"iperf server on {host}", "Server listening", substring=True)
 
 
 def irtt_server(tb: Testbed, host: str) -> Any:

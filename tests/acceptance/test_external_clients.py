@@ -23,7 +23,14 @@ from testbed.net import procs
 from testbed.net.engines import MininetEngine
 from testbed.run.selfcheck import TOLERANCE
 from testbed.run.testbed import Testbed
-from testbed.testing.clients import flent, iperf3_goodput, irtt, irtt_server, series_median
+from testbed.testing.clients import (
+    flent,
+    iperf2_udp_server,
+    iperf3_goodput,
+    irtt,
+    irtt_server,
+    series_median,
+)
 
 NETPERF_HOWTO = (
     "netperf is missing (Debian ships it in non-free: add `non-free` to the Components of "
@@ -88,12 +95,8 @@ def test_flent_udp_flood_shows_the_buffer_as_delay(tb, tmp_path):
     (more than it carries with the headers): the buffer fills, and ping under load rises by
     about its drain time (1 BDP of the 40 ms RTT: ~40 ms). flent's ``udp_bandwidth`` parameter
     is not used: flent 2.3.0 passes it to iperf as a list (``--bandwidth ['200M']``)."""
-    server = tb.popen("west-h0", ["iperf", "-s", "-u"], stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
+    with iperf2_udp_server(tb, "west-h0"):
         data = flent(tb, "east-h0", "west-h0", "udp_flood", tmp_path)
-    finally:
-        procs.stop(server)
     loaded = series_median(data, "Ping (ms) ICMP")
     sent = series_median(data, "UDP upload")
     print({"ping under load": loaded, "udp upload": sent})

@@ -1,19 +1,17 @@
 """Live tests of `engine: mininet` (issue 17): the plan built from Mininet nodes and links, shaped
-by the project's backends, used through Mininet's API and the testbed's alike, torn down (and
-cleaned after a kill -9) without leaving anything, a run on it recording its engine."""
+by the project's backends, used through Mininet's API and the testbed's alike, torn down
+without leaving anything (kill -9 and clean: test_live_network.py, on both engines), a run on
+it recording its engine, Mininet's CLI, Mininet's own TCLink (backend tclink)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import RUN_TAG, root_namespace_state, scenario, unique_name, wait_for_line
+from helpers import RUN_TAG, root_namespace_state, scenario, unique_name
 
 from testbed.config.sweep import expand
 from testbed.core.errors import UnsupportedError
@@ -65,38 +63,6 @@ def test_the_plan_as_mininet_nodes_with_the_project_links(mininet, make_testbed)
     assert registry.namespaces_with_prefix(prefix) == []
     assert all(registry.process_start(pid) is None for pid in shells)
     assert root_namespace_state() == before  # Mininet put nothing in the initial namespace
-
-
-def test_kill_9_of_a_mininet_testbed_then_clean_leaves_nothing(mininet, tmp_path):
-    before = root_namespace_state()
-    path = tmp_path / "s.yaml"
-    path.write_text(json.dumps(scenario(engine="mininet")))
-    name = unique_name("mnkill")
-    up = subprocess.Popen(
-        [*CLI, "up", str(path), "--name", name, "--foreground"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ),
-    )
-    try:
-        wait_for_line(up, "press Ctrl-C", timeout=30)
-        rec = registry.find(name)
-        assert rec.engine == "mininet"
-        shells = [pid for pid, _, what in rec.processes if what.startswith("mininet node")]
-        assert shells and all(registry.process_start(pid) is not None for pid in shells)
-        up.send_signal(signal.SIGKILL)
-        up.wait()
-        r = subprocess.run([*CLI, "clean"], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        assert registry.namespaces_with_prefix(rec.prefix) == []
-        assert all(registry.process_start(pid) is None for pid in shells)
-        assert not list(Path("/etc/netns").glob(f"{rec.prefix}-*"))
-        assert root_namespace_state() == before
-    finally:
-        if up.poll() is None:
-            up.kill()
-        subprocess.run([*CLI, "clean"], capture_output=True)
 
 
 def test_a_run_on_the_mininet_engine_records_it(mininet, tmp_path):
