@@ -43,7 +43,7 @@ BASE_PORT = 5300  # flow i listens on BASE_PORT + i (below the kernel's ephemera
 INTERVAL = 0.1  # s between two goodput samples
 END_GRACE = 30.0  # s after its planned end a flow may take to drain and close
 # s a DCQCN sender stopped early gets to take its last CNPs and write its log (SIGTERM)
-STOP_GRACE = 15.0
+STOP_GRACE = 60.0  # (a NIC-default tenant of minutes writes millions of events)
 Flow = BulkFlow | DcqcnTraffic
 
 
