@@ -139,6 +139,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         f"backend: {sc.backend}; propagation emulation needed: {'yes' if needs else 'no'} "
         "(`testbed doctor` tells which backend this kernel gets)"
     )
+    if sc.engine == "mininet":
+        out.print(
+            "engine: mininet (each namespace a Mininet node named like its label with _ for -, "
+            "e.g. east_h0; docs/mininet.md)"
+        )
     for w in plan.warnings:
         out.print(f"[yellow]warning:[/] {escape(w)}")
     return 0
