@@ -127,6 +127,9 @@ class MininetEngine(Engine):
         if self.net is None:
             return
         net, self.net = self.net, None
+        # Mininet would delete each veth through a node's shell (a command per interface: 1.2 s
+        # for 4 x 8 hosts); deleting the namespaces right after removes them all at once
+        net.links = []
         try:
             net.stop()
         except Exception as exc:  # a node's shell already gone: teardown removes the rest
