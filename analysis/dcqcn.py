@@ -99,8 +99,8 @@ def payload_capacity(bottleneck_bps: float, size: int) -> float:
 
 def flow_metrics(
     rates: pd.DataFrame,
-    starts: list[float],
-    ends: list[float],
+    window: tuple[float, float],
+    last_start: float,
     queues: pd.DataFrame,
     direction: str,
     origin: float,
@@ -110,8 +110,9 @@ def flow_metrics(
     """What any set of flows through one bottleneck measured over the settled half: rate per
     flow, Jain's index, utilisation (received over ``capacity_bps``), convergence after the
     last start and the bottleneck's queue, named ``{prefix}*``. ``rates``: :func:`flow_rates`;
-    ``starts``/``ends``: per column, seconds after ``origin`` (unix)."""
-    lo, hi = settled_window(starts, ends)
+    ``window``: :func:`settled_window`; it and ``last_start`` in seconds after ``origin``
+    (unix)."""
+    lo, hi = window
     steady = rates[(rates.index > lo) & (rates.index <= hi)]
     per_flow = steady.mean() if not steady.empty else rates.mean()
     out: dict[str, float] = {
@@ -121,7 +122,7 @@ def flow_metrics(
         f"{prefix}utilisation": float(steady.sum(axis=1).mean() / capacity_bps)
         if not steady.empty
         else math.nan,
-        f"{prefix}convergence_s": convergence(rates, max(starts), hi),
+        f"{prefix}convergence_s": convergence(rates, last_start, hi),
     }
     q = queues[queues["direction"] == direction] if not queues.empty else queues
     if not q.empty:
@@ -172,8 +173,10 @@ def measure(
     # window with data
     last_rx = rx[rx["datagrams"] > 0].groupby("flow")["t"].max() - origin
     ends = [float(last_rx[f]) for f in rates.columns]
-    out = flow_metrics(rates, rel_starts, ends, queues, direction, origin, capacity_bps, "dcqcn_")
     lo, hi = settled_window(rel_starts, ends)
+    out = flow_metrics(
+        rates, (lo, hi), max(rel_starts), queues, direction, origin, capacity_bps, "dcqcn_"
+    )
     cuts = events[events["kind"] == "cut"]
     out["dcqcn_cuts"] = float(len(cuts))
     out["dcqcn_cnps"] = float((events["kind"] == "cnp_sent").sum())
@@ -203,10 +206,11 @@ def measure_bulk(
     origin = float(first.min())
     rates = flow_rates(rx, origin)
     last = rx[rx["bytes"] > 0].groupby("flow")["t"].max() - origin
+    starts = [float(first[f] - origin) for f in rates.columns]
     out = flow_metrics(
         rates,
-        [float(first[f] - origin) for f in rates.columns],
-        [float(last[f]) for f in rates.columns],
+        settled_window(starts, [float(last[f]) for f in rates.columns]),
+        max(starts),
         queues,
         direction,
         origin,
