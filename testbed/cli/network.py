@@ -24,6 +24,7 @@ from testbed.core.errors import TestbedError, UsageError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
 from testbed.net import build as net
 from testbed.net import registry
+from testbed.net.engines import node_name
 
 if TYPE_CHECKING:
     from testbed.config.scenario import Scenario
@@ -350,7 +351,7 @@ def _print_hosts(tb) -> None:
     if mininet:
         t.add_column("Mininet node")
     for name, addr in tb.hosts.items():
-        node = [name.replace("-", "_")] if mininet else []
+        node = [node_name(name)] if mininet else []
         t.add_row(name, addr, f"{tb.record.prefix}-{name}", *node)
     out.print(t)
 

@@ -53,7 +53,6 @@ class Testbed:
         persistent: bool = False,
         source: str = "",
         compensate_rtt: bool = True,
-        engine: str | None = None,
     ) -> None:
         self.scenario = scenario  # None: a handle on a testbed another process made (attach)
         if name is None:
@@ -69,9 +68,8 @@ class Testbed:
         # Off only to measure what the emulation does without it (benchmarks/link_fidelity.py).
         self.compensate_rtt = compensate_rtt
         self.compensation: list[Compensation] = []  # per WAN direction, when compensated
-        # what makes the namespaces: the argument, else the scenario's (native for an attach)
-        chosen = engine or (scenario.engine if scenario is not None else "native")
-        self.engine: Engine = make_engine(chosen)
+        # what makes the namespaces: the scenario's engine (native for an attach: it builds none)
+        self.engine: Engine = make_engine(scenario.engine if scenario is not None else "native")
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
