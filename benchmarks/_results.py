@@ -1,14 +1,17 @@
 """Shared by the benchmarks: replace one script's section of benchmarks/RESULTS.md, and print a
-table as it is measured while keeping a copy for it (``Tee``)."""
+table as it is measured while keeping a copy for it (``Tee``; ``section`` does both)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
 import platform
 import re
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -51,6 +54,19 @@ def heading(title: str, note: str = "") -> None:
         f"cores). {note}".rstrip()
         + "\n"
     )
+
+
+@contextlib.contextmanager
+def section(script: str, write: bool, title: str, note: str = "") -> Iterator[None]:
+    """Inside: what is printed goes to the terminal as it is measured, after the section's
+    :func:`heading`; on leaving, with ``write``, it becomes ``script``'s section of RESULTS.md
+    (not when the body raised: a broken run replaces nothing)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(Tee(sys.stdout, buf)):
+        heading(title, note)
+        yield
+    if write:
+        write_section(script, buf.getvalue())
 
 
 def cell(summary: dict, key: str, fmt) -> str:

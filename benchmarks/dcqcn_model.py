@@ -16,12 +16,10 @@ checked too; a failed one is reported, not hidden.
 from __future__ import annotations
 
 import argparse
-import io
-import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._results import Tee, cell, heading, write_section
+from benchmarks._results import cell, section
 from testbed.config.sweep import load_runs
 from testbed.core.units import format_duration, format_rate, format_size
 from testbed.run.experiment import Experiment
@@ -75,29 +73,26 @@ def main() -> None:
     p.add_argument("--scenarios", default="one,two,delay", help="one,two,delay")
     args = p.parse_args()
     chosen = [k for k in args.scenarios.split(",") if SCENARIOS[k].exists()]
-    buf = io.StringIO()
-    sys.stdout = Tee(sys.__stdout__, buf)
-    heading(
+    with section(
+        "dcqcn_model.py",
+        args.write and args.scenarios == "one,two,delay",
         "DCQCN against its fluid model",
         "Measured / fluid model, over the settled half; rates are payload, queues wire bytes, "
         "in the testbed's (dilated) units; userspace backend, marking at dequeue.",
-    )
-    print(
-        "| scenario | point | flows | rate per flow | utilisation | Jain | queue mean | "
-        "queue p95-p5 | cut every | cut by | convergence | lost |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    verdicts: list[str] = []
-    for key in chosen:
-        rows, checks = rows_of(SCENARIOS[key])
-        verdicts += checks
-        for row in rows:
-            print(row)
-    print("\nThe scenarios' expectations:\n")
-    print("\n".join(verdicts))
-    sys.stdout = sys.__stdout__
-    if args.write and args.scenarios == "one,two,delay":
-        write_section("dcqcn_model.py", buf.getvalue())
+    ):
+        print(
+            "| scenario | point | flows | rate per flow | utilisation | Jain | queue mean | "
+            "queue p95-p5 | cut every | cut by | convergence | lost |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        verdicts: list[str] = []
+        for key in chosen:
+            rows, checks = rows_of(SCENARIOS[key])
+            verdicts += checks
+            for row in rows:
+                print(row)
+        print("\nThe scenarios' expectations:\n")
+        print("\n".join(verdicts))
 
 
 if __name__ == "__main__":

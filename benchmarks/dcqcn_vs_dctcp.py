@@ -13,12 +13,10 @@ run; on a kernel without it the DCTCP case says "unsupported on this kernel".
 from __future__ import annotations
 
 import argparse
-import io
-import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._results import Tee, cell, heading, write_section
+from benchmarks._results import cell, section
 from testbed.config.sweep import load_runs
 from testbed.core.units import format_duration, format_rate, format_size
 from testbed.run.experiment import Experiment
@@ -43,38 +41,35 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = p.parse_args()
-    buf = io.StringIO()
-    sys.stdout = Tee(sys.__stdout__, buf)
-    heading(
+    with section(
+        "dcqcn_vs_dctcp.py",
+        args.write,
         "DCQCN beside DCTCP",
         f"`{SCENARIO.name}`: 20 Mbit/s, 85 ms one way, RED 5..200 KB 1% ECN at arrival, two "
         "flows (the second from 10 s); settled half; DCQCN at dilation 2000 (the paper's 40 "
         "Gbit/s, 85 us), DCTCP as the kernel has it.",
-    )
-    print("| flows | rate per flow | Jain | utilisation | queue mean | queue p95-p5 | "
-          "fair after join | lost / dropped |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        exp = Experiment(load_runs(str(SCENARIO)), str(SCENARIO), tmp, resume=False)
-        exp.run(selfcheck_seconds=0.5)
-        checks = exp.check_expectations()
-        by_run = {s["run_id"]: s for s in exp.summaries}
-        for spec in exp.runs:
-            kind = spec.params.get("traffic[0].kind")
-            s = by_run.get(spec.run_id)
-            status = exp.manifest["runs"][spec.run_id]
-            if s is None:
-                why = status.get("reason") or status.get("status")
-                print(f"| {kind} | {why} | | | | | | |")
-            elif kind == "dcqcn":
-                print(row("DCQCN (paper, dilation 2000)", s, "dcqcn_"))
-            else:
-                print(row("DCTCP (kernel)", s, "bulk_"))
-    print("\nThe scenario's expectations:\n")
-    print("\n".join(f"- {c.text()}" for c in checks))
-    sys.stdout = sys.__stdout__
-    if args.write:
-        write_section("dcqcn_vs_dctcp.py", buf.getvalue())
+    ):
+        print("| flows | rate per flow | Jain | utilisation | queue mean | queue p95-p5 | "
+              "fair after join | lost / dropped |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
+        with tempfile.TemporaryDirectory() as tmp:
+            exp = Experiment(load_runs(str(SCENARIO)), str(SCENARIO), tmp, resume=False)
+            exp.run(selfcheck_seconds=0.5)
+            checks = exp.check_expectations()
+            by_run = {s["run_id"]: s for s in exp.summaries}
+            for spec in exp.runs:
+                kind = spec.params.get("traffic[0].kind")
+                s = by_run.get(spec.run_id)
+                status = exp.manifest["runs"][spec.run_id]
+                if s is None:
+                    why = status.get("reason") or status.get("status")
+                    print(f"| {kind} | {why} | | | | | | |")
+                elif kind == "dcqcn":
+                    print(row("DCQCN (paper, dilation 2000)", s, "dcqcn_"))
+                else:
+                    print(row("DCTCP (kernel)", s, "bulk_"))
+        print("\nThe scenario's expectations:\n")
+        print("\n".join(f"- {c.text()}" for c in checks))
 
 
 if __name__ == "__main__":

@@ -17,17 +17,14 @@ namespaces, no controller).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import itertools
 import json
 import os
 import re
 import statistics
-import sys
 import time
 
-from benchmarks._results import Tee, heading, write_section
+from benchmarks._results import section
 from testbed.config.scenario import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.run.testbed import Testbed
@@ -157,12 +154,12 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = p.parse_args()
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(Tee(sys.stdout, buf)):
-        heading(
-            "Engines: build, teardown and link fidelity",
-            "Native engine, Mininet engine (the project's links), plain Mininet (TCLink).",
-        )
+    with section(
+        "engines.py",
+        args.write,
+        "Engines: build, teardown and link fidelity",
+        "Native engine, Mininet engine (the project's links), plain Mininet (TCLink).",
+    ):
         times = build_times(args.repeat)
         plain_up = statistics.median(times["plain Mininet"][0])
         print(f"{len(CLUSTERS)} clusters x {HOSTS} hosts, 6 WAN links of 1 Gbit/s, 10 ms; "
@@ -191,8 +188,6 @@ def main() -> None:
                 note = " (delay absent: no netem)" if rtt < 1 else ""
                 print(f"| {name} | {rate} | {rtt:.2f} ms{note} | {rtt - 50:+.2f} ms | "
                       f"{bps / 1e6:.1f} Mbit/s | {bps / ceiling:.1%} |")  # fmt: skip
-    if args.write:
-        write_section("engines.py", buf.getvalue())
 
 
 if __name__ == "__main__":

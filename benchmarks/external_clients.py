@@ -8,13 +8,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._results import Tee, heading, write_section
+from benchmarks._results import section
 from testbed.config.scenario import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.run.selfcheck import check_direction
@@ -86,12 +83,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = p.parse_args()
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(Tee(sys.stdout, buf)):
-        heading(
-            "One link, four tools, two engines",
-            "100 Mbit/s, 10 ms east->west, 30 ms west->east; one run each.",
-        )
+    with section(
+        "external_clients.py",
+        args.write,
+        "One link, four tools, two engines",
+        "100 Mbit/s, 10 ms east->west, 30 ms west->east; one run each.",
+    ):
         with tempfile.TemporaryDirectory() as tmp:
             results = {e: measure(e, Path(tmp)) for e in ENGINES}
         print("| measurement | configured | native engine | Mininet engine |")
@@ -100,8 +97,6 @@ def main() -> None:
             print(f"| {key} | {want} | {results['native'][key]} | {results['mininet'][key]} |")
         print("\nflent's TCP tests (tcp_1up, tcp_nup, rrul_be) need netperf (Debian non-free):"
               " not run here.")  # fmt: skip
-    if args.write:
-        write_section("external_clients.py", buf.getvalue())
 
 
 if __name__ == "__main__":
