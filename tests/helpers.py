@@ -204,3 +204,16 @@ def wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
         if text in line:
             return "".join(seen)
     raise AssertionError(f"{text!r} not printed; got: {''.join(seen)}")
+
+
+def skip_without_mininet() -> None:
+    """Skip the calling test, saying what is missing, where the Mininet engine cannot run."""
+    import pytest
+
+    from testbed.core.errors import TestbedError
+    from testbed.net.engines import MininetEngine
+
+    try:
+        MininetEngine().check()
+    except TestbedError as exc:
+        pytest.skip(str(exc))

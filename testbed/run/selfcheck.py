@@ -93,6 +93,11 @@ def size_probes(rate: float, rtt: float, window: float = 1.0, burst: int = 0) ->
     )
 
 
+def rtt_within_tolerance(measured: float, configured: float) -> bool:
+    """The self-check's RTT rule (seconds): within TOLERANCE of the configured RTT, or 1 ms."""
+    return abs(measured - configured) <= max(TOLERANCE * configured, 0.001)
+
+
 def judge(
     capacity_ratio: float | None, goodput_ratio: float | None, repairing: bool = False
 ) -> list[str]:
@@ -292,7 +297,7 @@ def check_direction(
     p99 = quantile(samples, 0.99) if samples else None
     if not samples:
         problems.append("no ping replies")
-    elif abs(median - rtt_conf) > max(TOLERANCE * rtt_conf, 0.001):
+    elif not rtt_within_tolerance(median, rtt_conf):
         problems.append(f"RTT {median * 1e3:.2f} ms vs configured {rtt_conf * 1e3:.2f} ms")
     capacity = capacity_ratio = capacity_window = None
     try:

@@ -15,13 +15,12 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import unique_name
+from helpers import skip_without_mininet, unique_name
 
 from testbed.config.scenario import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import procs
-from testbed.net.engines import MininetEngine
-from testbed.run.selfcheck import TOLERANCE
+from testbed.run.selfcheck import TOLERANCE, rtt_within_tolerance
 from testbed.run.testbed import Testbed
 from testbed.testing.clients import (
     flent,
@@ -43,10 +42,7 @@ def tb(request, tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root: network namespaces and qdiscs")
     if request.param == "mininet":
-        try:
-            MininetEngine().check()
-        except Exception as exc:
-            pytest.skip(str(exc))
+        skip_without_mininet()
     for tool in ("irtt", "iperf3", "fping"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is missing; scripts/setup.sh installs it")
@@ -65,7 +61,7 @@ def tb(request, tmp_path_factory):
 
 
 def rtt_ok(measured_ms: float, configured_ms: float) -> bool:
-    return abs(measured_ms - configured_ms) <= max(TOLERANCE * configured_ms, 1.0)
+    return rtt_within_tolerance(measured_ms / 1e3, configured_ms / 1e3)
 
 
 def test_flent_ping_icmp_and_udp_see_the_configured_rtt(tb, tmp_path):

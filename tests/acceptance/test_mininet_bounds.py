@@ -19,11 +19,10 @@ import re
 import subprocess
 
 import pytest
-from helpers import unique_name
+from helpers import skip_without_mininet, unique_name
 
 from testbed.config.scenario import parse_scenario
 from testbed.net import probe
-from testbed.net.engines import MininetEngine
 from testbed.run.testbed import Testbed
 from testbed.testing.clients import iperf3_goodput, udp_delivered
 
@@ -35,10 +34,7 @@ BACKENDS = ["userspace", "kernel", "tclink"]
 @pytest.fixture(params=ENGINES)
 def engine(request, root) -> str:
     if request.param == "mininet":
-        try:
-            MininetEngine().check()
-        except Exception as exc:
-            pytest.skip(str(exc))
+        skip_without_mininet()
     return request.param
 
 

@@ -12,9 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import RUN_TAG, root_namespace_state, scenario, unique_name, wait_for_line
+from helpers import (
+    RUN_TAG,
+    root_namespace_state,
+    scenario,
+    skip_without_mininet,
+    unique_name,
+    wait_for_line,
+)
 
-from testbed.core.errors import TestbedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns, registry
 from testbed.run.selfcheck import check_direction
@@ -101,12 +107,7 @@ def test_two_testbeds_at_once_do_not_collide(make_testbed):
 def test_kill_9_of_up_then_clean_leaves_nothing(root, tmp_path, engine):
     """Also for the Mininet engine: its nodes' shells are recorded processes like the lines."""
     if engine == "mininet":
-        from testbed.net.engines import MininetEngine
-
-        try:
-            MininetEngine().check()
-        except TestbedError as exc:
-            pytest.skip(str(exc))
+        skip_without_mininet()
     before = root_namespace_state()
     path = tmp_path / "s.yaml"
     # With delay, so that a delay line runs too (in its own session: it survives the kill).

@@ -11,13 +11,12 @@ import subprocess
 import sys
 
 import pytest
-from helpers import RUN_TAG, root_namespace_state, scenario, unique_name
+from helpers import RUN_TAG, root_namespace_state, scenario, skip_without_mininet, unique_name
 
 from testbed.config.sweep import expand
 from testbed.core.errors import UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import registry
-from testbed.net.engines import MininetEngine
 from testbed.run.experiment import Experiment
 from testbed.testing.clients import iperf3_goodput
 
@@ -27,10 +26,7 @@ CLI = [sys.executable, "-m", "testbed.cli"]
 
 @pytest.fixture
 def mininet(root) -> None:
-    try:
-        MininetEngine().check()
-    except Exception as exc:  # scripts/setup.sh installs it; say why when it did not
-        pytest.skip(str(exc))
+    skip_without_mininet()  # scripts/setup.sh installs it; say why when it did not
 
 
 def rtt_avg_ms(ping_output: str) -> float:
