@@ -142,11 +142,17 @@ def test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text(root,
 def test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout(root, tmp_path):
     """tcp.user_timeout (TCP_USER_TIMEOUT on the ranks' sockets): a rank with data unacknowledged
     through a blackhole gets ETIMEDOUT from its kernel after that long, long before gloo's
-    operation timeout (60 s here); without it only the operation timeout would end the wait."""
+    operation timeout (60 s here); without it only the operation timeout would end the wait.
+
+    Two ranks, so that the connection the kernel fails is the one the rank's operation waits on:
+    gloo fails only the operations pending on the failed pair, and with four ranks a rank whose
+    WAN connection failed may be waiting on a local pair and sit out the operation timeout
+    (seen once in CI: every rank ended at 60 s; docs/faults.md)."""
     data = workload_scenario("ev-uto", "2ms", iterations=200, timeout="60s")
+    data["clusters"] = {"east": {"hosts": 1}, "west": {"hosts": 1}}
     data["tcp"] = {"user_timeout": "1s"}
     # a flow planned far beyond the workload: stopped when the workload ends, and said so
-    data["traffic"] = [{"kind": "bulk", "from": "east-h1", "to": "west-h1", "duration": "600s"}]
+    data["traffic"] = [{"kind": "bulk", "from": "east-h0", "to": "west-h0", "duration": "600s"}]
     data["faults"] = [
         {"kind": "blackhole", "link": "east-west", "after": {"iteration": 2}, "duration": "60s"}
     ]
@@ -161,7 +167,8 @@ def test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout(r
     first = failed.assign(ended=failed["start"] + failed["seconds"]).sort_values("ended").iloc[0]
     # the kernel's timer: 1 s of unacknowledged data (+ the probe it times from, the loaded
     # machine); the operation timeout would be 60 s
-    assert first["ended"] - on["applied_unix"] < 1.0 + 4.0, first.to_dict()
+    seen = failed.assign(after=failed["start"] + failed["seconds"] - on["applied_unix"])
+    assert first["ended"] - on["applied_unix"] < 1.0 + 4.0, seen[["rank", "after", "error"]]
     assert "timed out" in first["error"].lower(), first["error"]
     assert "Timed out waiting" not in first["error"]  # not gloo's operation timeout
     assert exp.manifest["runs"]["p000-r0"]["traffic_cut"] == [0]
