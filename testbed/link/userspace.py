@@ -311,7 +311,10 @@ class DelayLineSupervisor:
             # never a packet for a queue nobody listens on, and no `ip netns exec` per wire.
             for i, d in enumerate(line.directions):
                 line.rules += iptables_rules(
-                    d.impairment.ingress_if, queue_number(i), ce_iface=self.ce_iface(d)
+                    d.impairment.ingress_if,
+                    queue_number(i),
+                    ce_iface=self.ce_iface(d),
+                    bridged=d.impairment.bridged,
                 )
             line.rules_path.write_text(restore_input(line.rules))
             argv += ["--rules", line.ns, str(line.rules_path)]

@@ -128,7 +128,8 @@ def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
         ifaces[v.ns_a].append(v.if_a)
         ifaces[v.ns_b].append(v.if_b)
     for br in plan.bridges:
-        ifaces[br.ns].append(br.name)
+        # a port made outside the plan (a bridged link's ends, testbed.plan.bridged) too
+        ifaces[br.ns] += [p for p in br.ports if p not in ifaces[br.ns]] + [br.name]
     for ns, names in ifaces.items():
         out[ns] += [LinkUp(name) for name in names]
     if plan.wire_sized_packets:

@@ -124,6 +124,9 @@ class Impairment:
     netem_limit: int  # packets
     ge_p: float = 0.0  # Gilbert-Elliott: good -> bad per packet (0: off)
     ge_r: float = 0.0  # bad -> good per packet
+    # The wire forwards at layer 2 (a bridged link, testbed.plan.bridged): its interfaces are
+    # bridge ports, which iptables matches with -m physdev.
+    bridged: bool = False
 
     @property
     def active(self) -> bool:

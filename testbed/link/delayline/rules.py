@@ -20,6 +20,7 @@ def iptables_rules(
     iptables: str = "iptables",
     ce_iface: str | None = None,
     ce_mark: int = DEFAULT_CE_MARK,
+    bridged: bool = False,
 ) -> list[list[str]]:
     """argv lists that send every packet entering ``in_iface`` to NFQUEUE ``queue_num``.
 
@@ -29,16 +30,18 @@ def iptables_rules(
     get CE in their ECN bits on leaving through ``ce_iface``: the TOS target (mask 0x03) rewrites
     the IP header and its checksum, in POSTROUTING because an NFQUEUE verdict resumes at the next
     hook, not at the next rule. No payload goes through userspace.
+
+    ``bridged``: the interfaces are ports of a bridge (a wire that forwards at layer 2, with
+    ``net.bridge.bridge-nf-call-iptables`` on): iptables sees the bridge as the packet's
+    interface, so the rules match the port with ``-m physdev`` instead of ``-i``/``-o``.
     """
     mangle = [iptables, "-w", "-t", "mangle", "-A"]
-    rules = [
-        [*mangle, "PREROUTING", "-i", in_iface, "-j", "NFQUEUE", "--queue-num", str(int(queue_num))]
-    ]
+    into = ["-m", "physdev", "--physdev-in", in_iface] if bridged else ["-i", in_iface]
+    rules = [[*mangle, "PREROUTING", *into, "-j", "NFQUEUE", "--queue-num", str(int(queue_num))]]
     if ce_iface is not None:
         mark = f"{int(ce_mark):#x}/{int(ce_mark):#x}"
-        rules.append(
-            [*mangle, "POSTROUTING", "-o", ce_iface, "-m", "mark", "--mark", mark, *CE_TARGET]
-        )
+        out = ["-m", "physdev", "--physdev-out", ce_iface] if bridged else ["-o", ce_iface]
+        rules.append([*mangle, "POSTROUTING", *out, "-m", "mark", "--mark", mark, *CE_TARGET])
     return rules
 
 
