@@ -52,6 +52,9 @@ DIRECTION_KEYWORDS = (
 )  # fmt: skip
 KEYWORDS = (*DIRECTION_KEYWORDS, "reverse", "backend")
 BACKENDS = ("auto", "kernel", "userspace")
+# TCLink's keywords that TestbedLink has no use for: refused, never silently dropped (the others
+# go to Mininet's interfaces, as with any Link: ip, mac, ...)
+TCLINK_ONLY = ("speedup", "use_hfsc", "use_tbf", "latency_ms", "enable_ecn", "enable_red")
 ENDS = ("n1", "n2")  # the link's ends in its scenario and direction names (n1->n2, n2->n1)
 
 
@@ -214,7 +217,7 @@ class TestbedLink(Link):
         **params: Any,
     ) -> None:
         where = f"TestbedLink({node1.name}, {node2.name})"
-        shaping = {k: params.pop(k) for k in list(params) if k in KEYWORDS}
+        shaping = {k: params.pop(k) for k in list(params) if k in (*KEYWORDS, *TCLINK_ONLY)}
         data = link_scenario(where, shaping)
         try:
             scenario = parse_scenario(data, where)
