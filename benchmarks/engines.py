@@ -10,6 +10,9 @@ namespaces, no controller).
    ping RTT median against the configured 50 ms, and one iperf3 TCP flow's goodput (8 s, first
    3 s omitted) against the ceiling (rate x TCP payload per wire frame). Plain Mininet: two hosts
    joined by one ``TCLink(bw, delay='25ms')`` (its delay applies at each end: RTT 50 ms).
+3. "Mininet + TestbedLink": plain Mininet's networks with ``TestbedLink(bw, delay)`` where they
+   have TCLink (``delay`` is one way per direction: RTT 50 ms); it does not subtract the delay
+   line's floor (``testbed up`` does).
 
     python -m benchmarks.engines [--repeat 5] [--write]
 """
@@ -47,20 +50,26 @@ def mesh(engine: str) -> dict:
     }
 
 
-def plain_mininet(build_mesh: bool, rate_mbit: float = 1000, delay: str = "10ms"):
-    """Plain Mininet: the mesh (or two hosts on one TCLink). Returns the started network."""
+def plain_mininet(
+    build_mesh: bool, rate_mbit: float = 1000, delay: str = "10ms", testbed_link: bool = False
+):
+    """Plain Mininet: the mesh (or two hosts on one TCLink; ``testbed_link``: on the project's
+    TestbedLink instead, as a user's own script would). Returns the started network."""
     from mininet.link import TCLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.node import Node
     from mininet.nodelib import LinuxBridge
 
+    from testbed.mininet import TestbedLink
+
     setLogLevel("critical")  # its "*** Error: ... qdisc kind is unknown" lines: see the table
     net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False)
+    link = TestbedLink if testbed_link else TCLink
     if not build_mesh:
         a = net.addHost("pa", ip="10.79.0.1/24")
         b = net.addHost("pb", ip="10.79.0.2/24")
-        net.addLink(a, b, cls=TCLink, bw=rate_mbit, delay=delay)
+        net.addLink(a, b, cls=link, bw=rate_mbit, delay=delay)
     else:
         gateways = []
         for c in range(len(CLUSTERS)):
@@ -72,7 +81,7 @@ def plain_mininet(build_mesh: bool, rate_mbit: float = 1000, delay: str = "10ms"
                 net.addLink(host, switch)
             gateways.append(gw)
         for a, b in itertools.combinations(gateways, 2):
-            net.addLink(a, b, cls=TCLink, bw=rate_mbit, delay=delay)
+            net.addLink(a, b, cls=link, bw=rate_mbit, delay=delay)
     net.build()
     net.start()
     return net
@@ -80,7 +89,7 @@ def plain_mininet(build_mesh: bool, rate_mbit: float = 1000, delay: str = "10ms"
 
 def build_times(repeat: int) -> dict[str, tuple[list[float], list[float]]]:
     times: dict[str, tuple[list[float], list[float]]] = {
-        k: ([], []) for k in ("native", "mininet", "plain Mininet")
+        k: ([], []) for k in ("native", "mininet", "plain Mininet", "Mininet + TestbedLink")
     }
     for i in range(repeat):
         for engine in ("native", "mininet"):
@@ -91,12 +100,13 @@ def build_times(repeat: int) -> dict[str, tuple[list[float], list[float]]]:
             tb.down()
             times[engine][0].append(t1 - t0)
             times[engine][1].append(time.perf_counter() - t1)
-        t0 = time.perf_counter()
-        net = plain_mininet(build_mesh=True)
-        t1 = time.perf_counter()
-        net.stop()
-        times["plain Mininet"][0].append(t1 - t0)
-        times["plain Mininet"][1].append(time.perf_counter() - t1)
+        for name, testbed_link in (("plain Mininet", False), ("Mininet + TestbedLink", True)):
+            t0 = time.perf_counter()
+            net = plain_mininet(build_mesh=True, testbed_link=testbed_link)
+            t1 = time.perf_counter()
+            net.stop()
+            times[name][0].append(t1 - t0)
+            times[name][1].append(time.perf_counter() - t1)
     return times
 
 
@@ -131,8 +141,8 @@ def fidelity_testbed(engine: str, rate: str) -> tuple[float, float]:
     return rtt_median_ms(ping), rate_bps
 
 
-def fidelity_plain(rate_mbit: float) -> tuple[float, float]:
-    net = plain_mininet(build_mesh=False, rate_mbit=rate_mbit, delay="25ms")
+def fidelity_plain(rate_mbit: float, testbed_link: bool = False) -> tuple[float, float]:
+    net = plain_mininet(False, rate_mbit, "25ms", testbed_link)
     try:
         a, b = net.get("pa"), net.get("pb")
         ping = a.cmd("ping -c 20 -i 0.1 10.79.0.2")
@@ -158,7 +168,8 @@ def main() -> None:
         "engines.py",
         args.write,
         "Engines: build, teardown and link fidelity",
-        "Native engine, Mininet engine (the project's links), plain Mininet (TCLink).",
+        "Native engine, Mininet engine (the project's links), plain Mininet (TCLink), and "
+        "plain Mininet with the project's TestbedLink on the WAN (a user's own script).",
     ):
         times = build_times(args.repeat)
         plain_up = statistics.median(times["plain Mininet"][0])
@@ -184,6 +195,7 @@ def main() -> None:
             ceiling = mbit * 1e6 * GOODPUT_FACTOR
             rows = [(e, *fidelity_testbed(e, rate)) for e in ("native", "mininet")]
             rows.append(("plain Mininet", *fidelity_plain(mbit)))
+            rows.append(("Mininet + TestbedLink", *fidelity_plain(mbit, testbed_link=True)))
             for name, rtt, bps in rows:
                 note = " (delay absent: no netem)" if rtt < 1 else ""
                 print(f"| {name} | {rate} | {rtt:.2f} ms{note} | {rtt - 50:+.2f} ms | "
