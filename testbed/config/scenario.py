@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -183,6 +184,47 @@ class DirectionOverride(DirectionSettings):
     aqm: Aqm | None = None
 
 
+def _direction(link: WanLink | WanPath, reverse: bool) -> dict[str, Any]:
+    """The settings of one direction: forward as written, reverse with ``reverse`` applied."""
+    fields = ("rate", "delay", "jitter", "loss", "reorder", "buffer", "aqm")
+    settings = {f: getattr(link, f) for f in fields}
+    if reverse and link.reverse is not None:
+        overrides = {f: getattr(link.reverse, f) for f in fields}
+        settings.update({f: v for f, v in overrides.items() if v is not None})
+    return settings
+
+
+def _positive_buffer(v: tuple[str, float]) -> tuple[str, float]:
+    if v[1] <= 0:
+        raise ValueError("buffer must be positive; examples: 1bdp, 0.5bdp, 4MiB")
+    return v
+
+
+# settings a WAN link and each of its parallel paths have
+PATH_SETTINGS = ("rate", "delay", "jitter", "loss", "reorder", "buffer", "aqm", "reverse")
+MAX_PATHS = 8  # a gateway's port to path j is p<j>-<cluster>: 15 characters at most
+
+
+class WanPath(_Strict):
+    """One of a WAN link's parallel paths (``paths:``): every setting of a single link, and its
+    weight in the gateways' multipath routes (ECMP when all weights are equal)."""
+
+    rate: Rate = 1_000_000_000
+    delay: Duration = 0.0
+    jitter: Duration = 0.0
+    loss: Fraction = 0.0
+    reorder: Fraction = 0.0
+    buffer: Buffer = ("bdp", 1.0)
+    aqm: Aqm | None = None
+    reverse: DirectionOverride | None = None
+    weight: int = Field(1, ge=1, le=256)
+
+    _positive_buffer = field_validator("buffer")(lambda cls, v: _positive_buffer(v))
+
+    def direction(self, reverse: bool) -> dict[str, Any]:
+        return _direction(self, reverse)
+
+
 class WanLink(_Strict):
     between: tuple[str, str]
     rate: Rate = 1_000_000_000
@@ -203,11 +245,63 @@ class WanLink(_Strict):
     # not written here; ``scale`` multiplies its rates and byte buffer.
     preset: str | None = None
     scale: float = 1.0
+    # Parallel paths between the two gateways, each with the settings above (then not written
+    # at the link itself); the gateways spread traffic over them (routing.ecmp).
+    paths: list[WanPath] = Field(default_factory=list)
+    # Which of its link's paths this is (paths_of(): one WanLink per path); None: not a path.
+    _path: int | None = PrivateAttr(None)
+    _weight: int = PrivateAttr(1)
 
     @property
     def name(self) -> str:
-        """How faults name the link: ``east-west`` (either order is accepted)."""
-        return "-".join(self.between)
+        """How faults name the link: ``east-west`` (either order is accepted); a path of a
+        multipath link: ``east-west/1``."""
+        return "-".join(self.between) + ("" if self._path is None else f"/{self._path}")
+
+    @property
+    def path(self) -> int | None:
+        return self._path
+
+    @property
+    def weight(self) -> int:
+        return self._weight
+
+    def paths_of(self) -> list[WanLink]:
+        """The link's paths as links of their own (``east-west/0``, ...), each with its
+        path's settings and weight; ``[self]`` for a single-path link."""
+        if not self.paths:
+            return [self]
+        out = []
+        for j, p in enumerate(self.paths):
+            # validated already, as the path's fields
+            link = WanLink.model_construct(
+                between=self.between, **{f: getattr(p, f) for f in PATH_SETTINGS}
+            )
+            link._path, link._weight = j, p.weight
+            out.append(link)
+        return out
+
+    @model_validator(mode="after")
+    def _paths_alone(self) -> WanLink:
+        if not self.paths:
+            return self
+        written = [f for f in PATH_SETTINGS if f in self.model_fields_set]
+        if written:
+            raise _FieldError(
+                written[0],
+                "a link with `paths` has its settings in each path; move "
+                f"{', '.join(written)} into the paths",
+            )
+        if not 2 <= len(self.paths) <= MAX_PATHS:
+            raise _FieldError(
+                "paths", f"{len(self.paths)} paths given; a multipath link has 2 to {MAX_PATHS}"
+            )
+        for key in ("schedule", "trace", "preset"):
+            if key in self.model_fields_set:
+                raise _FieldError(
+                    key, f"{key} is not supported on a link with `paths` yet (issue 18)"
+                )
+        return self
 
     @property
     def preset_source(self) -> str | None:
@@ -249,12 +343,7 @@ class WanLink(_Strict):
                 )
         return self
 
-    @field_validator("buffer")
-    @classmethod
-    def _positive_buffer(cls, v: tuple[str, float]) -> tuple[str, float]:
-        if v[1] <= 0:
-            raise ValueError("buffer must be positive; examples: 1bdp, 0.5bdp, 4MiB")
-        return v
+    _positive_buffer = field_validator("buffer")(lambda cls, v: _positive_buffer(v))
 
     @field_validator("between", mode="before")
     @classmethod
@@ -266,13 +355,7 @@ class WanLink(_Strict):
         return v
 
     def direction(self, reverse: bool) -> dict[str, Any]:
-        """The settings of one direction: forward as written, reverse with ``reverse`` applied."""
-        fields = ("rate", "delay", "jitter", "loss", "reorder", "buffer", "aqm")
-        settings = {f: getattr(self, f) for f in fields}
-        if reverse and self.reverse is not None:
-            overrides = {f: getattr(self.reverse, f) for f in fields}
-            settings.update({f: v for f, v in overrides.items() if v is not None})
-        return settings
+        return _direction(self, reverse)
 
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -485,6 +568,39 @@ class Trace(_Strict):
     pcap: Annotated[int, BeforeValidator(_pcap_cap)] = 0
 
 
+class Ecmp(_Strict):
+    """How gateways spread flows over a link's paths: the kernel's multipath hash
+    (``net.ipv4.fib_multipath_hash_policy``): ``l3`` addresses only (0, the kernel's default),
+    ``l4`` addresses, protocol and ports (1)."""
+
+    hash: Literal["l3", "l4"] = "l3"
+
+
+class Bfd(_Strict):
+    interval: Duration = Field(0.05, gt=0)
+    multiplier: int = Field(3, ge=1, le=255)
+
+
+class Bgp(_Strict):
+    bfd: Bfd | None = None
+    hold: Duration = Field(9.0, ge=3.0)
+
+
+class Routing(_Strict):
+    """How the gateways route over the WAN: ``static`` routes from the plan (multipath over a
+    link's paths), or ``bgp`` (FRR in each gateway: not built yet)."""
+
+    mode: Literal["static", "bgp"] = "static"
+    ecmp: Ecmp = Ecmp()
+    bgp: Bgp | None = None
+
+    @model_validator(mode="after")
+    def _bgp_only_with_bgp(self) -> Routing:
+        if self.bgp is not None and self.mode != "bgp":
+            raise _FieldError("bgp", "bgp settings apply to `mode: bgp` only")
+        return self
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -496,6 +612,7 @@ class Scenario(_Strict):
     # what makes the namespaces and veth pairs: the testbed itself, or Mininet (its nodes and
     # links, shaped by the same backends; docs/mininet.md)
     engine: Literal["native", "mininet"] = "native"
+    routing: Routing = Routing()
     workload: AnyWorkload | None = None
     trace: Trace = Trace()
     # The WAN misbehaving while the workload runs (testbed.config.dynamics, docs/faults.md).
@@ -588,12 +705,11 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _dynamics_refer_to_the_testbed(self) -> Scenario:
-        links = {frozenset(link.between): link.name for link in self.wan}
         hosts = {f"{c}-h{i}" for c, cl in self.clusters.items() for i in range(cl.hosts)}
-        known_links = ", ".join(links.values()) or "(none)"
+        known_links = ", ".join(p.name for p in self.wan_paths) or "(none)"
         for i, f in enumerate(self.faults):
             link = getattr(f, "link", None)
-            if link is not None and frozenset(link.split("-", 1)) not in links:
+            if link is not None and not self.links_named(link):
                 raise _FieldError(
                     f"faults[{i}].link", f"no WAN link {link!r}; links are: {known_links}"
                 )
@@ -647,6 +763,23 @@ class Scenario(_Strict):
     def rank_workload(self) -> RankWorkload | None:
         """The workload the ranks run (collectives, training); None: a traffic-only run."""
         return None if isinstance(self.workload, DcqcnWorkload) else self.workload
+
+    @property
+    def wan_paths(self) -> list[WanLink]:
+        """Every path of every WAN link, as links of their own (``WanLink.paths_of``)."""
+        return [p for link in self.wan for p in link.paths_of()]
+
+    def links_named(self, name: str) -> list[WanLink]:
+        """The paths a fault's ``link`` names: ``east-west`` (either order) is every path of
+        that link, ``east-west/1`` one path of it. Empty: no such link."""
+        base, _, path = name.partition("/")
+        for link in self.wan:
+            if frozenset(base.split("-", 1)) == frozenset(link.between):
+                paths = link.paths_of()
+                if not path:
+                    return paths
+                return [p for p in paths if p.path is not None and str(p.path) == path]
+        return []
 
     def cluster_tcp(self, cluster: str) -> TcpSettings:
         override = self.clusters[cluster].tcp

@@ -128,12 +128,14 @@ class FaultOps:
         # A link's two directions share its wire; each one's shaper sits on a gateway's WAN
         # port of the link (a->b on a's port toward b).
         ends: dict[str, list[tuple[str, str]]] = {}
+        names: dict[str, str] = {}  # wire -> the link's name (east-west, a path: east-west/1)
         for d in plan.wan:
             ends.setdefault(d.impairment.ns, []).append((d.shaper.ns, d.shaper.ifname))
+            _, _, path = d.name.partition("/")
+            names.setdefault(d.impairment.ns, f"{d.src}-{d.dst}" + (f"/{path}" if path else ""))
         self.links: dict[str, _Link] = {}
         for wire, (a, b) in ends.items():
-            name = wire.removeprefix(f"{plan.prefix}-").removeprefix("wan-")
-            self.links[name] = _Link(name, wire, (a, b))
+            self.links[names[wire]] = _Link(names[wire], wire, (a, b))
         self.gateways = {g.cluster: g for g in plan.gateways}
         self.ready: set[str] = set()  # wires whose fault rules are installed
         # (wire namespace, port) -> fault bit -> how many of that fault are on
@@ -282,7 +284,12 @@ class FaultOps:
         return [
             r
             for r in self.plan.routes
-            if r.ns == ns and any(ipaddress.IPv4Address(r.via) in n for n in nets)
+            if r.ns == ns
+            and any(
+                ipaddress.IPv4Address(gw) in n
+                for n in nets
+                for gw in [r.via, *(h for h, _ in r.nexthops)]
+            )
         ]
 
     def peers(self, ports: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:
@@ -329,7 +336,7 @@ def restore_text(table: str, rules: list[str], add: bool) -> str:
 def _route_op(r: Route) -> RouteAdd:
     # replace, not add: a restore that finds the route there (another fault's restore put it
     # back) is not an error
-    return RouteAdd(r.dst, r.via, r.src, replace=True)
+    return RouteAdd(r.dst, r.via, r.src, replace=True, nexthops=r.nexthops)
 
 
 def _iptables_save() -> str:

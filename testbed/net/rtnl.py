@@ -57,7 +57,8 @@ IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_GROUP, IFLA_GSO_MAX_SEGS = 3, 10, 
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 IFLA_BR_FORWARD_DELAY, IFLA_BR_STP_STATE = 1, 5
 IFA_ADDRESS, IFA_LOCAL = 1, 2
-RTA_DST, RTA_GATEWAY, RTA_PREFSRC = 1, 5, 7
+RTA_DST, RTA_GATEWAY, RTA_PREFSRC, RTA_MULTIPATH = 1, 5, 7, 9
+RTNEXTHOP = struct.Struct("=HBBi")  # len, flags, hops (weight - 1), ifindex
 RT_TABLE_MAIN, RTPROT_BOOT, RT_SCOPE_UNIVERSE, RTN_UNICAST = 254, 3, 0, 1
 
 TCA_KIND, TCA_OPTIONS = 1, 2
@@ -108,7 +109,9 @@ def _addr(cidr: str, dev: str) -> bytes:
     return head + netlink.nla(IFA_LOCAL, packed) + netlink.nla(IFA_ADDRESS, packed)
 
 
-def _route(dst: str, via: str, src: str | None) -> bytes:
+def _route(
+    dst: str, via: str, src: str | None, nexthops: tuple[tuple[str, int], ...] = ()
+) -> bytes:
     net = ipaddress.IPv4Network("0.0.0.0/0" if dst == "default" else dst)
     head = RTMSG.pack(
         socket.AF_INET,
@@ -121,7 +124,15 @@ def _route(dst: str, via: str, src: str | None) -> bytes:
         RTN_UNICAST,
         0,
     )
-    attrs = netlink.nla(RTA_GATEWAY, ipaddress.IPv4Address(via).packed)
+    if nexthops:  # RTA_MULTIPATH: one rtnexthop (+ its gateway) per hop; the kernel finds
+        # each hop's interface from its gateway
+        hops = b""
+        for gw, weight in nexthops:
+            gateway = netlink.nla(RTA_GATEWAY, ipaddress.IPv4Address(gw).packed)
+            hops += RTNEXTHOP.pack(RTNEXTHOP.size + len(gateway), 0, weight - 1, 0) + gateway
+        attrs = netlink.nla(RTA_MULTIPATH, hops)
+    else:
+        attrs = netlink.nla(RTA_GATEWAY, ipaddress.IPv4Address(via).packed)
     if net.prefixlen:
         attrs = netlink.nla(RTA_DST, net.network_address.packed) + attrs
     if src:
@@ -219,8 +230,8 @@ def request(op: Op) -> tuple[int, int, bytes]:
             return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GSO_MAX_SEGS, U32.pack(segs)))
         case LinkGroup(dev, group):
             return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GROUP, U32.pack(group)))
-        case RouteAdd(dst, via, src, replace):
-            return RTM_NEWROUTE, REPLACE if replace else CREATE, _route(dst, via, src)
+        case RouteAdd(dst, via, src, replace, nexthops):
+            return RTM_NEWROUTE, REPLACE if replace else CREATE, _route(dst, via, src, nexthops)
         case NeighPin(ip, dev):
             return RTM_NEWNEIGH, REPLACE, _neigh(ip, dev, DEAD_MAC)
         case NeighDel(ip, dev):

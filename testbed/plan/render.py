@@ -86,6 +86,7 @@ class RouteAdd(NamedTuple):
     via: str
     src: str | None = None
     replace: bool = False  # create or replace (a fault's restore: idempotent)
+    nexthops: tuple[tuple[str, int], ...] = ()  # a multipath route: (gateway, weight) each
 
 
 class NeighPin(NamedTuple):
@@ -138,7 +139,7 @@ def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
         for h in plan.hosts:
             out[h.ns].append(GsoMaxSegs(h.ifname, 1))
     for r in plan.routes:
-        out[r.ns].append(RouteAdd(r.dst, r.via, r.src))
+        out[r.ns].append(RouteAdd(r.dst, r.via, r.src, nexthops=r.nexthops))
     return dict(out)
 
 
@@ -159,9 +160,13 @@ def ip_line(op: IpOp) -> str:
             return f"link set dev {dev} gso_max_segs {segs}"
         case LinkGroup(dev, group):
             return f"link set dev {dev} group {group}"
-        case RouteAdd(dst, via, src, replace):
+        case RouteAdd(dst, via, src, replace, nexthops):
             verb = "replace" if replace else "add"
-            return f"route {verb} {dst} via {via}" + (f" src {src}" if src else "")
+            src_part = f" src {src}" if src else ""
+            if nexthops:
+                hops = "".join(f" nexthop via {gw} weight {w}" for gw, w in nexthops)
+                return f"route {verb} {dst}{src_part}{hops}"
+            return f"route {verb} {dst} via {via}{src_part}"
         case NeighPin(ip, dev):
             return f"neigh replace {ip} lladdr {DEAD_MAC} nud permanent dev {dev}"
         case NeighDel(ip, dev):

@@ -165,11 +165,11 @@ def build_timeline(
     relative to ``base_dir`` (the scenario file's directory); looping traces are expanded up to
     ``horizon`` s. ``source`` (the scenario file) names the file in errors."""
     b = _Builder(scenario, plan, Path(base_dir), horizon, source)
-    links = {frozenset(link.between): (i, link) for i, link in enumerate(scenario.wan)}
     for i, link in enumerate(scenario.wan):
-        _link_settings(b, i, link)
+        for path in link.paths_of():
+            _link_settings(b, i, path)
     for j, fault in enumerate(scenario.faults):
-        _fault(b, j, fault, links)
+        _fault(b, j, fault)
     _check_overlaps(b)
     ordered = tuple(e for _, e in sorted(b.events, key=lambda ke: ke[0]))
     return Timeline(ordered, scenario.clock, horizon if b.loops else None)
@@ -192,7 +192,8 @@ def default_horizon(scenario: Scenario) -> float:
 
 def _configured(plan: NetworkPlan, link: WanLink) -> dict[str, _State]:
     out = {}
-    for name, reverse in zip(link_directions(link.between, "both"), (False, True), strict=True):
+    names = link_directions(link.between, "both", link.path)
+    for name, reverse in zip(names, (False, True), strict=True):
         d = next(w for w in plan.wan if w.name == name)
         buffer = link.direction(reverse)["buffer"]
         out[name] = _State(d.rate, d.delay, d.jitter, d.loss, d.reorder, buffer)
@@ -246,10 +247,10 @@ def _link_settings(b: _Builder, i: int, link: WanLink) -> None:
     if link.trace is not None:
         ops += _trace_ops(b, i, link, len(ops))
     for j, f in enumerate(b.scenario.faults):
-        if f.kind == "burst_loss" and frozenset(f.link.split("-", 1)) == frozenset(link.between):
+        if f.kind == "burst_loss" and link.name in {p.name for p in b.scenario.links_named(f.link)}:
             if f.at is None:
                 continue  # anchored: _fault builds it from the configured state
-            dirs = link_directions(link.between, f.direction)
+            dirs = link_directions(link.between, f.direction, link.path)
             ops.append(_Op(f.at, _STARTS, len(ops), _burst_op(j, dirs, f.p, f.r, f.duration)))
             ops.append(_Op(f.at + f.duration, _ENDS, len(ops), _burst_op(j, dirs, 0.0, 0.0)))
     ops.sort(key=lambda o: (o.at, o.prio, o.seq))
@@ -445,7 +446,10 @@ def _fault_start(f: Any) -> float:
     return f.at if f.at is not None else f.after.offset
 
 
-def _fault(b: _Builder, j: int, f: Any, links: dict[frozenset[str], tuple[int, WanLink]]) -> None:
+def _fault(b: _Builder, j: int, f: Any) -> None:
+    """The events of fault ``j``. A fault naming a multipath link (``east-west``) acts on every
+    path of it, one naming a path (``east-west/1``) on that path (``Scenario.links_named``)."""
+    paths = b.scenario.links_named(f.link) if getattr(f, "link", None) else []
     start = _fault_start(f)
     anchor = None if f.after is None else f.after.iteration
     length = _fault_length(f)
@@ -475,12 +479,12 @@ def _fault(b: _Builder, j: int, f: Any, links: dict[frozenset[str], tuple[int, W
 
     if f.kind in ("blackhole", "partition"):
         if f.kind == "blackhole":
-            cut = [(links[frozenset(f.link.split("-", 1))][1], f.direction)]
+            cut = [(p, f.direction) for p in paths]
         else:
             group = {c: g for g, members in enumerate(f.groups) for c in members}
             cut = [
                 (link, "both")
-                for _, link in links.values()
+                for link in b.scenario.wan_paths
                 if all(c in group for c in link.between)
                 and group[link.between[0]] != group[link.between[1]]
             ]
@@ -488,13 +492,13 @@ def _fault(b: _Builder, j: int, f: Any, links: dict[frozenset[str], tuple[int, W
                 raise b.error(
                     f"{where}.groups",
                     "no WAN link joins two of these groups: the partition would cut nothing; "
-                    "links are: " + ", ".join(link.name for _, link in links.values()),
+                    "links are: " + ", ".join(link.name for link in b.scenario.wan),
                 )
         groups = (
             " | ".join("[" + ", ".join(g) + "]" for g in f.groups) if f.kind == "partition" else ""
         )
         for link, which in cut:
-            dirs = link_directions(link.between, which)
+            dirs = link_directions(link.between, which, link.path)
             side = "" if which == "both" else f" ({dirs[0]})"
             why = f"partition {groups}: " if groups else ""
             event(
@@ -509,57 +513,29 @@ def _fault(b: _Builder, j: int, f: Any, links: dict[frozenset[str], tuple[int, W
             for d in dirs:
                 hold(("blackhole", d))
     elif f.kind in ("link_down", "flap"):
-        _, link = links[frozenset(f.link.split("-", 1))]
-        dirs = link_directions(link.between, "both")
-        if f.kind == "link_down":
-            downs = [(start, f.duration, "")]
-        else:
-            downs = [
-                (start + n * (f.down + f.up), f.down, f"flap {n + 1}/{f.count}: ")
-                for n in range(f.count)
-            ]
-        for t, down, prefix in downs:
-            event(
-                t,
-                _STARTS,
-                "link_down",
-                link.name,
-                dirs,
-                f"{prefix}link down ({format_duration(down)})",
-            )
-            event(
-                t + down,
-                _ENDS,
-                "link_up",
-                link.name,
-                dirs,
-                f"{prefix}link up (routes re-installed)",
-            )
-        hold(("port", link.name))
-        for c in link.between:
-            b.intervals.append(
-                _Interval(("port-of", c), start, end, anchor, where, f"{label} on {link.name}")
-            )
+        for link in paths:
+            _down_up(b, f, link, start, end, anchor, where, label, event, hold)
     elif f.kind == "reset":
-        _, link = links[frozenset(f.link.split("-", 1))]
-        dirs = link_directions(link.between, "both")
-        event(
-            start,
-            _STARTS,
-            "reset",
-            link.name,
-            dirs,
-            f"reset TCP crossing the link ({format_duration(f.duration)})",
-        )
-        event(end, _ENDS, "unreset", link.name, dirs, "reset off")
-        hold(("reset", link.name))
+        for link in paths:
+            dirs = link_directions(link.between, "both", link.path)
+            event(
+                start,
+                _STARTS,
+                "reset",
+                link.name,
+                dirs,
+                f"reset TCP crossing the link ({format_duration(f.duration)})",
+            )
+            event(end, _ENDS, "unreset", link.name, dirs, "reset off")
+            hold(("reset", link.name))
     elif f.kind == "burst_loss":
-        i, link = links[frozenset(f.link.split("-", 1))]
-        dirs = link_directions(link.between, f.direction)
-        for d in dirs:
-            hold(("burst", d))
-        if anchor is not None:
-            _anchored_burst(b, i, link, j, f, dirs, event)
+        i = next(n for n, w in enumerate(b.scenario.wan) if set(w.between) == set(paths[0].between))
+        for link in paths:
+            dirs = link_directions(link.between, f.direction, link.path)
+            for d in dirs:
+                hold(("burst", d))
+            if anchor is not None:
+                _anchored_burst(b, i, link, j, f, dirs, event)
     elif f.kind == "gateway_crash":
         dirs = tuple(d.name for d in b.plan.wan if f.cluster in (d.src, d.dst))
         restore = (
@@ -579,6 +555,28 @@ def _fault(b: _Builder, j: int, f: Any, links: dict[frozenset[str], tuple[int, W
                 cluster=f.cluster,
             )
         hold(("gateway", f.cluster))
+
+
+def _down_up(b: _Builder, f: Any, link: WanLink, start, end, anchor, where, label, event, hold):
+    """A link_down or flap of one link (or path): its ports down and up again."""
+    dirs = link_directions(link.between, "both", link.path)
+    if f.kind == "link_down":
+        downs = [(start, f.duration, "")]
+    else:
+        downs = [
+            (start + n * (f.down + f.up), f.down, f"flap {n + 1}/{f.count}: ")
+            for n in range(f.count)
+        ]
+    for t, down, prefix in downs:
+        event(t, _STARTS, "link_down", link.name, dirs,
+              f"{prefix}link down ({format_duration(down)})")  # fmt: skip
+        event(t + down, _ENDS, "link_up", link.name, dirs,
+              f"{prefix}link up (routes re-installed)")  # fmt: skip
+    hold(("port", link.name))
+    for c in link.between:
+        b.intervals.append(
+            _Interval(("port-of", c), start, end, anchor, where, f"{label} on {link.name}")
+        )
 
 
 def _anchored_burst(b: _Builder, i: int, link: WanLink, j: int, f: Any, dirs, event) -> None:

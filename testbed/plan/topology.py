@@ -71,6 +71,8 @@ class Route:
     dst: str  # "default" or a CIDR
     via: str
     src: str | None = None  # preferred source: gateways speak from their cluster address
+    # A multipath route (a link's parallel paths): (gateway, weight) each; ``via`` is the first.
+    nexthops: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,12 @@ class NetworkPlan:
         return any(d.traced for d in self.wan)
 
 
+def wan_port(peer: str, path: int | None) -> str:
+    """A gateway's WAN port toward ``peer``: ``w-<peer>``, or ``p<j>-<peer>`` for path j of a
+    multipath link (at most 15 characters: cluster names are at most 12)."""
+    return f"w-{peer}" if path is None else f"p{path}-{peer}"
+
+
 def bdp_bytes(rate: int, rtt: float) -> int:
     """rate x RTT in bytes; rounded to the nearest byte so float noise (10 Mbit/s x 35 ms =
     43750.000000001) does not add one."""
@@ -300,14 +308,17 @@ def tcp_buffer_max(inflight: int) -> int:
     return max(6 * 1024 * 1024, 2 * inflight)
 
 
-def link_directions(between: tuple[str, str], which: str) -> tuple[str, ...]:
+def link_directions(
+    between: tuple[str, str], which: str, path: int | None = None
+) -> tuple[str, ...]:
     """A WAN link's direction names for ``forward`` (between[0] -> between[1]), ``reverse`` or
-    ``both``."""
+    ``both``; a path of a multipath link has its index after a slash (``east->west/1``)."""
     a, b = between
+    tail = "" if path is None else f"/{path}"
     return {
-        "forward": (f"{a}->{b}",),
-        "reverse": (f"{b}->{a}",),
-        "both": (f"{a}->{b}", f"{b}->{a}"),
+        "forward": (f"{a}->{b}{tail}",),
+        "reverse": (f"{b}->{a}{tail}",),
+        "both": (f"{a}->{b}{tail}", f"{b}->{a}{tail}"),
     }[which]
 
 
@@ -320,7 +331,6 @@ def changing_directions(scenario: Scenario) -> set[str]:
     emulation must exist from bring-up. Rate changes and blackholes need none (HTB, iptables).
     A csv trace may carry delay and loss: the plan does not read files, so it counts."""
     out: set[str] = set()
-    by_name = {frozenset(link.between): link for link in scenario.wan}
     for link in scenario.wan:
         for step in link.schedule:
             if any(getattr(step, f) is not None for f in PROPAGATION):
@@ -329,8 +339,8 @@ def changing_directions(scenario: Scenario) -> set[str]:
             out.update(link_directions(link.between, link.trace.direction))
     for f in scenario.faults:
         if f.kind == "burst_loss":
-            link = by_name[frozenset(f.link.split("-", 1))]
-            out.update(link_directions(link.between, f.direction))
+            for p in scenario.links_named(f.link):
+                out.update(link_directions(p.between, f.direction, p.path))
     return out
 
 
@@ -395,9 +405,13 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
     """Scenario -> plan. ``prefix`` names every kernel object; ``slot`` picks 10.<slot>.0.0/16."""
     if not 1 <= slot <= 254:
         raise PlanError(f"address slot {slot} outside 1..254")
+    if scenario.routing.mode == "bgp":
+        raise PlanError(
+            "routing.mode bgp (FRR in the gateways) is not built yet (issue 18); use `mode: static`"
+        )
     parts = _Parts(scenario, prefix, f"10.{slot}")
     # WAN links first: host TCP buffers depend on the largest inflight over any WAN path.
-    for i, link in enumerate(scenario.wan):
+    for i, link in enumerate(scenario.wan_paths):
         parts.wan_link(i, link)
     for k, cluster in enumerate(scenario.clusters):
         parts.cluster(cluster, k)
@@ -447,7 +461,8 @@ class _Parts:
     gateways: list[Gateway] = field(default_factory=list)
     congestion: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
-    gw_wan_addr: dict[tuple[str, str], str] = field(default_factory=dict)  # (gw, peer) -> wire
+    # (gw, peer) -> the wire addresses (and weights) of each path between them
+    gw_wan_addr: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
     max_inflight: int = 0  # sender_inflight_max over the WAN directions: sizes the TCP buffers
 
     def __post_init__(self) -> None:
@@ -460,22 +475,23 @@ class _Parts:
 
     # -- the WAN half ------------------------------------------------------------------------
     def wan_link(self, i: int, link: WanLink) -> None:
-        """Link ``i``'s wire namespace, its two veths and /30s, its routes, both directions."""
+        """Wire ``i`` (a link, or one path of a multipath link): its namespace, its two veths and
+        /30s, its routes, both directions."""
         a, b = link.between
-        wire = self.ns_name(f"wan-{a}-{b}")
-        self.namespaces.append(
-            Namespace(wire, "wire", f"wan-{a}-{b}", None, {"net.ipv4.ip_forward": "1"})
-        )
+        label = f"wan-{a}-{b}" + ("" if link.path is None else f"-p{link.path}")
+        wire = self.ns_name(label)
+        self.namespaces.append(Namespace(wire, "wire", label, None, {"net.ipv4.ip_forward": "1"}))
         wan_base = ipaddress.IPv4Address(f"{self.net}.{WAN_BLOCK_OFFSET}.0")
         side = {}
         for j, (here, there) in enumerate(((a, b), (b, a))):
             block = wan_base + 8 * i + 4 * j
             gw_ip, wire_ip = str(block + 1), str(block + 2)
             gw_ns = self.ns_name(f"{here}-gw")
-            self.veths.append(Veth(gw_ns, f"w-{there}", wire, f"to-{here}"))
-            self.addresses.append(Address(gw_ns, f"w-{there}", f"{gw_ip}/30"))
+            port = wan_port(there, link.path)
+            self.veths.append(Veth(gw_ns, port, wire, f"to-{here}"))
+            self.addresses.append(Address(gw_ns, port, f"{gw_ip}/30"))
             self.addresses.append(Address(wire, f"to-{here}", f"{wire_ip}/30"))
-            self.gw_wan_addr[(here, there)] = wire_ip
+            self.gw_wan_addr.setdefault((here, there), []).append((wire_ip, link.weight))
             side[here] = gw_ip
         # The wire forwards each destination cluster toward the nearer end.
         for dst, k in self.cluster_index.items():
@@ -483,11 +499,15 @@ class _Parts:
             self.wire_routes.append(Route(wire, f"{self.net}.{k}.0/24", side[toward]))
         fwd, rev = link.direction(False), link.direction(True)
         rtt = fwd["delay"] + rev["delay"]
-        for src, dst, d, other in ((a, b, fwd, rev), (b, a, rev, fwd)):
-            self.wan_direction(f"wan[{i}] {src}->{dst}", wire, src, dst, d, other["rate"], rtt)
+        names = link_directions(link.between, "both", link.path)
+        for name, src, dst, d, other in ((names[0], a, b, fwd, rev), (names[1], b, a, rev, fwd)):
+            self.wan_direction(
+                name, f"wan[{i}] {name}", wire, src, dst, d, other["rate"], rtt, link.path
+            )
 
     def wan_direction(
         self,
+        name: str,
         where: str,
         wire: str,
         src: str,
@@ -495,6 +515,7 @@ class _Parts:
         d: dict[str, Any],
         reverse_rate: int,
         rtt: float,
+        path: int | None = None,
     ) -> None:
         """One direction's shaper (on ``src``'s gateway) and impairment (in the wire)."""
         rate, delay, jitter, loss, reorder = (
@@ -513,14 +534,19 @@ class _Parts:
         if reorder and not delay:
             self.warnings.append(f"{where}: reorder has no effect without delay")
         shaper = Shaper(
-            self.ns_name(f"{src}-gw"), f"w-{dst}", rate, htb_burst(rate), htb_quantum(rate), buffer
+            self.ns_name(f"{src}-gw"),
+            wan_port(dst, path),
+            rate,
+            htb_burst(rate),
+            htb_quantum(rate),
+            buffer,
         )
         limit = netem_limit(rate, reverse_rate, delay, jitter, buffer)
         impairment = Impairment(wire, f"to-{src}", f"to-{dst}", delay, jitter, loss, reorder, limit)
         self.shapers.append(shaper)
         self.wan.append(
             WanDirection(
-                f"{src}->{dst}",
+                name,
                 src,
                 dst,
                 rate,
@@ -552,9 +578,11 @@ class _Parts:
         gw_ns = self.ns_name(f"{cluster}-gw")
         subnet = f"{self.net}.{k}.0/24"
         gw_ip = f"{self.net}.{k}.1"
-        self.namespaces.append(
-            Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, {"net.ipv4.ip_forward": "1"})
-        )
+        sysctls = {"net.ipv4.ip_forward": "1"}
+        if any(link.paths for link in self.scenario.wan):
+            policy = {"l3": "0", "l4": "1"}[self.scenario.routing.ecmp.hash]
+            sysctls["net.ipv4.fib_multipath_hash_policy"] = policy
+        self.namespaces.append(Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, sysctls))
         self.gateways.append(Gateway(f"{cluster}-gw", cluster, gw_ns, gw_ip, subnet))
         self.addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
         tcp = self.scenario.cluster_tcp(cluster)
@@ -566,8 +594,11 @@ class _Parts:
         self.bridges.append(Bridge(gw_ns, "br0", tuple(f"h{i}" for i in range(hosts))))
         for dst, m in self.cluster_index.items():
             if dst != cluster:
-                via = self.gw_wan_addr[(cluster, self.hops[(cluster, dst)])]
-                self.routes.append(Route(gw_ns, f"{self.net}.{m}.0/24", via, src=gw_ip))
+                vias = self.gw_wan_addr[(cluster, self.hops[(cluster, dst)])]
+                multi = tuple(vias) if len(vias) > 1 else ()
+                self.routes.append(
+                    Route(gw_ns, f"{self.net}.{m}.0/24", vias[0][0], src=gw_ip, nexthops=multi)
+                )
 
     def host(self, cluster: str, k: int, i: int, tcp: TcpSettings, sysctls: dict[str, str]) -> None:
         """Host ``i`` of cluster ``k``: namespace, veth to the gateway, address, default route,

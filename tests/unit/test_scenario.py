@@ -193,12 +193,12 @@ def test_longest_cluster_name_is_accepted() -> None:
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
 ALLOWED_TOP = (
-    "name, description, clusters, wan, tcp, backend, engine, workload, trace, faults, traffic, "
+    "name, description, clusters, wan, tcp, backend, engine, routing, workload, trace, faults, traffic, "
     "dilation, clock, sweep, repeat, expect"
 )
 ALLOWED_WAN = (
     "between, rate, delay, jitter, loss, reorder, buffer, aqm, reverse, schedule, trace, preset, "
-    "scale"
+    "scale, paths"
 )
 ALLOWED_TCP = "congestion, ecn, rmem, wmem, slow_start_after_idle, retries2, user_timeout"
 CLUSTER_RULE = "allowed: a lowercase letter, then a-z and 0-9, at most 12 characters"
