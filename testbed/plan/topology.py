@@ -157,6 +157,11 @@ class WanDirection:
     traced: bool = False
 
     @property
+    def multipath(self) -> bool:
+        """One path of a multipath link (``east->west/1``): the gateways hash flows onto it."""
+        return "/" in self.name
+
+    @property
     def marking(self) -> bool:
         """A red or step profile: the kernel needs ``sch_red``, else the delay line emulates it."""
         return self.aqm is not None and self.aqm.kind != "droptail"

@@ -1,0 +1,91 @@
+"""Live tests of a multipath WAN link (issue 18, static routing): with an L4 hash several flows
+cross every path; a path's ports down move its flows to the others (the kernel drops the dead
+nexthop) and back up restores the multipath route; a blackhole on one path is that path's."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+from helpers import scenario
+
+from testbed.net.faults import FaultOps
+
+pytestmark = pytest.mark.live
+PORT = 5303
+
+
+def two_paths(hash_: str = "l4") -> dict:
+    return scenario(
+        wan=[
+            {
+                "between": ["east", "west"],
+                "paths": [
+                    {"rate": "100mbit", "delay": "5ms"},
+                    {"rate": "100mbit", "delay": "10ms"},
+                ],
+            }
+        ],
+        routing={"ecmp": {"hash": hash_}},
+    )
+
+
+def sent_bytes(tb, port: str) -> int:
+    """Bytes the HTB class of east's gateway port ``port`` (a path's bottleneck) has sent."""
+    ns = f"{tb.record.prefix}-east-gw"
+    out = subprocess.run(
+        ["tc", "-s", "-n", ns, "class", "show", "dev", port], capture_output=True, text=True
+    ).stdout
+    return int(re.search(r"Sent (\d+) bytes", out).group(1))
+
+
+def flows(tb, seconds: int = 3, parallel: int = 8) -> tuple[dict[str, int], float]:
+    """``parallel`` TCP flows east-h0 -> west-h0: bytes per path, goodput (bit/s)."""
+    ports = ("p0-west", "p1-west")
+    before = {p: sent_bytes(tb, p) for p in ports}
+    server = tb.popen("west-h0", ["iperf3", "-s", "-1", "-p", str(PORT)], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        argv = ["iperf3", "-c", "west-h0", "-p", str(PORT), "-t", str(seconds), "-P",
+                str(parallel), "-J"]  # fmt: skip
+        r = tb.run("east-h0", argv, timeout=seconds + 30)
+    finally:
+        server.wait(timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rate = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]
+    return {p: sent_bytes(tb, p) - before[p] for p in ports}, rate
+
+
+def test_flows_cross_every_path_and_a_downed_path_moves_them(make_testbed):
+    tb = make_testbed(two_paths())
+    assert [d.name for d in tb.plan.wan] == [
+        "east->west/0", "west->east/0", "east->west/1", "west->east/1",
+    ]  # fmt: skip
+    routes = tb.run("east-gw", ["ip", "route", "show", "10.0.0.0/8"]).stdout
+    per_path, rate = flows(tb)
+    # 8 flows, an L4 hash: each path gets some (all on one: 2^-7 by chance, per run)
+    assert all(b > 2_000_000 for b in per_path.values()), (per_path, routes)
+    assert rate > 110e6, rate  # more than one 100 Mbit/s path carries
+    ops = FaultOps(tb.plan)
+    ops.link("east-west/1", up=False)
+    try:
+        per_path, rate = flows(tb)
+        assert per_path["p1-west"] < 100_000 and per_path["p0-west"] > 20_000_000, per_path
+        assert 70e6 < rate < 100e6, rate  # one path's worth
+    finally:
+        ops.link("east-west/1", up=True)
+    shown = tb.run("east-gw", ["ip", "route"]).stdout
+    assert shown.count("nexthop via") >= 2, shown  # the multipath route is back whole
+    per_path, _ = flows(tb)
+    assert all(b > 2_000_000 for b in per_path.values()), per_path
+
+
+def test_l3_hash_keeps_one_host_pair_on_one_path(make_testbed):
+    tb = make_testbed(two_paths("l3"))
+    per_path, rate = flows(tb, parallel=4)
+    # addresses only: all flows of one host pair take the same path
+    assert sorted(per_path.values())[0] < 100_000, per_path
+    assert rate < 100e6, rate
