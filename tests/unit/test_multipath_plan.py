@@ -85,7 +85,7 @@ def test_faults_name_a_whole_link_or_one_path():
         ({"rate": "1gbit"}, "wan[0].rate: a link with `paths` has its settings in each path"),
         ({"paths": [{"rate": "1gbit"}]}, "wan[0].paths: 1 paths given; a multipath link has 2"),
         ({"paths": [{}, {"weight": 0}]}, "wan[0].paths[1].weight: 0 is out of range"),
-        ({"paths": [{}, {"speed": 1}]}, "wan[0].paths[1].speed: unknown key 'speed'; allowed: rate"),
+        ({"paths": [{}, {"speed": 1}]}, "paths[1].speed: unknown key 'speed'; allowed: rate"),
     ],
 )
 def test_bad_paths_are_named(change, text):
