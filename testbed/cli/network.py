@@ -109,6 +109,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     out.print(_namespace_table(plan))
     out.print(_wan_table(plan))
+    multipath = [link for link in sc.wan if link.paths]
+    if multipath:
+        hashing = {"l3": "addresses (l3)", "l4": "addresses, protocol and ports (l4)"}
+        out.print(
+            f"routing: {sc.routing.mode}; the gateways hash flows onto a link's paths by "
+            f"{hashing[sc.routing.ecmp.hash]}: "
+            + "; ".join(
+                f"{link.name} {len(link.paths)} paths, weights "
+                + "/".join(str(p.weight) for p in link.paths)
+                for link in multipath
+            )
+        )
     if plan.fabric:
         out.print(_fabric_table(sc))
     out.print(_tcp_table(sc, plan))
@@ -156,7 +168,12 @@ def _namespace_table(plan: NetworkPlan) -> Table:
         t.add_column(col)
     for ns in plan.namespaces:
         addrs = [f"{a.ifname} {a.cidr}" for a in plan.addresses if a.ns == ns.name]
-        routes = [f"{r.dst} via {r.via}" for r in plan.routes if r.ns == ns.name]
+        routes = [
+            f"{r.dst} via "
+            + (", ".join(f"{gw} (weight {w})" for gw, w in r.nexthops) if r.nexthops else r.via)
+            for r in plan.routes
+            if r.ns == ns.name
+        ]
         t.add_row(ns.label, ns.role, "\n".join(addrs), "\n".join(routes))
     return t
 

@@ -202,7 +202,7 @@ def _positive_buffer(v: tuple[str, float]) -> tuple[str, float]:
 
 # settings a WAN link and each of its parallel paths have
 PATH_SETTINGS = ("rate", "delay", "jitter", "loss", "reorder", "buffer", "aqm", "reverse")
-MAX_PATHS = 8  # a gateway's port to path j is p<j>-<cluster>: 15 characters at most
+MAX_PATHS = 8  # a gateway port p<j>-<cluster> has at most 15 characters (cluster names: 12)
 
 
 class WanPath(_Strict):
