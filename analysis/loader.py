@@ -265,7 +265,8 @@ def _aqm_label(aqm: dict[str, Any] | None) -> str:
 
 def _network(resolved: dict[str, Any], backend: str | None) -> dict[str, Any]:
     """What the analysis shows about a run's network: its first WAN link's forward direction
-    (a scenario with several links has all of them in ``resolved``) and its TCP settings;
+    (a scenario with several links has all of them in ``resolved``; a multipath link shows its
+    first path) and its TCP settings;
     ``aqm_at``: where a marking profile decided on the run's ``backend``."""
     out: dict[str, Any] = {}
     tcp = resolved.get("tcp") or {}
@@ -279,6 +280,8 @@ def _network(resolved: dict[str, Any], backend: str | None) -> dict[str, Any]:
     out["congestion"] = "/".join(ccs) if ccs else None
     out["ecn"] = any(bool(e) for e in ecns)
     wan = (resolved.get("wan") or [None])[0]
+    if wan and wan.get("paths"):
+        wan = wan["paths"][0]
     if wan:
         rev = wan.get("reverse") or {}
         rate = wan.get("rate")

@@ -111,3 +111,12 @@ def test_routing_errors_and_bgp_not_built_yet():
     bgp = parse_scenario(multipath(routing={"mode": "bgp", "bgp": {"bfd": {"interval": "50ms"}}}))
     with pytest.raises(PlanError, match=r"routing.mode bgp .* not built yet"):
         build_plan(bgp, "mctbx", 3)
+
+
+def test_the_analysis_shows_a_multipath_links_first_path():
+    from analysis.loader import _network
+
+    resolved = parse_scenario(multipath()).model_dump(mode="json")
+    net = _network(resolved, None)
+    assert net["wan_rate_bps"] == 1e9
+    assert net["rtt_s"] == pytest.approx(0.040)
