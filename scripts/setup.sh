@@ -14,9 +14,11 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # iputils-ping (RTT checks) and iperf3 (bulk TCP benchmarks). mininet (for its mnexec; its
 # Python module comes from PyPI into .venv), net-tools (ifconfig) and bridge-utils (brctl):
 # `engine: mininet` and `testbed.mininet` (docs/mininet.md). fping and irtt: flent's and irtt's
-# checks of the emulated links (tests/acceptance; flent itself comes from PyPI).
+# checks of the emulated links (tests/acceptance; flent itself comes from PyPI). frr (zebra,
+# bgpd, bfdd): `routing: {mode: bgp}` runs its own instances in the gateway namespaces
+# (docs/multipath.md); its package's system service is not started by this script.
 PACKAGES=(iproute2 iptables tcpdump qemu-system-x86 kmod zstd python3 python3-venv
-          iputils-ping iperf3 mininet net-tools bridge-utils fping irtt)
+          iputils-ping iperf3 mininet net-tools bridge-utils fping irtt frr)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -33,7 +35,19 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing system packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq || echo "setup: apt-get update failed; trying with the current lists"
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # A policy-rc.d that refuses every service start while the packages install (frr's would
+  # run daemons in the machine's own namespace); only one this script made is removed again.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+    made_policy=1
+  fi
+  status=0
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+  if [ -n "$made_policy" ]; then $SUDO rm -f "$policy"; fi
+  if [ "$status" -ne 0 ]; then exit "$status"; fi
 fi
 
 PY=${PYTHON:-python3}
