@@ -5,7 +5,9 @@ leaves it as it was) and waiting for a line of a process's output."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -217,3 +219,32 @@ def skip_without_mininet() -> None:
         MininetEngine().check()
     except TestbedError as exc:
         pytest.skip(str(exc))
+
+
+def sent_bytes(tb, port: str) -> int:
+    """Bytes the HTB class of east's gateway port ``port`` (a path's bottleneck) has sent."""
+    ns = f"{tb.record.prefix}-east-gw"
+    out = subprocess.run(
+        ["tc", "-s", "-n", ns, "class", "show", "dev", port], capture_output=True, text=True
+    ).stdout
+    return int(re.search(r"Sent (\d+) bytes", out).group(1))
+
+
+def flows_over_paths(
+    tb, seconds: int = 3, parallel: int = 8, port: int = 5303
+) -> tuple[dict[str, int], float]:
+    """``parallel`` TCP flows (iperf3) east-h0 -> west-h0 over a link of two paths: bytes per
+    path (east's gateway ports p0-west, p1-west), goodput (bit/s)."""
+    ports = ("p0-west", "p1-west")
+    before = {p: sent_bytes(tb, p) for p in ports}
+    server = tb.popen("west-h0", ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        argv = ["iperf3", "-c", "west-h0", "-p", str(port), "-t", str(seconds), "-P",
+                str(parallel), "-J"]  # fmt: skip
+        r = tb.run("east-h0", argv, timeout=seconds + 30)
+    finally:
+        server.wait(timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rate = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]
+    return {p: sent_bytes(tb, p) - before[p] for p in ports}, rate

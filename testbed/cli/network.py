@@ -121,6 +121,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 for link in multipath
             )
         )
+    if plan.bgp is not None:
+        b = plan.bgp
+        bfd = (
+            f"BFD every {b.bfd_interval_ms} ms x {b.bfd_multiplier}"
+            if b.bfd_interval_ms is not None
+            else "no BFD (a silent failure waits for the hold time)"
+        )
+        out.print(
+            f"bgp (FRR in each gateway): hold {b.hold_s} s, keepalive {b.keepalive_s} s, {bfd}, "
+            f"maximum-paths {b.maximum_paths}; sessions: "
+            + "; ".join(
+                f"{s.gateway} AS{s.asn} -> "
+                + ", ".join(f"{n.address} ({n.link})" for n in s.neighbors)
+                for s in b.speakers
+            )
+        )
     if plan.fabric:
         out.print(_fabric_table(sc))
     out.print(_tcp_table(sc, plan))
@@ -530,6 +546,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         out.print("engine mininet: available (`--engine mininet`)")
     except TestbedError as exc:
         out.print(f"engine mininet: [yellow]{escape(exc)}[/]")
+    from testbed.net import frr
+
+    why = frr.missing()
+    if why:
+        out.print(f"routing mode bgp: [yellow]{escape(why)}[/]")
+    else:
+        out.print(f"routing mode bgp: available ({escape(frr.version())}, {frr.FRR_LIB})")
     for note in feats.notes:
         out.print(f"note: {escape(note)}")
     return 0

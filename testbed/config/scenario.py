@@ -577,18 +577,40 @@ class Ecmp(_Strict):
 
 
 class Bfd(_Strict):
-    interval: Duration = Field(0.05, gt=0)
-    multiplier: int = Field(3, ge=1, le=255)
+    """BFD on every BGP session: a packet every ``interval`` (FRR's transmit and receive
+    interval, whole milliseconds, 10 ms to 60 s); down after ``multiplier`` missed ones."""
+
+    interval: Duration = Field(0.05, ge=0.01, le=60.0)
+    multiplier: int = Field(3, ge=2, le=255)
+
+    @field_validator("interval")
+    @classmethod
+    def _whole_ms(cls, v: float) -> float:
+        if abs(v * 1e3 - round(v * 1e3)) > 1e-6:
+            raise ValueError(f"{v * 1e3:g} ms is not whole milliseconds (FRR's unit)")
+        return v
 
 
 class Bgp(_Strict):
+    """BGP between the gateways (eBGP per path): ``hold`` time (whole seconds, 3 to 65535;
+    keepalives every third of it); ``bfd``: BFD on each session (none: only the hold timer
+    notices a silent failure)."""
+
     bfd: Bfd | None = None
-    hold: Duration = Field(9.0, ge=3.0)
+    hold: Duration = Field(9.0, ge=3.0, le=65535.0)
+
+    @field_validator("hold")
+    @classmethod
+    def _whole_s(cls, v: float) -> float:
+        if v != round(v):
+            raise ValueError(f"{v:g} s is not whole seconds (BGP's unit)")
+        return v
 
 
 class Routing(_Strict):
     """How the gateways route over the WAN: ``static`` routes from the plan (multipath over a
-    link's paths), or ``bgp`` (FRR in each gateway: not built yet)."""
+    link's paths), or ``bgp``: FRR (zebra, bgpd, bfdd) in each gateway, eBGP on every path,
+    multipath over the paths (docs/multipath.md)."""
 
     mode: Literal["static", "bgp"] = "static"
     ecmp: Ecmp = Ecmp()
@@ -701,6 +723,23 @@ class Scenario(_Strict):
                 f"cluster(s) {', '.join(missing)} have no WAN path to {names[0]}; "
                 "add a `between` entry that connects them",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _bgp_routes_what_it_can(self) -> Scenario:
+        if self.routing.mode != "bgp":
+            return self
+        if not self.wan:
+            raise _FieldError("routing.mode", "bgp routes over WAN links; this scenario has none")
+        if self.engine == "mininet":
+            raise _FieldError("routing.mode", "bgp runs with `engine: native` only")
+        for i, link in enumerate(self.wan):
+            if len({p.weight for p in link.paths}) > 1:
+                raise _FieldError(
+                    f"wan[{i}].paths",
+                    "unequal weights need static routing (BGP multipath here is equal-cost); "
+                    "use `routing: {mode: static}` or equal weights",
+                )
         return self
 
     @model_validator(mode="after")

@@ -8,7 +8,10 @@ Topology (one testbed, address block 10.<slot>.0.0/16):
 * WAN link between clusters a and b: a *wire* namespace ``<prefix>-wan-<a>-<b>`` joined to each
   gateway by a veth (gateway side ``w-<other>``, wire side ``to-<cluster>``), one /30 per side
   from 10.S.128.0/17. The wire routes; gateways route other clusters' subnets over the shortest
-  WAN path.
+  WAN path. A multipath link has a wire per path (``wan-<a>-<b>-p<j>``, ports ``p<j>-<other>``)
+  and the gateways one multipath route over them; with ``routing.mode: bgp`` the gateways get
+  no routes to other clusters from the plan, only a host route to each peer port across its
+  path's wire, and FRR's BGP (``BgpPlan``, rendered by ``testbed.plan.frr``) installs the rest.
 
 Per WAN direction a->b: the bottleneck is HTB (rate, explicit burst/quantum) with a byte-limited
 bfifo leaf (the buffer) on gateway a's egress ``w-b``; propagation (delay, jitter, loss, reorder)
@@ -193,6 +196,45 @@ class Gateway:
 
 
 @dataclass(frozen=True)
+class BgpNeighbor:
+    """An eBGP session of a gateway on one WAN path: to the peer gateway's port on that path
+    (two hops away, across the path's wire), spoken from this gateway's port."""
+
+    address: str  # the peer gateway's port
+    local: str  # this gateway's port (update-source, BFD's source)
+    asn: int  # the peer's
+    link: str  # the path's name, "east-west/1" ("east-west" for a single-path link)
+
+
+@dataclass(frozen=True)
+class BgpSpeaker:
+    """FRR in one gateway: its AS, router id, the cluster subnet it announces, its sessions."""
+
+    gateway: str  # east-gw
+    ns: str
+    asn: int
+    router_id: str  # the gateway's cluster address
+    network: str  # the cluster subnet
+    neighbors: tuple[BgpNeighbor, ...]
+    # (subnet, nexthops): the routes it has once every session is up (its bring-up waits for
+    # them), each over every path of the link toward that cluster's next hop
+    expected: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class BgpPlan:
+    """``routing.mode: bgp``: every gateway speaks eBGP on every WAN path; equal-cost multipath
+    over all paths (maximum-paths); timers; BFD on every session when ``bfd_interval_ms``."""
+
+    speakers: tuple[BgpSpeaker, ...]
+    hold_s: int
+    keepalive_s: int
+    maximum_paths: int
+    bfd_interval_ms: int | None
+    bfd_multiplier: int
+
+
+@dataclass(frozen=True)
 class NetworkPlan:
     scenario: str
     prefix: str
@@ -210,6 +252,7 @@ class NetworkPlan:
     congestion: tuple[str, ...]  # every algorithm some namespace selects
     wire_sized_packets: bool  # loss > 0 somewhere: senders emit MTU-sized packets, not GSO
     warnings: tuple[str, ...]
+    bgp: BgpPlan | None = None  # routing.mode bgp: FRR in the gateways routes between clusters
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -410,10 +453,6 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
     """Scenario -> plan. ``prefix`` names every kernel object; ``slot`` picks 10.<slot>.0.0/16."""
     if not 1 <= slot <= 254:
         raise PlanError(f"address slot {slot} outside 1..254")
-    if scenario.routing.mode == "bgp":
-        raise PlanError(
-            "routing.mode bgp (FRR in the gateways) is not built yet (issue 18); use `mode: static`"
-        )
     parts = _Parts(scenario, prefix, f"10.{slot}")
     # WAN links first: host TCP buffers depend on the largest inflight over any WAN path.
     for i, link in enumerate(scenario.wan_paths):
@@ -442,6 +481,41 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         congestion=tuple(sorted(parts.congestion)),
         wire_sized_packets=any(d.loss > 0 for d in parts.wan) or loss_later(scenario),
         warnings=tuple(parts.warnings),
+        bgp=_bgp_plan(scenario, parts) if scenario.routing.mode == "bgp" else None,
+    )
+
+
+BGP_ASN_BASE = 65000  # cluster k speaks as AS 65000 + k (private AS numbers)
+
+
+def _bgp_plan(scenario: Scenario, parts: _Parts) -> BgpPlan:
+    bgp = scenario.routing.bgp
+    hold = round(bgp.hold) if bgp is not None else 9
+    bfd = bgp.bfd if bgp is not None else None
+    speakers = []
+    for g in parts.gateways:
+        neighbors = tuple(
+            BgpNeighbor(peer, local, BGP_ASN_BASE + parts.cluster_index[there], link)
+            for (here, there, link, local, peer) in parts.sessions
+            if here == g.cluster
+        )
+        asn = BGP_ASN_BASE + parts.cluster_index[g.cluster]
+        paths_toward = {
+            c: len(parts.gw_wan_addr[(g.cluster, parts.hops[(g.cluster, c)])])
+            for c in parts.cluster_index
+            if c != g.cluster
+        }
+        expected = tuple(
+            (f"{parts.net}.{parts.cluster_index[c]}.0/24", n) for c, n in paths_toward.items()
+        )
+        speakers.append(BgpSpeaker(g.name, g.ns, asn, g.address, g.subnet, neighbors, expected))
+    return BgpPlan(
+        speakers=tuple(speakers),
+        hold_s=hold,
+        keepalive_s=max(1, hold // 3),
+        maximum_paths=max(len(link.paths_of()) for link in scenario.wan),
+        bfd_interval_ms=round(bfd.interval * 1e3) if bfd is not None else None,
+        bfd_multiplier=bfd.multiplier if bfd is not None else 3,
     )
 
 
@@ -468,6 +542,8 @@ class _Parts:
     warnings: list[str] = field(default_factory=list)
     # (gw, peer) -> the wire addresses (and weights) of each path between them
     gw_wan_addr: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
+    # BGP sessions (routing.mode bgp): (cluster, peer cluster, path name, local port, peer port)
+    sessions: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     max_inflight: int = 0  # sender_inflight_max over the WAN directions: sizes the TCP buffers
 
     def __post_init__(self) -> None:
@@ -487,7 +563,7 @@ class _Parts:
         wire = self.ns_name(label)
         self.namespaces.append(Namespace(wire, "wire", label, None, {"net.ipv4.ip_forward": "1"}))
         wan_base = ipaddress.IPv4Address(f"{self.net}.{WAN_BLOCK_OFFSET}.0")
-        side = {}
+        side, wire_side = {}, {}
         for j, (here, there) in enumerate(((a, b), (b, a))):
             block = wan_base + 8 * i + 4 * j
             gw_ip, wire_ip = str(block + 1), str(block + 2)
@@ -498,6 +574,16 @@ class _Parts:
             self.addresses.append(Address(wire, f"to-{here}", f"{wire_ip}/30"))
             self.gw_wan_addr.setdefault((here, there), []).append((wire_ip, link.weight))
             side[here] = gw_ip
+            wire_side[here] = wire_ip
+        if self.scenario.routing.mode == "bgp":
+            # BGP speaks gateway to gateway across the wire: each gateway reaches its peer's
+            # port on this path through this path's wire only (a host route), from its own port.
+            for here, there in ((a, b), (b, a)):
+                gw_ns = self.ns_name(f"{here}-gw")
+                self.routes.append(
+                    Route(gw_ns, f"{side[there]}/32", wire_side[here], src=side[here])
+                )
+                self.sessions.append((here, there, link.name, side[here], side[there]))
         # The wire forwards each destination cluster toward the nearer end.
         for dst, k in self.cluster_index.items():
             toward = a if self.dist[(a, dst)] <= self.dist[(b, dst)] else b
@@ -598,7 +684,7 @@ class _Parts:
             self.host(cluster, k, i, tcp, sysctls)
         self.bridges.append(Bridge(gw_ns, "br0", tuple(f"h{i}" for i in range(hosts))))
         for dst, m in self.cluster_index.items():
-            if dst != cluster:
+            if dst != cluster and self.scenario.routing.mode == "static":
                 vias = self.gw_wan_addr[(cluster, self.hops[(cluster, dst)])]
                 multi = tuple(vias) if len(vias) > 1 else ()
                 self.routes.append(

@@ -22,12 +22,12 @@ from types import FrameType
 from typing import Any
 
 from testbed.config.scenario import Scenario, load_scenario
-from testbed.core.errors import RegistryError, TestbedError
+from testbed.core.errors import RegistryError, TestbedError, UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.link.choose import choose_backend
 from testbed.net import build as net
+from testbed.net import frr, registry
 from testbed.net import probe as kernel
-from testbed.net import registry
 from testbed.net.engines import Engine, make_engine
 from testbed.plan.compensation import Compensation, calibration_plan
 from testbed.plan.topology import NetworkPlan, WanDirection, build_plan
@@ -91,6 +91,8 @@ class Testbed:
         assert self.scenario is not None, "an attached testbed is already up"
         self.features = kernel.probe()
         self.engine.check()
+        if self.scenario.routing.mode == "bgp" and (why := frr.missing()):
+            raise UnsupportedError(f"routing.mode bgp: {why}")
         self.record = registry.claim(self.name, self.source)
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
@@ -131,6 +133,8 @@ class Testbed:
                 namespaces_made,
             )
             backend.start(first, record, trace)
+            if self.plan.bgp is not None:  # routes between clusters: traffic needs them
+                frr.start(self.plan.bgp, record)
             if calibrating:
                 from testbed.run.calibrate import calibrate  # imports the probe: only when used
 
@@ -157,8 +161,12 @@ class Testbed:
                     self.record = None
 
     def problems(self) -> list[str]:
-        """What is broken in the emulation right now (a dead delay line, queue overflow)."""
-        return self.backend.problems() if self.backend is not None else []
+        """What is broken in the emulation right now (a dead delay line, queue overflow, an
+        FRR daemon that exited)."""
+        out = self.backend.problems() if self.backend is not None else []
+        if self.plan is not None and self.plan.bgp is not None and self.record is not None:
+            out += frr.problems(self.record)
+        return out
 
     def queue_in_backend(self, d: WanDirection) -> bool:
         """Whether this direction's bottleneck queue is the link backend's, not a qdisc's."""

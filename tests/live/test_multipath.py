@@ -4,18 +4,13 @@ nexthop) and back up restores the multipath route; a blackhole on one path is th
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import time
-
 import pytest
+from helpers import flows_over_paths as flows
 from helpers import scenario
 
 from testbed.net.faults import FaultOps
 
 pytestmark = pytest.mark.live
-PORT = 5303
 
 
 def two_paths(hash_: str = "l4") -> dict:
@@ -31,32 +26,6 @@ def two_paths(hash_: str = "l4") -> dict:
         ],
         routing={"ecmp": {"hash": hash_}},
     )
-
-
-def sent_bytes(tb, port: str) -> int:
-    """Bytes the HTB class of east's gateway port ``port`` (a path's bottleneck) has sent."""
-    ns = f"{tb.record.prefix}-east-gw"
-    out = subprocess.run(
-        ["tc", "-s", "-n", ns, "class", "show", "dev", port], capture_output=True, text=True
-    ).stdout
-    return int(re.search(r"Sent (\d+) bytes", out).group(1))
-
-
-def flows(tb, seconds: int = 3, parallel: int = 8) -> tuple[dict[str, int], float]:
-    """``parallel`` TCP flows east-h0 -> west-h0: bytes per path, goodput (bit/s)."""
-    ports = ("p0-west", "p1-west")
-    before = {p: sent_bytes(tb, p) for p in ports}
-    server = tb.popen("west-h0", ["iperf3", "-s", "-1", "-p", str(PORT)], stdout=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        argv = ["iperf3", "-c", "west-h0", "-p", str(PORT), "-t", str(seconds), "-P",
-                str(parallel), "-J"]  # fmt: skip
-        r = tb.run("east-h0", argv, timeout=seconds + 30)
-    finally:
-        server.wait(timeout=30)
-    assert r.returncode == 0, r.stdout + r.stderr
-    rate = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]
-    return {p: sent_bytes(tb, p) - before[p] for p in ports}, rate
 
 
 def test_flows_cross_every_path_and_a_downed_path_moves_them(make_testbed):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.config.scenario import parse_scenario
-from testbed.core.errors import PlanError, ScenarioError
+from testbed.core.errors import ScenarioError
 from testbed.net.faults import FaultOps
 from testbed.plan.render import ip_batches
 from testbed.plan.timeline import build_timeline
@@ -96,7 +96,7 @@ def test_bad_paths_are_named(change, text):
     assert text in str(err.value)
 
 
-def test_routing_errors_and_bgp_not_built_yet():
+def test_routing_errors():
     with pytest.raises(ScenarioError, match=r"routing.ecmp.hash: 'l7' is not allowed"):
         parse_scenario(multipath(routing={"ecmp": {"hash": "l7"}}))
     with pytest.raises(ScenarioError, match=r"routing.bgp: bgp settings apply to `mode: bgp`"):
@@ -108,9 +108,120 @@ def test_routing_errors_and_bgp_not_built_yet():
                 faults=[{"kind": "blackhole", "link": "east-west/5", "at": "1s", "duration": "1s"}],
             )
         )
-    bgp = parse_scenario(multipath(routing={"mode": "bgp", "bgp": {"bfd": {"interval": "50ms"}}}))
-    with pytest.raises(PlanError, match=r"routing.mode bgp .* not built yet"):
-        build_plan(bgp, "mctbx", 3)
+    with pytest.raises(ScenarioError, match=r"wan\[0\].paths: unequal weights need static"):
+        parse_scenario(multipath(routing={"mode": "bgp"}))
+    equal = multipath()
+    equal["wan"][0]["paths"][1].pop("weight")
+    for bad, text in (
+        ({"hold": "9500ms"}, r"routing.bgp.hold: .*9.5 s is not whole seconds"),
+        ({"hold": "2s"}, r"routing.bgp.hold"),
+        ({"bfd": {"interval": "5ms"}}, r"routing.bgp.bfd.interval"),
+        ({"bfd": {"interval": "50.5ms"}}, r"50.5 ms is not whole milliseconds"),
+        ({"bfd": {"multiplier": 1}}, r"routing.bgp.bfd.multiplier"),
+    ):
+        with pytest.raises(ScenarioError, match=text):
+            parse_scenario(equal | {"routing": {"mode": "bgp", "bgp": bad}})
+    with pytest.raises(ScenarioError, match=r"routing.mode: bgp runs with `engine: native` only"):
+        parse_scenario(equal | {"routing": {"mode": "bgp"}, "engine": "mininet"})
+
+
+def bgp_plan(bgp: dict | None = None):
+    data = multipath()
+    data["wan"][0]["paths"][1].pop("weight")
+    data["routing"] = {"mode": "bgp", "ecmp": {"hash": "l4"}} | ({"bgp": bgp} if bgp else {})
+    return build_plan(parse_scenario(data), "mctbx", 3)
+
+
+def test_a_bgp_plan_routes_only_to_the_peer_ports_and_lists_the_sessions():
+    plan = bgp_plan({"bfd": {"interval": "50ms", "multiplier": 3}, "hold": "9s"})
+    gw = [(r.ns, r.dst, r.via, r.src, r.nexthops) for r in plan.routes if r.ns.endswith("-gw")]
+    assert gw == [
+        ("mctbx-east-gw", "10.3.128.5/32", "10.3.128.2", "10.3.128.1", ()),
+        ("mctbx-west-gw", "10.3.128.1/32", "10.3.128.6", "10.3.128.5", ()),
+        ("mctbx-east-gw", "10.3.128.13/32", "10.3.128.10", "10.3.128.9", ()),
+        ("mctbx-west-gw", "10.3.128.9/32", "10.3.128.14", "10.3.128.13", ()),
+        ("mctbx-east-gw", "10.3.128.21/32", "10.3.128.18", "10.3.128.17", ()),
+        ("mctbx-west-gw", "10.3.128.17/32", "10.3.128.22", "10.3.128.21", ()),
+    ]  # no route to the other cluster: BGP installs it
+    bgp = plan.bgp
+    assert (bgp.hold_s, bgp.keepalive_s, bgp.maximum_paths) == (9, 3, 3)
+    assert (bgp.bfd_interval_ms, bgp.bfd_multiplier) == (50, 3)
+    east, west = bgp.speakers
+    assert (east.gateway, east.asn, east.router_id, east.network) == (
+        "east-gw",
+        65000,
+        "10.3.0.1",
+        "10.3.0.0/24",
+    )
+    assert [(n.address, n.local, n.asn, n.link) for n in east.neighbors] == [
+        ("10.3.128.5", "10.3.128.1", 65001, "east-west/0"),
+        ("10.3.128.13", "10.3.128.9", 65001, "east-west/1"),
+        ("10.3.128.21", "10.3.128.17", 65001, "east-west/2"),
+    ]
+    assert east.expected == (("10.3.1.0/24", 3),) and west.expected == (("10.3.0.0/24", 3),)
+    assert bgp_plan().bgp.bfd_interval_ms is None  # no bfd: the hold timer alone
+
+
+def test_frr_configuration_text():
+    from pathlib import Path
+
+    from testbed.plan.frr import daemons, frr_configs
+
+    plan = bgp_plan({"bfd": {"interval": "50ms", "multiplier": 3}, "hold": "9s"})
+    files = frr_configs(plan.bgp, plan.bgp.speakers[0], Path("/run/x/east-gw"))
+    assert daemons(plan.bgp) == ("zebra", "bfdd", "bgpd")
+    assert files["zebra.conf"] == (
+        "hostname east-gw\nlog file /run/x/east-gw/zebra.log\nlog timestamp precision 6\n"
+    )
+    assert files["bfdd.conf"] == (
+        "hostname east-gw\n"
+        "log file /run/x/east-gw/bfdd.log\n"
+        "log timestamp precision 6\n"
+        "debug bfd peer\n"
+        "bfd\n"
+        " profile wan\n"
+        "  transmit-interval 50\n"
+        "  receive-interval 50\n"
+        "  detect-multiplier 3\n"
+        " exit\n"
+        "exit\n"
+    )
+    first = [
+        " neighbor 10.3.128.5 remote-as 65001",
+        " neighbor 10.3.128.5 description east-west/0",
+        " neighbor 10.3.128.5 ebgp-multihop 2",
+        " neighbor 10.3.128.5 disable-connected-check",
+        " neighbor 10.3.128.5 update-source 10.3.128.1",
+        " neighbor 10.3.128.5 timers connect 2",
+        " neighbor 10.3.128.5 advertisement-interval 0",
+        " neighbor 10.3.128.5 bfd profile wan",
+    ]
+    lines = files["bgpd.conf"].splitlines()
+    assert lines[:10] == [
+        "hostname east-gw",
+        "log file /run/x/east-gw/bgpd.log",
+        "log timestamp precision 6",
+        "debug bgp updates",
+        "router bgp 65000",
+        " bgp router-id 10.3.0.1",
+        " bgp log-neighbor-changes",
+        " no bgp ebgp-requires-policy",
+        " timers bgp 3 9",
+        *first[:1],
+    ]
+    assert lines[9:17] == first
+    assert lines[-5:] == [
+        " address-family ipv4 unicast",
+        "  network 10.3.0.0/24",
+        "  maximum-paths 3",
+        " exit-address-family",
+        "exit",
+    ]
+    assert len(lines) == 9 + 3 * 8 + 5
+    plain = bgp_plan()
+    assert daemons(plain.bgp) == ("zebra", "bgpd")
+    text = frr_configs(plain.bgp, plain.bgp.speakers[0], Path("/d"))
+    assert set(text) == {"zebra.conf", "bgpd.conf"} and "bfd" not in text["bgpd.conf"]
 
 
 def test_the_analysis_shows_a_multipath_links_first_path():

@@ -1,0 +1,102 @@
+"""FRR's configuration files for ``routing.mode: bgp``, rendered from the plan (pure).
+
+Each gateway runs its own zebra, bgpd and (with BFD) bfdd, each reading its own file from the
+gateway's directory (``testbed.net.frr`` writes them there and starts the daemons). What the
+files say, and why:
+
+* every session is eBGP between two gateways' ports on one path, two hops apart (the path's
+  wire forwards in between): ``ebgp-multihop 2``, ``update-source`` the own port, so each session
+  (and its BFD, multihop) runs over its own path only;
+* ``maximum-paths`` = the most paths of a link: the routes learnt over a link's paths are one
+  equal-cost multipath route in the kernel (the gateways' ``fib_multipath_hash_policy`` spreads
+  the flows, as with static routing);
+* timers: keepalive a third of the hold time, a failed session retried after ``CONNECT_S``,
+  updates sent at once (``advertisement-interval 0``): what moves traffic after a failure is the
+  failure's detection (BFD, the hold timer, an interface going down), not FRR's pacing;
+* logs with microseconds (``log timestamp precision 6``), session changes logged (BGP
+  ``log-neighbor-changes``, BFD ``debug bfd peer``, BGP ``debug bgp updates``): the run reads
+  them into its routing events.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.plan.topology import BgpPlan, BgpSpeaker
+
+CONNECT_S = 2  # seconds between two attempts to open a failed session
+BFD_PROFILE = "wan"
+
+
+def daemons(bgp: BgpPlan) -> tuple[str, ...]:
+    """The daemons each gateway runs, in their start order (zebra first: the others connect)."""
+    return ("zebra", "bfdd", "bgpd") if bgp.bfd_interval_ms is not None else ("zebra", "bgpd")
+
+
+def _head(speaker: BgpSpeaker, directory: Path, daemon: str) -> list[str]:
+    return [
+        f"hostname {speaker.gateway}",
+        f"log file {directory / f'{daemon}.log'}",
+        "log timestamp precision 6",
+    ]
+
+
+def zebra_conf(speaker: BgpSpeaker, directory: Path) -> str:
+    return "\n".join(_head(speaker, directory, "zebra")) + "\n"
+
+
+def bfdd_conf(bgp: BgpPlan, speaker: BgpSpeaker, directory: Path) -> str:
+    ms = bgp.bfd_interval_ms
+    lines = [
+        *_head(speaker, directory, "bfdd"),
+        "debug bfd peer",
+        "bfd",
+        f" profile {BFD_PROFILE}",
+        f"  transmit-interval {ms}",
+        f"  receive-interval {ms}",
+        f"  detect-multiplier {bgp.bfd_multiplier}",
+        " exit",
+        "exit",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def bgpd_conf(bgp: BgpPlan, speaker: BgpSpeaker, directory: Path) -> str:
+    lines = [
+        *_head(speaker, directory, "bgpd"),
+        "debug bgp updates",
+        f"router bgp {speaker.asn}",
+        f" bgp router-id {speaker.router_id}",
+        " bgp log-neighbor-changes",
+        " no bgp ebgp-requires-policy",
+        f" timers bgp {bgp.keepalive_s} {bgp.hold_s}",
+    ]
+    for n in speaker.neighbors:
+        lines += [
+            f" neighbor {n.address} remote-as {n.asn}",
+            f" neighbor {n.address} description {n.link}",
+            f" neighbor {n.address} ebgp-multihop 2",
+            f" neighbor {n.address} disable-connected-check",
+            f" neighbor {n.address} update-source {n.local}",
+            f" neighbor {n.address} timers connect {CONNECT_S}",
+            f" neighbor {n.address} advertisement-interval 0",
+        ]
+        if bgp.bfd_interval_ms is not None:
+            lines.append(f" neighbor {n.address} bfd profile {BFD_PROFILE}")
+    lines += [
+        " address-family ipv4 unicast",
+        f"  network {speaker.network}",
+        f"  maximum-paths {bgp.maximum_paths}",
+        " exit-address-family",
+        "exit",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def frr_configs(bgp: BgpPlan, speaker: BgpSpeaker, directory: Path) -> dict[str, str]:
+    """File name -> text of one gateway's configuration, its logs in ``directory``."""
+    out = {"zebra.conf": zebra_conf(speaker, directory)}
+    if bgp.bfd_interval_ms is not None:
+        out["bfdd.conf"] = bfdd_conf(bgp, speaker, directory)
+    out["bgpd.conf"] = bgpd_conf(bgp, speaker, directory)
+    return out

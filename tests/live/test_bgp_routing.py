@@ -1,0 +1,143 @@
+"""Live tests of ``routing.mode: bgp`` (issue 18): FRR comes up in the gateways with BFD on every
+path's session and installs the multipath routes; flows cross every path; a blackholed path is
+noticed by BFD and left, and taken again once it heals; nothing of FRR is left after ``down``, nor
+after the owner is killed and ``testbed clean`` runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from helpers import flows_over_paths, scenario, wait_for_line
+
+from testbed.net import frr, registry
+from testbed.net.faults import FaultOps
+
+pytestmark = pytest.mark.live
+
+
+def bgp_paths(bfd: bool = True) -> dict:
+    bgp = {"hold": "9s"} | ({"bfd": {"interval": "50ms", "multiplier": 3}} if bfd else {})
+    return scenario(
+        wan=[
+            {
+                "between": ["east", "west"],
+                "paths": [
+                    {"rate": "100mbit", "delay": "5ms"},
+                    {"rate": "100mbit", "delay": "10ms"},
+                ],
+            }
+        ],
+        routing={"mode": "bgp", "ecmp": {"hash": "l4"}, "bgp": bgp},
+    )
+
+
+def frr_pids(rec: registry.Record) -> list[tuple[int, int | None]]:
+    return [(pid, start) for pid, start, what in rec.processes if what.startswith("frr ")]
+
+
+def nexthops(tb, gateway: str = "east-gw") -> int:
+    """Nexthops of the gateway's BGP route to the other cluster (0: none)."""
+    return max(frr.kernel_routes(tb.namespace(gateway)).values(), default=0)
+
+
+def wait_nexthops(tb, want: int, timeout: float) -> float:
+    """Seconds until the east gateway's BGP route has ``want`` nexthops (fails after timeout)."""
+    t0 = time.monotonic()
+    while nexthops(tb) != want:
+        assert time.monotonic() - t0 < timeout, (want, tb.run("east-gw", ["ip", "route"]).stdout)
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
+@pytest.fixture
+def skip_without_frr():
+    if why := frr.missing():
+        pytest.skip(why)
+
+
+def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(make_testbed, skip_without_frr):
+    tb = make_testbed(bgp_paths())
+    rec = tb.record
+    pids = frr_pids(rec)
+    assert len(pids) == 6  # zebra, bfdd, bgpd in each gateway
+    d = frr.gateway_dir(rec.prefix, "east-gw")
+    peers = json.loads(frr.vtysh(tb.namespace("east-gw"), d, "show bfd peers json"))
+    assert sorted((p["peer"], p["status"], p["transmit-interval"]) for p in peers) == [
+        (f"10.{rec.slot}.128.13", "up", 50),
+        (f"10.{rec.slot}.128.5", "up", 50),
+    ]
+    assert nexthops(tb) == 2 and nexthops(tb, "west-gw") == 2
+    per_path, rate = flows_over_paths(tb, port=5311)
+    assert all(b > 2_000_000 for b in per_path.values()), per_path
+    assert rate > 110e6, rate
+    tb.down()
+    assert all(not registry.process_alive(pid, start) for pid, start in pids)
+    assert not (registry.STATE_DIR / rec.prefix).exists()
+    assert not list(Path("/var/run/frr").glob(f"{rec.prefix}*"))
+
+
+def test_bfd_leaves_a_blackholed_path_and_bgp_takes_it_back(make_testbed, skip_without_frr):
+    tb = make_testbed(bgp_paths())
+    ops = FaultOps(tb.plan)
+    ops.prepare()
+    both = ["east->west/1", "west->east/1"]
+    ops.blackhole(both, on=True)
+    try:
+        # BFD: 3 x 50 ms, then bgpd drops the session's routes and zebra the nexthop
+        moved = wait_nexthops(tb, 1, timeout=5.0)
+        assert moved < 1.0, moved
+        per_path, _ = flows_over_paths(tb, seconds=2, port=5312)
+        assert per_path["p1-west"] < 100_000 and per_path["p0-west"] > 10_000_000, per_path
+    finally:
+        ops.blackhole(both, on=False)
+    # the session reopens (connect retry 2 s) and the path is announced again
+    back = wait_nexthops(tb, 2, timeout=30.0)
+    assert back < 30.0
+
+
+OWNER = """
+import sys, time
+from testbed.config.scenario import parse_scenario
+from testbed.run.testbed import Testbed
+tb = Testbed(parse_scenario({scenario!r}, "test"), name={name!r}).up()
+print("READY", tb.record.prefix, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_leaves_what_testbed_clean_removes(root, skip_without_frr):
+    from helpers import unique_name
+
+    code = OWNER.format(scenario=bgp_paths(bfd=False), name=unique_name("bgp"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        prefix = wait_for_line(proc, "READY", 60).splitlines()[-1].split()[1]
+        (rec,) = [r for r in registry.records() if r.prefix == prefix]
+        pids = frr_pids(rec)
+        assert len(pids) == 4  # no bfdd without BFD
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert all(registry.process_alive(pid, start) for pid, start in pids)  # left behind
+        r = subprocess.run(
+            [sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert all(not registry.process_alive(pid, start) for pid, start in pids)
+        assert registry.namespaces_with_prefix(prefix) == []
+        assert not (registry.STATE_DIR / prefix).exists() and not rec.path.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
