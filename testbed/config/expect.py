@@ -65,6 +65,12 @@ Metric = Literal[
     "fault_survived",
     "events_late",
     "trace_correlation",
+    # a fault on one path of a multipath link (analysis.routing, the run's first such fault):
+    # fault start to the first BFD/BGP session down on the path, to every gateway's route
+    # without the path; fault end to the routes with the path again
+    "failover_detect_s",
+    "failover_moved_s",
+    "failover_restored_s",
     # DCQCN flows (analysis.dcqcn): measured over the settled half, the fluid model's
     # prediction (dcqcn_pred_*) and measured / predicted
     "dcqcn_rate_mean_bps",

@@ -13,6 +13,10 @@ files say, and why:
 * timers: keepalive a third of the hold time, a failed session retried after ``CONNECT_S``,
   updates sent at once (``advertisement-interval 0``): what moves traffic after a failure is the
   failure's detection (BFD, the hold timer, an interface going down), not FRR's pacing;
+* zebra installs plain multipath routes, not kernel nexthop objects (``no zebra nexthop kernel
+  enable``): the kernel deletes a nexthop object whose device goes down, and FRR 8.4 did not
+  put the path back into the route once the device came up again (measured: after a path's
+  ``link_down`` + ``link_up`` its route kept one path);
 * logs with microseconds (``log timestamp precision 6``), session changes logged (BGP
   ``log-neighbor-changes``, BFD ``debug bfd peer``, BGP ``debug bgp updates``): the run reads
   them into its routing events.
@@ -42,7 +46,7 @@ def _head(speaker: BgpSpeaker, directory: Path, daemon: str) -> list[str]:
 
 
 def zebra_conf(speaker: BgpSpeaker, directory: Path) -> str:
-    return "\n".join(_head(speaker, directory, "zebra")) + "\n"
+    return "\n".join([*_head(speaker, directory, "zebra"), "no zebra nexthop kernel enable"]) + "\n"
 
 
 def bfdd_conf(bgp: BgpPlan, speaker: BgpSpeaker, directory: Path) -> str:

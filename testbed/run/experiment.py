@@ -13,6 +13,7 @@ Results layout (one directory per invocation)::
         queues.parquet          WAN bottleneck occupancy, drops, marks over time (trace.queues)
         flows.parquet           per-flow timelines from the headers-only pcaps (trace.pcap)
         events.parquet          every schedule step and fault applied (or not) and when
+        routing.parquet         FIB, BFD and BGP events in the gateways (multipath or bgp runs)
         flows_goodput.parquet   goodput every 100 ms of the scenario's `traffic:` flows
         runs/<run_id>/          spec.json, rank-<r>.jsonl, rank-<r>.log, flow-<i>.jsonl of that run
 
@@ -44,6 +45,7 @@ import pandas as pd
 from analysis import dcqcn
 from analysis.faults import rank_operations, summarize_faults
 from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
+from analysis.routing import failover_metrics
 from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
 from testbed.config.scenario import Scenario, TrainingWorkload, Workload
@@ -63,11 +65,13 @@ from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.testbed import Terminated, Testbed
 from testbed.trace.cpu import CpuMonitor
+from testbed.trace.routing import RoutingEvents
+from testbed.trace.routing import wanted as routing_wanted
 from testbed.trace.run_traces import RunTraces, with_wan_counters
 from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
-TRACE_TABLES = ("tcp", "queues", "flows")
+TRACE_TABLES = ("tcp", "queues", "flows", "routing")
 DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx")
 RANK_MODULE = "traffic.rank"
 # s: until every rank has joined (torch's import, then the join's own timeout,
@@ -267,7 +271,10 @@ def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
             ("goodput", result.dynamics.get("flows_goodput", [])),
         )
     }
-    return summarize_faults(pd.DataFrame(events), ops, sc.model_dump(mode="json"), rtt, **tables)
+    metrics = summarize_faults(pd.DataFrame(events), ops, sc.model_dump(mode="json"), rtt, **tables)
+    if routing := result.traces.get("routing"):
+        metrics |= failover_metrics(pd.DataFrame(events), pd.DataFrame(routing))
+    return metrics
 
 
 def dcqcn_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
@@ -454,12 +461,17 @@ def execute(
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
             workload = sc.rank_workload
             dynamics = RunDynamics(tb, sc, run_dir, source, result)
+            routing = (
+                RoutingEvents(tb.plan, tb.record, run_dir)
+                if tb.plan is not None and tb.record is not None and routing_wanted(tb.plan)
+                else None
+            )
             traces: RunTraces | None = None
             if workload is None:
                 # the traffic's hosts stand for the ranks' (their sockets' tcp_info)
                 hosts = sorted({h for f in sc.flows for h in (f.from_, f.to)})
                 traces = RunTraces(tb, sc.trace, run_dir, hosts)
-                with traces, dynamics:
+                with traces, routing or contextlib.nullcontext(), dynamics:
                     dynamics.wait_traffic()
                 problems = tb.problems() + dynamics.errors
             else:
@@ -488,7 +500,7 @@ def execute(
 
                 launch = RankLaunch(tb, ranks, rank_spec, run_dir, module, joined=has_joined)
                 traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
-                with CpuMonitor() as cpu, traces, dynamics:
+                with CpuMonitor() as cpu, traces, routing or contextlib.nullcontext(), dynamics:
                     # workload.timeout bounds every operation (the ranks' process group
                     # timeout), not the run: the ranks are stopped when they make no progress
                     # for longer. After a rank failed, the others get 10 s to report their own
@@ -514,6 +526,8 @@ def execute(
             name: [{"run_id": spec.run_id, **r} for r in rows]
             for name, rows in traces.tables().items()
         }
+        if routing is not None:
+            result.traces["routing"] = [{"run_id": spec.run_id, **r} for r in routing.rows]
         result.info["tcp_in_effect"] = traces.in_effect()
         result.info["trace_warnings"] = traces.problems()
         if traces.pcap_stats:

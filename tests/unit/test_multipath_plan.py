@@ -172,6 +172,7 @@ def test_frr_configuration_text():
     assert daemons(plan.bgp) == ("zebra", "bfdd", "bgpd")
     assert files["zebra.conf"] == (
         "hostname east-gw\nlog file /run/x/east-gw/zebra.log\nlog timestamp precision 6\n"
+        "no zebra nexthop kernel enable\n"
     )
     assert files["bfdd.conf"] == (
         "hostname east-gw\n"

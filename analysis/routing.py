@@ -1,0 +1,116 @@
+"""Failover of multipath WAN links: when the routing noticed a path's fault and moved off it.
+
+From ``events.parquet`` (the faults as applied) and ``routing.parquet`` (the gateways' FIB, BFD
+and BGP events, :mod:`testbed.trace.routing`), one row per fault on one or more paths of a
+multipath link (``link: east-west/1``; a fault of every path leaves nowhere to move to):
+
+=============== ============================================================================
+detected_by     what noticed it first: ``bfd`` (a BFD session down), ``bgp`` (a session down:
+                the hold timer, or its nexthop gone with a port), or None (nothing did: static
+                routing, whose kernel routes never change for a blackhole)
+detect_s        from the fault's start to that first session-down event on a faulted path
+moved_s         from the fault's start until every gateway whose route used a faulted path had
+                a route without it (the later of the two gateways); None: not within the fault
+restored_s      from the fault's end until every such gateway's route had the path again;
+                None: not by the end of the run
+=============== ============================================================================
+
+The stall of the operation running through the fault is the fault table's (``stall_s``,
+:mod:`analysis.faults`); the failover table sits beside it. Times are the run's clock (unix
+seconds) on both sides: FRR's logs and ``ip -ts monitor`` stamp with the wall clock.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from analysis.faults import fault_windows
+
+FAILOVER_COLUMNS = [
+    "results", "run_id", "fault", "kind", "link", "start", "end",
+    "detected_by", "detect_s", "moved_s", "restored_s",
+]  # fmt: skip
+
+
+def path_directions(link: str) -> set[str]:
+    """``east-west/1`` -> {``east->west/1``, ``west->east/1``}; a link without a path: empty."""
+    base, _, path = link.partition("/")
+    if not path or "-" not in base:
+        return set()
+    a, b = base.split("-", 1)
+    return {f"{a}->{b}/{path}", f"{b}->{a}/{path}"}
+
+
+def _uses(paths: Any, dirs: set[str]) -> bool:
+    return bool(isinstance(paths, str) and dirs & set(filter(None, paths.split(","))))
+
+
+def _fib_times(fib: pd.DataFrame, dirs: set[str], t0: float, using: bool) -> float | None:
+    """The time from ``t0`` until every gateway whose route before ``t0`` (did not) use
+    ``dirs`` had a route that does (not), when ``using`` is False (True); None if some never."""
+    latest = None
+    for _, g in fib.groupby("gateway", sort=False):
+        g = g.sort_values("time")
+        before = g[g["time"] < t0]
+        was = _uses(before["paths"].iloc[-1], dirs) if not before.empty else not using
+        if was == using:
+            continue  # this gateway's route was already that way
+        after = g[(g["time"] >= t0) & (g["paths"].map(lambda p: _uses(p, dirs)) == using)]
+        if after.empty:
+            return None
+        t = float(after["time"].iloc[0]) - t0
+        latest = t if latest is None else max(latest, t)
+    return latest
+
+
+def failover_table(events: pd.DataFrame, routing: pd.DataFrame) -> pd.DataFrame:
+    """One row per run and path fault (columns :data:`FAULT_COLUMNS`, module docstring)."""
+    windows = fault_windows(events.assign(results=events.get("results", "")))
+    rows = []
+    if routing.empty:
+        routing = pd.DataFrame(columns=["results", "run_id", "time", "gateway", "source", "event"])
+    if "results" not in routing:
+        routing = routing.assign(results="")
+    for _, f in windows.iterrows():
+        links = [x.strip() for x in str(f["link"] or "").split(",")]
+        dirs = set().union(*(path_directions(x) for x in links)) if links else set()
+        if not dirs:
+            continue
+        r = routing[(routing["results"] == f["results"]) & (routing["run_id"] == f["run_id"])]
+        start, end = float(f["start"]), float(f["end"])
+        row = {c: f.get(c) for c in ("results", "run_id", "fault", "kind", "link", "start")}
+        row["end"] = None if math.isnan(end) else end
+        down = r[
+            r["source"].isin(["bfd", "bgp"])
+            & (r["event"] == "down")
+            & r["link"].isin(links)
+            & (r["time"] >= start)
+        ].sort_values("time")
+        if not down.empty:
+            row["detected_by"] = down["source"].iloc[0]
+            row["detect_s"] = float(down["time"].iloc[0]) - start
+        fib = r[r["source"] == "fib"]
+        if not fib.empty:
+            moved = _fib_times(fib, dirs, start, using=False)
+            if moved is not None and (math.isnan(end) or start + moved <= end):
+                row["moved_s"] = moved
+            if not math.isnan(end):
+                row["restored_s"] = _fib_times(fib, dirs, end, using=True)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=FAILOVER_COLUMNS)
+
+
+def failover_metrics(events: pd.DataFrame, routing: pd.DataFrame) -> dict[str, Any]:
+    """The first path fault's failover for a run's summary row (``failover_detect_s``,
+    ``failover_moved_s``, ``failover_restored_s``); empty without a path fault."""
+    table = failover_table(events, routing)
+    if table.empty:
+        return {}
+    first = table.sort_values("start").iloc[0]
+    return {
+        f"failover_{c}": (None if pd.isna(first[c]) else float(first[c]))
+        for c in ("detect_s", "moved_s", "restored_s")
+    }
