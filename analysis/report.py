@@ -225,18 +225,23 @@ def _multipath_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
     )
     if not util.empty:
         csv["path_utilisation"] = util
-        shown = util.drop(columns=["start", "end"])
+        shown = util.drop(columns=["start", "end"]).assign(bytes=util["bytes"].map(_mb))
         if res.runs["results"].nunique() < 2:
             shown = shown.drop(columns=["results"])
         sec.tables.append(("Path utilisation", T.formatted(shown)))
     if not flows.empty:
         csv["flow_paths"] = flows.assign(moved_at=flows["moved_at"].map(str))
         cross = flows[flows["src_host"].notna() & flows["dst_host"].notna()]
+        cross = cross.assign(bytes=cross["bytes"].map(_mb))
         sec.tables.append(
             ("Flows and their paths", T.formatted(cross[[c for c in FLOW_COLUMNS if c in cross]]))
         )
     sec.plots = [p for p in (MP.plot_path_timeline(res),) if p]
     return sec
+
+
+def _mb(v: float) -> str:
+    return f"{v / 1e6:.3g} MB"
 
 
 def _dcqcn_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
