@@ -30,7 +30,7 @@ from testbed.core.frames import GOODPUT_FACTOR
 from testbed.core.paths import get_path
 
 TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events")
-TABLES += ("flows_goodput", "dcqcn", "dcqcn_rx", "routing")
+TABLES += ("flows_goodput", "dcqcn", "dcqcn_rx", "flowpaths", "routing")
 # Columns without which a table cannot be analysed (a file from another tool or version): load
 # refuses it, naming the file and the columns, instead of a report failing half-way.
 REQUIRED = {"events": ("run_id", "event", "source", "action", "scheduled_unix")}
@@ -62,8 +62,9 @@ class Results:
     ``collectives``, ``training``, ``links``, ``delayline``, ``tcp``, ``queues``, ``flows``,
     ``events`` (the WAN's schedule steps and faults as applied), ``flows_goodput`` (the
     ``traffic:`` flows' goodput samples), ``dcqcn`` (the DCQCN flows' RP events and CNPs) and
-    ``dcqcn_rx`` (their receive counts per 100 ms), ``routing`` (FIB, BFD and BGP events in
-    the gateways of a multipath or BGP run): the Parquet tables as written, +
+    ``dcqcn_rx`` (their receive counts per 100 ms), ``flowpaths`` (which path of a multipath
+    link each TCP flow took), ``routing`` (FIB, BFD and BGP events in the gateways of a
+    multipath or BGP run): the Parquet tables as written, +
     ``results`` (empty when absent). ``iterations`` leaves out operations that failed
     (``outcome`` error or timeout; they are in ``collectives``). ``skipped``:
     collective/algorithm combinations that do not exist (per run). ``manifests``: results
@@ -89,6 +90,7 @@ class Results:
     flows_goodput: pd.DataFrame
     dcqcn: pd.DataFrame
     dcqcn_rx: pd.DataFrame
+    flowpaths: pd.DataFrame
     routing: pd.DataFrame
     skipped: pd.DataFrame
     manifests: dict[str, dict[str, Any]]

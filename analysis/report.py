@@ -28,6 +28,8 @@ import pandas as pd
 from analysis import dcqcn_plots as DP
 from analysis import fault_plots as FP
 from analysis import faults as F
+from analysis import multipath as M
+from analysis import multipath_plots as MP
 from analysis import plots as P
 from analysis import tables as T
 from analysis import training_plots as TP
@@ -35,7 +37,7 @@ from analysis.loader import Results, load
 
 CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
 CSV_NAMES += ("congestion", "model_terms", "faults", "fault_drops", "trace_replay")
-CSV_NAMES += ("events_lateness", "dcqcn")
+CSV_NAMES += ("events_lateness", "dcqcn", "path_utilisation", "flow_paths")
 
 
 @dataclass
@@ -146,6 +148,8 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         out.append(_faults_section(res, csv))
     if res.has("dcqcn"):
         out.append(_dcqcn_section(res, csv))
+    if res.has("flowpaths") or not M.multipath_queues(res.queues).empty:
+        out.append(_multipath_section(res, csv))
     speedup = T.speedup_table(res)
     if not speedup.empty:
         csv["speedup"] = speedup
@@ -194,6 +198,50 @@ TRAINING_COLUMNS = [
     "step_time_p95", "wan_bytes_per_step", "comm_per_step", "predicted_comm_per_step",
     "comm_measured_over_predicted", "compute_utilisation", "cpu_saturated", "status",
 ]  # fmt: skip
+
+
+FLOW_COLUMNS = [
+    "run_id", "src_host", "sport", "dst_host", "dport", "link", "paths", "moves", "bytes",
+    "bytes_by_path", "tcp_bytes_by_path",
+]  # fmt: skip
+
+
+def _multipath_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    windows = M.operation_windows(res.collectives)
+    util = M.path_utilisation(res.queues, res.flowpaths, windows)
+    flows = M.flow_paths(res.flowpaths, res.tcp)
+    sec = Section(
+        "multipath",
+        "Multipath WAN paths",
+        "Path utilisation per run, window (the whole run and each collective × algorithm × "
+        "size) and link direction: bytes per path from the paths' shaper counters "
+        "(queues.parquet; where traced) and their shares; carrying = paths with at least "
+        f"{M.CARRYING:.0%} of the bytes; flows = flow directions with at least "
+        f"{M.DATA_FLOW:.0%} of the bytes in the window, and the distinct paths they were seen "
+        "on (flowpaths.parquet). Flows: each TCP flow direction across a multipath link, its "
+        "paths in time order (0>1: moved from path 0 to path 1), bytes per path estimated from "
+        "the header samples and, where tcp_info was traced, the sender's bytes_sent split at "
+        "the move times (docs/multipath.md).",
+    )
+    if not util.empty:
+        csv["path_utilisation"] = util
+        shown = util.drop(columns=["start", "end"]).assign(bytes=util["bytes"].map(_mb))
+        if res.runs["results"].nunique() < 2:
+            shown = shown.drop(columns=["results"])
+        sec.tables.append(("Path utilisation", T.formatted(shown)))
+    if not flows.empty:
+        csv["flow_paths"] = flows.assign(moved_at=flows["moved_at"].map(str))
+        cross = flows[flows["src_host"].notna() & flows["dst_host"].notna()]
+        cross = cross.assign(bytes=cross["bytes"].map(_mb))
+        sec.tables.append(
+            ("Flows and their paths", T.formatted(cross[[c for c in FLOW_COLUMNS if c in cross]]))
+        )
+    sec.plots = [p for p in (MP.plot_path_timeline(res),) if p]
+    return sec
+
+
+def _mb(v: float) -> str:
+    return f"{v / 1e6:.3g} MB"
 
 
 def _dcqcn_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
@@ -301,7 +349,7 @@ def write_report(source: Results | str | Path | Iterable[str | Path], out: Path 
     out = Path(out) if out is not None else default_out(res)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     # A report written again into the same directory must not keep figures it no longer has.
-    for name in (*P.PLOT_NAMES, *TP.PLOT_NAMES, *FP.PLOT_NAMES):
+    for name in (*P.PLOT_NAMES, *TP.PLOT_NAMES, *FP.PLOT_NAMES, *MP.PLOT_NAMES):
         (out / "plots" / f"{name}.png").unlink(missing_ok=True)
     for name in CSV_NAMES:
         (out / f"{name}.csv").unlink(missing_ok=True)

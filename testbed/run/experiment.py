@@ -12,6 +12,7 @@ Results layout (one directory per invocation)::
         tcp.parquet             tcp_info samples of the ranks' sockets (trace.tcp_info)
         queues.parquet          WAN bottleneck occupancy, drops, marks over time (trace.queues)
         flows.parquet           per-flow timelines from the headers-only pcaps (trace.pcap)
+        flowpaths.parquet       which path of a multipath link each TCP flow took, and when
         events.parquet          every schedule step and fault applied (or not) and when
         routing.parquet         FIB, BFD and BGP events in the gateways (multipath or bgp runs)
         flows_goodput.parquet   goodput every 100 ms of the scenario's `traffic:` flows
@@ -71,7 +72,7 @@ from testbed.trace.run_traces import RunTraces, with_wan_counters
 from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
-TRACE_TABLES = ("tcp", "queues", "flows", "routing")
+TRACE_TABLES = ("tcp", "queues", "flows", "flowpaths", "routing")
 DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx")
 RANK_MODULE = "traffic.rank"
 # s: until every rank has joined (torch's import, then the join's own timeout,

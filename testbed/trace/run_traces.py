@@ -6,6 +6,8 @@ samplers just before the ranks and stops them just after:
 * ``tcp_info``: every TCP socket in the ranks' host namespaces (:mod:`testbed.trace.tcp`);
 * ``queues``: each WAN direction's bottleneck, from its qdisc (:mod:`testbed.trace.queues`) or,
   where the link backend holds the queue (the userspace delay line), from its own samples;
+* on a multipath link, always: which path each TCP flow took and when it moved, from sampled
+  headers on each path (:mod:`testbed.trace.flowpaths`, ``flowpaths.parquet``);
 * ``pcap``: headers only, on the wire's egress of each direction (:mod:`testbed.trace.pcap`),
   where a packet has been shaped, delayed and, if so, CE-marked; ``analysis.flows`` makes
   ``flows.parquet`` of it.
@@ -24,11 +26,13 @@ from typing import Any, Protocol
 from testbed.config.scenario import Trace
 from testbed.net.registry import Record
 from testbed.plan.topology import NetworkPlan, WanDirection
+from testbed.trace.flowpaths import FlowPathSampler, path_taps
 from testbed.trace.pcap import CaptureSpec, PcapCapture
 from testbed.trace.queues import QdiscSampler, QdiscTarget
 from testbed.trace.tcp import TcpInfoSampler
 
 READBACK_PERIOD = 1.0  # s: tcp_info sampling just to learn what is in effect
+FLOWPATH_PERIOD = 0.1  # s: draining the path taps (their samples carry the kernel's time)
 
 
 class TracedNetwork(Protocol):
@@ -80,6 +84,8 @@ class RunTraces:
                 if not tb.queue_in_backend(d)
             ]
             self.qdiscs = QdiscSampler(targets, trace.queues) if targets else None
+        taps = path_taps(plan)
+        self.paths = FlowPathSampler(taps, FLOWPATH_PERIOD, names) if taps else None
         self.pcap: PcapCapture | None = None
         if trace.pcap:
             specs = [
@@ -102,6 +108,8 @@ class RunTraces:
                 self.pcap.start()
             if self.qdiscs is not None:
                 self.qdiscs.start()
+            if self.paths is not None:
+                self.paths.start()
             self.tcp.start()
         except BaseException:
             self._stop()
@@ -118,6 +126,9 @@ class RunTraces:
         if self.qdiscs is not None:
             with contextlib.suppress(Exception):
                 self.qdiscs.stop()
+        if self.paths is not None:
+            with contextlib.suppress(Exception):
+                self.paths.stop()
         if self.pcap is not None:
             self.pcap_stats = self.pcap.stop()
 
@@ -137,7 +148,8 @@ class RunTraces:
         }
 
     def problems(self) -> list[str]:
-        return list(self.tcp.errors) + (list(self.qdiscs.errors) if self.qdiscs else [])
+        out = list(self.tcp.errors) + (list(self.qdiscs.errors) if self.qdiscs else [])
+        return out + (list(self.paths.errors) if self.paths else [])
 
     def tables(self) -> dict[str, list[dict]]:
         start, end = self.window
@@ -149,6 +161,8 @@ class RunTraces:
             # the backend samples from its start: keep the workload's window only
             rows += [r for r in self.tb.backend_queue_trace() if start <= r["time"] <= end]
             out["queues"] = sorted(rows, key=lambda r: (r["direction"], r["time"]))
+        if self.paths is not None:
+            out["flowpaths"] = self.paths.table()
         if self.pcap is not None:
             from analysis.flows import flows_from_pcap
 

@@ -1,0 +1,101 @@
+"""Report figure of multipath WAN links (docs/multipath.md). PURE: draws loaded results.
+
+This module owns the per-path throughput timeline: per run and link direction (``east->west``)
+one panel with a line per path (the path's shaper counter, wire Mbit/s), the collectives'
+windows as bands, fault and schedule events as dashed lines, and the moves of flows seen in
+flowpaths.parquet as ticks on the x axis. Same conventions as :mod:`analysis.plots`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis import plots as P
+from analysis.faults import applied_events
+from analysis.loader import Results
+from analysis.multipath import flow_paths, operation_windows, path_throughput
+
+PLOT_NAMES = ("path_timeline",)
+MAX_PANELS = 8
+
+
+def plot_path_timeline(res: Results) -> P.Plot | None:
+    tp = path_throughput(res.queues)
+    if tp.empty:
+        return None
+    panels = list(tp.groupby(["results", "run_id", "base"], sort=False))
+    shown = panels[:MAX_PANELS]
+    windows = operation_windows(res.collectives)
+    ev = applied_events(res.events) if not res.events.empty else res.events
+    moves = flow_paths(res.flowpaths)
+    with P._style():
+        fig = Figure(figsize=(11, 2.8 * len(shown)), layout="constrained")
+        axes = fig.subplots(len(shown), 1, squeeze=False).ravel()
+        for ax, ((results, run_id, base), g) in zip(axes, shown, strict=True):
+            origin = float(g["time"].min())
+            paths = sorted(g["path"].dropna().unique())
+            colours = P._colours(paths)
+            for path in paths:
+                s = g[g["path"] == path]
+                ax.plot(
+                    s["time"] - origin,
+                    s["bps"] / 1e6,
+                    color=colours[path],
+                    lw=0.9,
+                    label=f"path {path}",
+                )
+            w = windows[(windows["results"] == results) & (windows["run_id"] == run_id)]
+            for i, row in enumerate(w.itertuples(index=False)):
+                ax.axvspan(row.start - origin, row.end - origin, color="0.85", alpha=0.5, lw=0)
+                ax.annotate(
+                    f"{row.algorithm}",
+                    (row.start - origin, 1.0 - 0.08 * (i % 2)),
+                    xycoords=("data", "axes fraction"),
+                    va="top",
+                    fontsize=6,
+                    color="0.3",
+                )
+            if not ev.empty:
+                mine = ev[(ev["results"] == results) & (ev["run_id"] == run_id)]
+                mine = mine[mine["source"].isin(["schedule", "fault"])]
+                for e in mine.itertuples(index=False):
+                    t = e.applied_unix if pd.notna(e.applied_unix) else e.scheduled_unix
+                    colour = "tab:red" if e.source == "fault" else "0.4"
+                    ax.axvline(t - origin, color=colour, ls="--", lw=0.8)
+                    ax.annotate(
+                        str(e.what),
+                        (t - origin, 0.98),
+                        xycoords=("data", "axes fraction"),
+                        rotation=90,
+                        va="top",
+                        ha="right",
+                        fontsize=6,
+                        color=colour,
+                    )
+            if not moves.empty:
+                m = moves[
+                    (moves["results"] == results)
+                    & (moves["run_id"] == run_id)
+                    & (moves["base"] == base)
+                ]
+                ts = [t - origin for at in m["moved_at"] for t in at]
+                if ts:
+                    ax.plot(ts, [0] * len(ts), "|", color="k", ms=10, label="a flow moved")
+            run_label = run_id if res.runs["results"].nunique() < 2 else f"{results} {run_id}"
+            ax.set(title=f"{run_label}: {base}", ylabel="Mbit/s (wire)")
+            ax.set_ylim(bottom=0)
+            P._legend(ax)
+        axes[-1].set_xlabel("seconds since the first counter sample")
+    more = (
+        f" {len(panels) - len(shown)} more panel(s) left out." if len(panels) > len(shown) else ""
+    )
+    return P.Plot(
+        "path_timeline",
+        "Multipath links: throughput per path",
+        "Per run and link direction: the wire rate each path's shaper sent (queues.parquet "
+        "counters, per sample interval). Grey bands: the collectives' timed iterations; dashed "
+        "lines: schedule steps and faults (red); ticks on the axis: a flow moved to another "
+        "path (flowpaths.parquet)." + more,
+        fig,
+    )
