@@ -283,6 +283,21 @@ class NetworkPlan:
         return any(d.traced for d in self.wan)
 
 
+# The gateways' multipath hash. l4 is policy 3 with the 5-tuple's fields (source and
+# destination address, protocol, ports: 0x37), not policy 1: policy 1 takes a packet's own L4
+# hash when it carries one, and a packet from a socket on this machine carries the socket's
+# random hash across the veths (a router behind a real cable never sees it), which TCP picks
+# anew after a retransmission timeout: its path would be a coin toss per socket and change
+# with every RTO. Policy 3 hashes the fields of every packet, as a router does.
+MULTIPATH_HASH = {
+    "l3": {"net.ipv4.fib_multipath_hash_policy": "0"},
+    "l4": {
+        "net.ipv4.fib_multipath_hash_policy": "3",
+        "net.ipv4.fib_multipath_hash_fields": "55",  # 0x37
+    },
+}
+
+
 def wan_port(peer: str, path: int | None) -> str:
     """A gateway's WAN port toward ``peer``: ``w-<peer>``, or ``p<j>-<peer>`` for path j of a
     multipath link (at most 15 characters: cluster names are at most 12)."""
@@ -671,8 +686,7 @@ class _Parts:
         gw_ip = f"{self.net}.{k}.1"
         sysctls = {"net.ipv4.ip_forward": "1"}
         if any(link.paths for link in self.scenario.wan):
-            policy = {"l3": "0", "l4": "1"}[self.scenario.routing.ecmp.hash]
-            sysctls["net.ipv4.fib_multipath_hash_policy"] = policy
+            sysctls.update(MULTIPATH_HASH[self.scenario.routing.ecmp.hash])
         self.namespaces.append(Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, sysctls))
         self.gateways.append(Gateway(f"{cluster}-gw", cluster, gw_ns, gw_ip, subnet))
         self.addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))

@@ -7,14 +7,14 @@ headers on each path's gateway port, turned into the rows of ``flowpaths.parquet
     s.table()                                    # one row per flow x interval on one path
 
 Why observed on the path and not asked of the kernel (``ip route get ... ipproto tcp sport S
-dport D`` in the gateway): with ``fib_multipath_hash_policy`` 1 the gateway does not hash the
-packet's 5-tuple. A TCP socket stamps its packets with its own random ``sk_txhash``
-(``skb->l4_hash``); veth and the bridge carry that hash across namespaces, and the kernel's
-multipath selection takes an L4 hash already on the packet as it is. The route a 5-tuple query
-returns agreed with the path the packets took for 7 of 16 flows (chance) on the development VM
-(kernel 6.18), against 16 of 16 with the L3 policy, which never looks at that hash. The socket's
-hash is also re-rolled by TCP on a retransmission timeout, so a flow can move between paths
-while the FIB stays the same. Only the packets say where a flow went.
+dport D`` in the gateway): the packets say where a flow went whatever decided it. With
+``fib_multipath_hash_policy`` 1 the query was wrong: a TCP socket stamps its packets with its
+own random ``sk_txhash`` (``skb->l4_hash``), veth and the bridge carry that hash across
+namespaces, and policy 1 takes an L4 hash already on the packet as it is (the query agreed with
+the packets for 7 of 16 flows, chance). The gateways now use policy 3 with the 5-tuple's fields
+for ``l4`` (``testbed.plan.topology.MULTIPATH_HASH``), which hashes every packet's fields: the
+query then agreed for 16 of 16 flows, and a flow no longer changes paths when TCP re-rolls its
+hash after a retransmission timeout.
 
 How: one ``AF_PACKET`` socket per path, bound to the path's port on the gateway of the link's
 first cluster (``p<j>-<peer>``). Packets it sends there went over path ``j`` in the forward

@@ -48,7 +48,8 @@ def test_a_multipath_plan_has_a_wire_per_path_and_multipath_routes():
         "10.3.128.10 weight 2 nexthop via 10.3.128.18 weight 1"
     ]
     gw = next(n for n in plan.namespaces if n.name == "mctbx-east-gw")
-    assert gw.sysctls["net.ipv4.fib_multipath_hash_policy"] == "1"
+    assert gw.sysctls["net.ipv4.fib_multipath_hash_policy"] == "3"  # fields: the 5-tuple
+    assert gw.sysctls["net.ipv4.fib_multipath_hash_fields"] == "55"
     assert set(FaultOps(plan).links) == {"east-west/0", "east-west/1", "east-west/2"}
 
 
