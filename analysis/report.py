@@ -31,6 +31,7 @@ from analysis import faults as F
 from analysis import multipath as M
 from analysis import multipath_plots as MP
 from analysis import plots as P
+from analysis import routing as R
 from analysis import tables as T
 from analysis import training_plots as TP
 from analysis.loader import Results, load
@@ -150,6 +151,8 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         out.append(_dcqcn_section(res, csv))
     if res.has("flowpaths") or not M.multipath_queues(res.queues).empty:
         out.append(_multipath_section(res, csv))
+    if res.has("routing"):
+        out.append(_failover_section(res, csv))
     speedup = T.speedup_table(res)
     if not speedup.empty:
         csv["speedup"] = speedup
@@ -237,6 +240,59 @@ def _multipath_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
             ("Flows and their paths", T.formatted(cross[[c for c in FLOW_COLUMNS if c in cross]]))
         )
     sec.plots = [p for p in (MP.plot_path_timeline(res),) if p]
+    return sec
+
+
+def _failover_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    sec = Section(
+        "failover",
+        "Routing and failover",
+        "Per fault on a path of a multipath link (docs/multipath.md): detected by = the first "
+        "BFD or BGP session down on the path (none: static routing notices nothing); detect = "
+        "fault start to that event; moved = fault start until every gateway that routed over "
+        "the path had a route without it; restored = fault end until they had it again; stall "
+        "= the affected operations' time beyond the no-fault median (the fault table's). "
+        "Routing events: the gateways' FIB changes (ip monitor), BFD and BGP session changes "
+        "and updates (FRR's logs), seconds from the run's first fault.",
+    )
+    table = R.failover_table(res.events, res.routing)
+    if not table.empty:
+        faults = F.analyse(res).faults
+        if not faults.empty:
+            table = table.merge(
+                faults[["results", "run_id", "fault", "stall_s", "survived"]],
+                on=["results", "run_id", "fault"],
+                how="left",
+            )
+        if res.params:
+            table = table.merge(
+                res.runs[["results", "run_id", *res.params]], on=["results", "run_id"]
+            )
+        csv["failover"] = table
+        shown = table.drop(
+            columns=["start", "end"] + (["results"] * (res.runs["results"].nunique() < 2))
+        )
+        sec.tables.append(("Failover", T.formatted(shown)))
+    events = res.routing.copy()
+    first = (
+        res.events[res.events["source"] == "fault"]
+        .groupby(["results", "run_id"])["applied_unix"]
+        .min()
+        if res.has("events") and "applied_unix" in res.events
+        else pd.Series(dtype=float)
+    )
+    t0 = [
+        first.get((r, i), float("nan"))
+        for r, i in zip(events["results"], events["run_id"], strict=True)
+    ]
+    events = events.assign(t_s=events["time"] - pd.Series(t0, index=events.index))
+    csv["routing_events"] = events
+    cols = [
+        c
+        for c in ("run_id", "t_s", "gateway", "source", "event", "link", "paths", "detail")
+        if c in events
+    ]
+    sec.tables.append(("Routing events", T.formatted(events[cols])))
     return sec
 
 

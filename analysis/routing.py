@@ -35,6 +35,9 @@ FAILOVER_COLUMNS = [
 ]  # fmt: skip
 
 
+ROUTING_COLUMNS = ["results", "run_id", "time", "gateway", "source", "event", "link", "paths"]
+
+
 def path_directions(link: str) -> set[str]:
     """``east-west/1`` -> {``east->west/1``, ``west->east/1``}; a link without a path: empty."""
     base, _, path = link.partition("/")
@@ -70,10 +73,9 @@ def failover_table(events: pd.DataFrame, routing: pd.DataFrame) -> pd.DataFrame:
     """One row per run and path fault (columns :data:`FAULT_COLUMNS`, module docstring)."""
     windows = fault_windows(events.assign(results=events.get("results", "")))
     rows = []
-    if routing.empty:
-        routing = pd.DataFrame(columns=["results", "run_id", "time", "gateway", "source", "event"])
     if "results" not in routing:
         routing = routing.assign(results="")
+    routing = routing.reindex(columns=list(dict.fromkeys([*routing.columns, *ROUTING_COLUMNS])))
     for _, f in windows.iterrows():
         links = [x.strip() for x in str(f["link"] or "").split(",")]
         dirs = set().union(*(path_directions(x) for x in links)) if links else set()
