@@ -183,18 +183,9 @@ def _timeline(
             continue
         x = (e.applied_unix if pd.notna(e.applied_unix) else e.scheduled_unix) - origin
         colour = "tab:red" if e.source == "fault" else "0.4"
-        for ax in (rate_ax, delay_ax, ops_ax):
+        for ax in (delay_ax, ops_ax):
             ax.axvline(x, color=colour, ls="--", lw=0.8, alpha=0.7)
-        rate_ax.annotate(
-            str(e.what),
-            (x, 1.0),
-            xycoords=("data", "axes fraction"),
-            rotation=90,
-            va="top",
-            ha="right",
-            fontsize=6,
-            color=colour,
-        )
+        P.mark_event(rate_ax, x, str(e.what), colour)
     for op in ops.itertuples(index=False):
         ops_ax.barh(
             0,

@@ -62,17 +62,7 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
                 for e in mine.itertuples(index=False):
                     t = e.applied_unix if pd.notna(e.applied_unix) else e.scheduled_unix
                     colour = "tab:red" if e.source == "fault" else "0.4"
-                    ax.axvline(t - origin, color=colour, ls="--", lw=0.8)
-                    ax.annotate(
-                        str(e.what),
-                        (t - origin, 0.98),
-                        xycoords=("data", "axes fraction"),
-                        rotation=90,
-                        va="top",
-                        ha="right",
-                        fontsize=6,
-                        color=colour,
-                    )
+                    P.mark_event(ax, t - origin, str(e.what), colour, y=0.98)
             if not moves.empty:
                 m = moves[
                     (moves["results"] == results)

@@ -114,6 +114,21 @@ def _plain_log(axis: Any, fmt: Any = None) -> None:
     axis.set_minor_formatter(_PlainLogFormatter(fmt))
 
 
+def mark_event(ax: Any, x: float, text: str, colour: str, y: float = 1.0) -> None:
+    """A vertical line at ``x`` labelled ``text`` along it (a schedule step, a fault)."""
+    ax.axvline(x, color=colour, ls="--", lw=0.8, alpha=0.7)
+    ax.annotate(
+        text,
+        (x, y),
+        xycoords=("data", "axes fraction"),
+        rotation=90,
+        va="top",
+        ha="right",
+        fontsize=6,
+        color=colour,
+    )
+
+
 def _legend(ax: Any, **kw: Any) -> None:
     """A legend inside the axes while it is short, beside them once it would hide the data."""
     handles, _ = ax.get_legend_handles_labels()

@@ -31,6 +31,12 @@ def scenario(**overrides: Any) -> dict[str, Any]:
     return data
 
 
+def two_path_scenario(routing: dict[str, Any]) -> dict[str, Any]:
+    """``scenario()`` with one WAN link of two paths (100 Mbit/s; 5 and 10 ms) and ``routing``."""
+    paths = [{"rate": "100mbit", "delay": "5ms"}, {"rate": "100mbit", "delay": "10ms"}]
+    return scenario(wan=[{"between": ["east", "west"], "paths": paths}], routing=routing)
+
+
 def delay_steps(
     tb: Any, direction: str, port: int, first: float = 0.030, then: float = 0.010
 ) -> tuple[int, list[tuple[int, float]], dict[str, int]]:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import flows_over_paths, scenario, wait_for_line
+from helpers import flows_over_paths, two_path_scenario, wait_for_line
 
 from testbed.net import frr, registry
 from testbed.net.faults import FaultOps
@@ -24,18 +24,7 @@ pytestmark = pytest.mark.live
 
 def bgp_paths(bfd: bool = True) -> dict:
     bgp = {"hold": "9s"} | ({"bfd": {"interval": "50ms", "multiplier": 3}} if bfd else {})
-    return scenario(
-        wan=[
-            {
-                "between": ["east", "west"],
-                "paths": [
-                    {"rate": "100mbit", "delay": "5ms"},
-                    {"rate": "100mbit", "delay": "10ms"},
-                ],
-            }
-        ],
-        routing={"mode": "bgp", "ecmp": {"hash": "l4"}, "bgp": bgp},
-    )
+    return two_path_scenario({"mode": "bgp", "ecmp": {"hash": "l4"}, "bgp": bgp})
 
 
 def frr_pids(rec: registry.Record) -> list[tuple[int, int | None]]:

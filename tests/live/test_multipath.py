@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import flows_over_paths as flows
-from helpers import scenario
+from helpers import two_path_scenario
 
 from testbed.net.faults import FaultOps
 
@@ -14,18 +14,7 @@ pytestmark = pytest.mark.live
 
 
 def two_paths(hash_: str = "l4") -> dict:
-    return scenario(
-        wan=[
-            {
-                "between": ["east", "west"],
-                "paths": [
-                    {"rate": "100mbit", "delay": "5ms"},
-                    {"rate": "100mbit", "delay": "10ms"},
-                ],
-            }
-        ],
-        routing={"ecmp": {"hash": hash_}},
-    )
+    return two_path_scenario({"ecmp": {"hash": hash_}})
 
 
 def test_flows_cross_every_path_and_a_downed_path_moves_them(make_testbed):
