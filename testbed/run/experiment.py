@@ -441,11 +441,13 @@ def execute(
 ) -> RunResult:
     """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
     sc = spec.scenario
-    if isinstance(sc.workload, TrainingWorkload) or any(link.trace for link in sc.wan) or sc.flows:
+    counters = isinstance(sc.workload, TrainingWorkload) or sc.flows
+    if counters or any(link.trace or link.paths for link in sc.wan):
         # WAN byte counters for every step, also from a delay line that holds a queue; a trace
         # replay's achieved rate per bin is what its bottleneck passed (the flows' goodput is
         # the receiver's in-order bytes: what waited behind a lost segment shows up later);
-        # flows' queue (a DCQCN run's against Kmin/Kmax and the fluid model)
+        # flows' queue (a DCQCN run's against Kmin/Kmax and the fluid model); each path's
+        # bytes over time (a multipath link's balance)
         sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
