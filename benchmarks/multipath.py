@@ -3,6 +3,9 @@ traffic leaves a failed path under static routing, BGP and BGP + BFD.
 
     sudo .venv/bin/python -m benchmarks.multipath [--write] [--repeat 2] [--part util|failover]
 
+Each part writes a section of its own to RESULTS.md (``multipath.py --part util``, ``...
+--part failover``).
+
 1. Path utilisation: 2 clusters x 4 hosts, 2 and 4 equal paths of 100 Mbit/s and 10 ms, the l4
    hash, all_reduce 16 MiB, flat vs hierarchical-2d, ``--repeat`` runs each (a run's ephemeral
    ports decide its hashes). Per case: time p50, and per WAN direction over the operation's
@@ -11,8 +14,10 @@ traffic leaves a failed path under static routing, BGP and BGP + BFD.
    Goal (the issue's expectation): flat uses at most as many paths as it has cross-WAN
    connections per direction; hierarchical-2d spreads over more; say when more paths do not
    speed a collective up.
-2. Failover at 1 Gbit/s: 2 clusters x 2 hosts, 2 equal paths of 1 Gbit/s and 10 ms, a flat
-   all_reduce of 64 MiB, 10 timed iterations, timeout 60 s; 300 ms into iteration 2 path 1 is
+2. Failover at 1 Gbit/s: 2 clusters x 4 hosts, 2 equal paths of 1 Gbit/s and 10 ms, a
+   hierarchical-2d all_reduce of 32 MiB (four column connections each way: some are on path 1
+   in practically every run; the table says how many flows were), 30 timed iterations (the run
+   outlasts the fault), timeout 60 s; 300 ms into iteration 2 path 1 is
    blackholed for 15 s or taken down for 5 s, under static routing, BGP (hold 9 s) and BGP +
    BFD (50 ms x 3). Per case (``--repeat`` runs): detect (first BFD/BGP session down), moved
    (every gateway's route without the path), restored (after the fault's end), the stall of
@@ -79,12 +84,12 @@ def utilisation_scenario(repeat: int) -> dict[str, Any]:
 def failover_scenario(repeat: int) -> dict[str, Any]:
     return {
         "name": "bench-mp-failover",
-        "clusters": {"east": {"hosts": 2}, "west": {"hosts": 2}},
+        "clusters": {"east": {"hosts": 4}, "west": {"hosts": 4}},
         "wan": [{"between": ["east", "west"], "paths": paths(2, "1gbit")}],
         "routing": {"ecmp": {"hash": "l4"}},
         "workload": {
-            "collectives": ["all_reduce"], "algorithms": ["flat"], "sizes": ["64MiB"],
-            "warmup": 1, "iterations": 10, "timeout": "60s",
+            "collectives": ["all_reduce"], "algorithms": ["hierarchical-2d"],
+            "sizes": ["32MiB"], "warmup": 1, "iterations": 30, "timeout": "60s",
         },
         "faults": [{"kind": "blackhole", "link": "east-west/1",
                     "after": {"iteration": 2, "offset": "300ms"}, "duration": "15s"}],
@@ -138,18 +143,19 @@ def utilisation(repeat: int) -> None:
 
 def failover(repeat: int) -> None:
     print("### Failover of one of two 1 Gbit/s paths under an all-reduce\n")
-    print("2 x 2 hosts, 2 paths of 1 Gbit/s and 10 ms, l4 hash, flat all_reduce 64 MiB, 10 timed")
-    print("iterations, timeout 60 s; path 1 fails 300 ms into iteration 2. detect: first BFD/BGP")
-    print("session down; moved: every gateway's route without the path; restored: after the")
-    print("fault's end; stall: the all-reduce's time beyond the no-fault median.\n")
+    print("2 x 4 hosts, 2 paths of 1 Gbit/s and 10 ms, l4 hash, hierarchical-2d all_reduce 32 MiB,")
+    print("30 timed iterations, timeout 60 s; path 1 fails 300 ms into iteration 2. flows: data")
+    print("flows on path 1 when it failed (flowpaths); detect: first BFD/BGP session down; moved:")
+    print("every gateway's route without the path; restored: after the fault's end; stall: the")
+    print("all-reduce's time beyond the no-fault median.\n")
     with tempfile.TemporaryDirectory() as tmp:
         res = run(failover_scenario(repeat), f"{tmp}/failover")
         table = failover_table(res.events, res.routing)
         faults = analyse(res).faults.set_index("run_id")
         runs = res.runs.set_index("run_id")
         labels = list(FAILOVER_CASES)
-        print("| case | run | detected by | detect | moved | restored | stall | survived |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| case | run | flows | detected by | detect | moved | restored | stall | survived |")
+        print("|---|---|---|---|---|---|---|---|---|")
         by_case: dict[str, list[dict[str, Any]]] = {}
         for r in table.sort_values("run_id").to_dict("records"):
             case = labels[int(runs.loc[r["run_id"], "point"])]
@@ -157,8 +163,10 @@ def failover(repeat: int) -> None:
             stall = f.get("stall_s") if len(f) else None
             survived = f.get("survived") if len(f) else None
             by_case.setdefault(case, []).append(r | {"stall_s": stall})
+            by = r["detected_by"] if isinstance(r["detected_by"], str) else "-"
             print(
-                f"| {case} | {r['run_id']} | {r['detected_by'] or '-'} | {fmt(r['detect_s'])} | "
+                f"| {case} | {r['run_id']} | {flows_on(res.flowpaths, r)} | {by} | "
+                f"{fmt(r['detect_s'])} | "
                 f"{fmt(r['moved_s'])} | {fmt(r['restored_s'])} | {fmt(stall)} | "
                 f"{'yes' if survived else 'no'} |"
             )
@@ -179,27 +187,43 @@ def failover(repeat: int) -> None:
         print()
 
 
+def flows_on(flowpaths: pd.DataFrame, fault: dict[str, Any]) -> int:
+    """Data flows seen on the fault's path within the second before it started."""
+    fp = flowpaths[flowpaths["run_id"] == fault["run_id"]]
+    t = fault["start"]
+    on = fp[
+        fp["direction"].str.endswith("/" + fault["link"].rsplit("/", 1)[1])
+        & (fp["time_to"] >= t - 1.0)
+        & (fp["time_from"] <= t)
+        & (fp["bytes"] > 100_000)
+    ]
+    return on[["src", "sport", "dst", "dport"]].drop_duplicates().shape[0]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     p.add_argument("--repeat", type=int, default=2, help="runs per case (default 2)")
     p.add_argument("--part", choices=["util", "failover"], help="one part only")
     args = p.parse_args()
-    buf = io.StringIO()
-    sys.stdout = Tee(sys.__stdout__, buf)
-    load_avg = os.getloadavg()
-    print(f"## Multipath WAN links ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
-    print(
-        f"Load average before: {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} "
-        f"({os.cpu_count()} cores).\n"
-    )
-    if args.part in (None, "util"):
-        utilisation(args.repeat)
-    if args.part in (None, "failover"):
-        failover(args.repeat)
-    sys.stdout = sys.__stdout__
-    if args.write:
-        write_section("multipath.py", buf.getvalue())
+    # each part has a section of its own in RESULTS.md: one can be re-run alone
+    for part, fn in (("util", utilisation), ("failover", failover)):
+        if args.part not in (None, part):
+            continue
+        buf = io.StringIO()
+        sys.stdout = Tee(sys.__stdout__, buf)
+        load_avg = os.getloadavg()
+        print(
+            f"## Multipath WAN links: {part} ({platform.release()}, {time.strftime('%Y-%m-%d')})\n"
+        )
+        print(
+            f"Load average before: {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} "
+            f"({os.cpu_count()} cores).\n"
+        )
+        fn(args.repeat)
+        sys.stdout = sys.__stdout__
+        if args.write:
+            write_section(f"multipath.py --part {part}", buf.getvalue())
 
 
 if __name__ == "__main__":

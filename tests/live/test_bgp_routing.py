@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers import flows_over_paths, two_path_scenario, wait_for_line
 
@@ -130,3 +131,37 @@ def test_a_killed_owner_leaves_what_testbed_clean_removes(root, skip_without_frr
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_run_records_routing_events_and_the_failover(tmp_path, skip_without_frr):
+    """Through the real runner: a 2 s blackhole of path 1 under an all-reduce, BGP + BFD."""
+    from analysis import load
+    from analysis.routing import failover_table
+    from testbed.config.sweep import expand
+    from testbed.run.experiment import Experiment
+
+    data = bgp_paths() | {
+        "workload": {
+            "kind": "collectives", "collectives": ["all_reduce"], "algorithms": ["flat"],
+            "sizes": ["4MiB"], "warmup": 1, "iterations": 20, "timeout": "30s",
+        },
+        "faults": [{"kind": "blackhole", "link": "east-west/1",
+                    "after": {"iteration": 1, "offset": "100ms"}, "duration": "2s"}],
+    }  # fmt: skip
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    exp.run(selfcheck_seconds=0.5)
+    res = load(exp.results.path)
+    assert (res.runs["status"] == "ok").all(), res.runs[["status", "reason"]]
+    r = res.routing
+    downs = r[(r["source"] == "bfd") & (r["event"] == "down")]
+    assert set(downs["gateway"]) == {"east-gw", "west-gw"}, r
+    assert set(downs["link"]) == {"east-west/1"}
+    fib = r[r["source"] == "fib"]
+    assert "east->west/0" in set(fib["paths"]) and "west->east/0" in set(fib["paths"]), fib
+    (row,) = failover_table(res.events, r).to_dict("records")
+    assert row["detected_by"] == "bfd"
+    # BFD: 3 x 50 ms; then BGP and zebra (70-80 ms on the development VM); busy-machine margin
+    assert 0.1 < row["detect_s"] < 1.0 and row["detect_s"] <= row["moved_s"] < 1.5, row
+    # the session back (connect retry 2 s) and the path re-announced (FRR coalesces 1.15 s)
+    assert pd.notna(row["restored_s"]) and row["restored_s"] < 8, row
+    assert res.summary["failover_moved_s"].iloc[0] == pytest.approx(row["moved_s"])
