@@ -3,7 +3,8 @@
 This module owns the per-path throughput timeline: per run and link direction (``east->west``)
 one panel with a line per path (the path's shaper counter, wire Mbit/s), the collectives'
 windows as bands, fault and schedule events as dashed lines, and the moves of flows seen in
-flowpaths.parquet as ticks on the x axis. Same conventions as :mod:`analysis.plots`.
+flowpaths.parquet as ticks on the x axis, the sending gateway's routing events (route changes,
+sessions down: routing.parquet) as purple lines. Same conventions as :mod:`analysis.plots`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,27 @@ from analysis.multipath import flow_paths, operation_windows, path_throughput
 
 PLOT_NAMES = ("path_timeline",)
 MAX_PANELS = 8
+
+
+def _routing_marks(
+    ax: object, routing: pd.DataFrame, results: str, run_id: str, base: str, origin: float
+) -> None:
+    """The routing events of the direction's sending gateway: its route's path set changing
+    (dotted, labelled with the paths it then had) and BFD/BGP sessions going down."""
+    if routing.empty:
+        return
+    r = routing[(routing["results"] == results) & (routing["run_id"] == run_id)]
+    gateway = base.split("->")[0] + "-gw"
+    r = r[r["gateway"] == gateway]
+    for e in r.itertuples(index=False):
+        if e.source == "fib":
+            paths = ",".join(p.rsplit("/", 1)[-1] for p in str(e.paths or "").split(",") if p)
+            label = f"route: paths {paths or 'none'}"
+        elif e.event == "down":
+            label = f"{e.source} down {e.link}"
+        else:
+            continue
+        P.mark_event(ax, e.time - origin, label, "tab:purple", y=0.6)
 
 
 def plot_path_timeline(res: Results) -> P.Plot | None:
@@ -72,6 +94,7 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
                 ts = [t - origin for at in m["moved_at"] for t in at]
                 if ts:
                     ax.plot(ts, [0] * len(ts), "|", color="k", ms=10, label="a flow moved")
+            _routing_marks(ax, res.routing, results, run_id, base, origin)
             run_label = run_id if res.runs["results"].nunique() < 2 else f"{results} {run_id}"
             ax.set(title=f"{run_label}: {base}", ylabel="Mbit/s (wire)")
             ax.set_ylim(bottom=0)
@@ -85,7 +108,8 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
         "Multipath links: throughput per path",
         "Per run and link direction: the wire rate each path's shaper sent (queues.parquet "
         "counters, per sample interval). Grey bands: the collectives' timed iterations; dashed "
-        "lines: schedule steps and faults (red); ticks on the axis: a flow moved to another "
-        "path (flowpaths.parquet)." + more,
+        "lines: schedule steps and faults (red), the sending gateway's routing events (purple: "
+        "its route's paths changing, a BFD or BGP session down; routing.parquet); ticks on "
+        "the axis: a flow moved to another path (flowpaths.parquet)." + more,
         fig,
     )
