@@ -14,6 +14,7 @@ from rich.table import Table
 
 from testbed.cli.common import add_engine_option, need_root
 from testbed.cli.console import escape, make_console
+from testbed.core.errors import TestbedError
 from testbed.core.units import format_duration, format_rate, format_size
 
 out = make_console()
@@ -43,7 +44,56 @@ def register(sub: Any) -> None:
         default=1.0,
         help="seconds of bulk TCP per WAN direction in the link self-check",
     )
+    s.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the points on a Ray cluster (auto, or the head's HOST:PORT), one point at a "
+        "time per machine that joined with `testbed ray-node` (docs/scale-out.md)",
+    )
     s.set_defaults(fn=cmd_run)
+    n = sub.add_parser(
+        "ray-node",
+        help="join this machine to a Ray cluster as one that runs sweep points (ray start)",
+    )
+    n.add_argument("--head", action="store_true", help="start a new cluster here (its head)")
+    n.add_argument("--address", help="the head's HOST:PORT to join (not with --head)")
+    n.add_argument("--port", type=int, default=6379, help="the head's port (with --head)")
+    n.add_argument(
+        "--no-points",
+        action="store_true",
+        help="take no sweep points here (a head that only coordinates)",
+    )
+    n.set_defaults(fn=cmd_ray_node)
+
+
+def ray_start_argv(ray: str, head: bool, address: str | None, port: int, points: bool) -> list[str]:
+    """``ray start`` for a testbed machine: no CPUs for Ray's tasks (points take none and a
+    measuring machine runs nothing else), the custom resource a point needs, no dashboard."""
+    argv = [ray, "start", "--num-cpus", "0", "--disable-usage-stats"]
+    argv += ["--head", "--port", str(port), "--include-dashboard", "false"] if head else []
+    argv += ["--address", address] if address else []
+    if points:
+        argv += ["--resources", '{"testbed": 1}']
+    return argv
+
+
+def cmd_ray_node(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    import sys
+
+    from testbed.core.errors import ScenarioError
+
+    need_root("ray-node")
+    if args.head == bool(args.address):
+        raise ScenarioError("testbed ray-node: give either --head or --address HOST:PORT")
+    ray = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
+    if ray is None:
+        raise TestbedError("ray-node needs Ray: pip install 'multicluster-testbed[ray]'")
+    argv = ray_start_argv(ray, args.head, args.address, args.port, not args.no_points)
+    out.print(" ".join(argv), highlight=False)
+    os.execv(ray, argv)
+    return 0  # not reached
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -57,6 +107,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.engine:
         overrides.append(("engine", args.engine))
     runs = load_runs(args.file, overrides)
+    if args.ray:
+        from testbed.run.ray_sweep import require_ray
+
+        require_ray()  # before a results directory is made
     exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
     pending = [r for r in runs if not exp.done(r)]
     out.print(f"{len(runs)} run(s), {len(pending)} to do; results: {escape(exp.results.path)}")
@@ -84,7 +138,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress.console.print(text, highlight=False)
 
         try:
-            ok = exp.run(args.selfcheck, on_start, on_done)
+            if args.ray:
+                from testbed.run.ray_sweep import run_on_ray
+
+                ok = run_on_ray(exp, args.ray, args.selfcheck, on_start, on_done)
+            else:
+                ok = exp.run(args.selfcheck, on_start, on_done)
         except KeyboardInterrupt:
             interrupted, ok = True, False
     print_summary(exp)
