@@ -8,13 +8,14 @@ not hold, 130 interrupted (what was measured is kept; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from testbed.cli.common import add_engine_option, need_root
 from testbed.cli.console import escape, make_console
-from testbed.core.errors import TestbedError
+from testbed.core.errors import ScenarioError, TestbedError
 from testbed.core.units import format_duration, format_rate, format_size
 
 out = make_console()
@@ -44,6 +45,18 @@ def register(sub: Any) -> None:
         default=1.0,
         help="seconds of bulk TCP per WAN direction in the link self-check",
     )
+    s.add_argument(
+        "--point",
+        type=int,
+        metavar="K",
+        help="run only the K-th run of the sweep (0-based, points x repeats; a SLURM array task)",
+    )
+    s.add_argument(
+        "--emit-slurm-array",
+        action="store_true",
+        help="print a SLURM job-array script (one run per task, --point) and exit",
+    )
+    s.add_argument("--slurm-parallel", type=int, metavar="N", help="at most N array tasks at once")
     s.add_argument(
         "--ray",
         metavar="ADDRESS",
@@ -82,8 +95,6 @@ def cmd_ray_node(args: argparse.Namespace) -> int:
     import shutil
     import sys
 
-    from testbed.core.errors import ScenarioError
-
     need_root("ray-node")
     if args.head == bool(args.address):
         raise ScenarioError("testbed ray-node: give either --head or --address HOST:PORT")
@@ -102,11 +113,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     from testbed.config.sweep import load_runs, parse_override
     from testbed.run.experiment import Experiment
 
-    need_root("run")
     overrides = [parse_override(s) for s in args.set]
     if args.engine:
         overrides.append(("engine", args.engine))
     runs = load_runs(args.file, overrides)
+    if args.emit_slurm_array:
+        import sys
+
+        from testbed.run.slurm import slurm_array
+
+        sets = [*args.set, *([f"engine={args.engine}"] if args.engine else [])]
+        me = Path(sys.argv[0]) if sys.argv else Path("testbed")
+        testbed = str(me.resolve()) if me.name == "testbed" and me.exists() else "testbed"
+        print(
+            slurm_array(
+                args.file, [r.run_id for r in runs], args.out, testbed, tuple(sets),
+                args.slurm_parallel,
+            ),
+            end="",
+        )  # fmt: skip
+        return 0
+    if args.point is not None:
+        if not 0 <= args.point < len(runs):
+            raise ScenarioError(
+                f"--point {args.point}: {args.file} has {len(runs)} run(s): 0 to {len(runs) - 1}"
+            )
+        runs = [runs[args.point]]
+    need_root("run")
     if args.ray:
         from testbed.run.ray_sweep import require_ray
 

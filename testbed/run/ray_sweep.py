@@ -24,6 +24,7 @@ identity (host, kernel, CPU model: points are comparable only when their machine
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import platform
@@ -105,7 +106,9 @@ def run_point(
     import ray
 
     node = node_identity() | {"ray_node": ray.get_runtime_context().get_node_id()}
-    ray.get(attempts.start.remote(spec.run_id, node["host"], node["ray_node"]))
+    # the log says which nodes tried; the run itself does not depend on it
+    with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
+        ray.get(attempts.start.remote(spec.run_id, node["host"], node["ray_node"]), timeout=30)
     keep = NODE_DIR / results_name / spec.run_id
     with tempfile.TemporaryDirectory(prefix="testbed-ray-") as tmp:
         run_dir = Path(tmp) / spec.run_id
@@ -140,7 +143,11 @@ def run_on_ray(
     ray = require_ray()
     ray.init(address=address, log_to_driver=False, configure_logging=False)
     try:
-        attempts = ray.remote(num_cpus=0)(_Attempts).remote()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # the attempts log lives with the driver: a node that dies must not take it along
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        attempts = ray.remote(num_cpus=0)(_Attempts).options(scheduling_strategy=here).remote()
         task = ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_retries=MAX_RETRIES)(run_point)
         pending = {}
         for spec in exp.runs:
@@ -155,7 +162,10 @@ def run_on_ray(
                 done, _ = ray.wait(list(pending), num_returns=1)
                 spec = pending.pop(done[0])
                 result = _collect(ray, done[0], spec, exp)
-                tried = ray.get(attempts.of.remote(spec.run_id))
+                try:
+                    tried = ray.get(attempts.of.remote(spec.run_id), timeout=30)
+                except (ray.exceptions.RayError, TimeoutError):
+                    tried = []
                 if len(tried) > 1:
                     result.info["attempts"] = tried
                 exp.record(spec, result)

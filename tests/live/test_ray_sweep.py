@@ -1,0 +1,111 @@
+"""Live tests of sharded sweeps on Ray (issue 19 a): a real Ray cluster of a head and two nodes
+on this machine (``ray.cluster_utils.Cluster``: separate raylets, one ``testbed`` resource
+each), a sweep whose points run as tasks on them; a node that dies mid-point has its point
+retried on the other node."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.config.sweep import expand
+from testbed.net import build, registry
+from testbed.run.experiment import Experiment
+
+pytestmark = pytest.mark.live
+ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
+
+
+def bulk(name: str, seconds: str = "1s", rates: tuple[str, ...] = ("50mbit", "100mbit")) -> dict:
+    return {
+        "name": name,
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [{"between": ["east", "west"], "rate": rates[0], "delay": "5ms"}],
+        "traffic": [{"kind": "bulk", "from": "east-h0", "to": "west-h0", "duration": seconds}],
+        **({"sweep": {"wan[0].rate": list(rates)}} if len(rates) > 1 else {}),
+    }
+
+
+@pytest.fixture
+def cluster(root):
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        nodes = [c.add_node(num_cpus=0, resources={"testbed": 1}) for _ in range(2)]
+        c.wait_for_nodes()
+        yield c, nodes
+    finally:
+        c.shutdown()
+
+
+def test_a_sweep_runs_its_points_on_the_nodes_and_resumes(tmp_path, cluster):
+    from testbed.run.ray_sweep import run_on_ray
+
+    c, _ = cluster
+    exp = Experiment(expand(bulk("raysweep"), "test"), "test", tmp_path, resume=False)
+    assert run_on_ray(exp, c.address, selfcheck_seconds=0.5)
+    manifest = json.loads(exp.results.manifest_path.read_text())
+    runs = manifest["runs"]
+    assert sorted(runs) == ["p000-r0", "p001-r0"]
+    assert all(r["status"] == "ok" for r in runs.values()), runs
+    nodes = {r["node"]["ray_node"] for r in runs.values()}
+    assert len(nodes) == 2  # one point at a time per node: both nodes took one
+    for r in runs.values():
+        assert r["node"]["host"] and r["node"]["kernel"] == os.uname().release
+        assert r["node"]["cpu"] and "attempts" not in r
+    # the same results directory as a local run: tables, summary, each run's directory
+    for table in ("links", "flows_goodput", "events"):
+        assert (exp.results.path / f"{table}.parquet").exists() or table == "events"
+    assert (exp.results.path / "links.parquet").exists()
+    assert len(manifest["summary"]) == 2
+    assert all((exp.results.path / "runs" / rid).is_dir() for rid in runs)
+    again = Experiment(expand(bulk("raysweep"), "test"), "test", exp.results.path, resume=True)
+    assert run_on_ray(again, c.address)  # nothing left to do
+
+
+def test_a_point_whose_node_dies_is_retried_on_another(tmp_path, cluster):
+    from testbed.run.ray_sweep import run_on_ray
+
+    c, nodes = cluster
+    data = bulk("raydie", seconds="8s", rates=("50mbit",))
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    before = {r.prefix for r in registry.records()}
+    outcome: list[bool] = []
+    driver = threading.Thread(
+        target=lambda: outcome.append(run_on_ray(exp, c.address, selfcheck_seconds=0.5))
+    )
+    driver.start()
+    try:
+        # the first attempt's testbed appears; its owner is a worker of one of the nodes
+        deadline = time.monotonic() + 120
+        first = None
+        while first is None:
+            assert time.monotonic() < deadline, "the point did not start"
+            new = [r for r in registry.records() if r.prefix not in before]
+            first = new[0] if new and new[0].phase == "up" else None
+            time.sleep(0.2)
+        raylets = {n: n.all_processes["raylet"][0].process.pid for n in nodes}
+        stat = Path(f"/proc/{first.owner_pid}/stat").read_text()
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        (victim,) = [n for n, pid in raylets.items() if pid == parent]
+        c.remove_node(victim, allow_graceful=False)
+        driver.join(timeout=240)
+        assert not driver.is_alive()
+    finally:
+        driver.join(timeout=60)
+    assert outcome == [True]
+    run = json.loads(exp.results.manifest_path.read_text())["runs"]["p000-r0"]
+    assert run["status"] == "ok", run
+    assert len(run["attempts"]) == 2, run["attempts"]
+    assert run["attempts"][1]["ray_node"] == run["node"]["ray_node"]
+    assert run["attempts"][0]["ray_node"] != run["node"]["ray_node"]
+    # the dead attempt's testbed is a leftover: `testbed clean` removes it
+    assert not registry.process_alive(first.owner_pid, first.owner_start)
+    build.clean()
+    assert registry.namespaces_with_prefix(first.prefix) == []
