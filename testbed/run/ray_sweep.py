@@ -43,6 +43,7 @@ RESOURCE = "testbed"
 MAX_RETRIES = 3  # attempts after the first when a worker or node dies (Ray's default)
 LEAVE_ON_NODE = 32 * 1024 * 1024  # bytes: larger files stay on the node (path in the manifest)
 NODE_DIR = Path("/var/tmp/testbed-ray")  # where they stay
+HEAD = "node:__internal_head__"  # the resource Ray gives its head node
 
 
 def require_ray() -> Any:
@@ -143,11 +144,9 @@ def run_on_ray(
     ray = require_ray()
     ray.init(address=address, log_to_driver=False, configure_logging=False)
     try:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        # the attempts log lives with the driver: a node that dies must not take it along
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-        attempts = ray.remote(num_cpus=0)(_Attempts).options(scheduling_strategy=here).remote()
+        # the attempts log lives on the head (Ray's own resource marks it): a node that dies
+        # must not take it along, and without the head there is no cluster anyway
+        attempts = ray.remote(num_cpus=0, resources={HEAD: 0.001})(_Attempts).remote()
         task = ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_retries=MAX_RETRIES)(run_point)
         pending = {}
         for spec in exp.runs:
