@@ -1,0 +1,105 @@
+"""Benchmark: a sweep on a Ray cluster (issue 19 a) against the same sweep run locally.
+
+    sudo .venv/bin/python -m benchmarks.scale_out [--write] [--points 8]
+
+An 8-point sweep (2 clusters x 1 host, one WAN link whose rate the sweep sets, a 3 s bulk TCP
+flow per point, 0.5 s self-check per direction) three ways: locally (``Experiment.run``), on a
+Ray cluster of one node and on one of two nodes (``ray.cluster_utils.Cluster`` on this machine:
+a head without resources and nodes with one ``testbed`` each, separate raylets). Per way: the
+wall time of the sweep (the cluster's start excluded, reported apart), per point, and Ray's
+overhead per point (one node against local). Two nodes on one 2-core machine share its CPUs:
+their speed-up says what Ray's scheduling allows here, not what two machines give.
+Goal: Ray's overhead per point well under a point's own time (< 10 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import sys
+import tempfile
+import time
+
+from benchmarks._results import Tee, write_section
+from testbed.config.sweep import expand
+from testbed.run.experiment import Experiment
+
+RATES = ["50mbit", "100mbit", "150mbit", "200mbit", "250mbit", "300mbit", "350mbit", "400mbit"]
+
+
+def scenario(points: int) -> dict:
+    return {
+        "name": "bench-scale-out",
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}],
+        "traffic": [{"kind": "bulk", "from": "east-h0", "to": "west-h0", "duration": "3s"}],
+        "sweep": {"wan[0].rate": RATES[:points]},
+    }
+
+
+def sweep(points: int, out: str, address: str | None) -> tuple[float, bool]:
+    from testbed.run.ray_sweep import run_on_ray
+
+    exp = Experiment(expand(scenario(points), "bench"), "bench", out, resume=False)
+    t0 = time.monotonic()
+    ok = run_on_ray(exp, address, 0.5) if address else exp.run(0.5)
+    return time.monotonic() - t0, ok
+
+
+def on_cluster(nodes: int, points: int, out: str) -> tuple[float, float, bool]:
+    from ray.cluster_utils import Cluster
+
+    t0 = time.monotonic()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(nodes):
+            c.add_node(num_cpus=0, resources={"testbed": 1})
+        c.wait_for_nodes()
+        start = time.monotonic() - t0
+        wall, ok = sweep(points, out, c.address)
+    finally:
+        c.shutdown()
+    return start, wall, ok
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    p.add_argument("--points", type=int, default=8, choices=range(2, 9))
+    args = p.parse_args()
+    buf = io.StringIO()
+    sys.stdout = Tee(sys.__stdout__, buf)
+    load = os.getloadavg()
+    print(f"## Sweeps on Ray ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
+    print(
+        f"Load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)."
+    )
+    print(f"{args.points} points: 1 x 1 host, a 3 s bulk flow each, self-check 0.5 s/direction.\n")
+    print("| way | cluster start | sweep wall | per point | all ok |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        local, ok = sweep(args.points, f"{tmp}/local", None)
+        print(f"| local | - | {local:.1f} s | {local / args.points:.2f} s | {ok} |")
+        rows = {}
+        for nodes in (1, 2):
+            start, wall, ok = on_cluster(nodes, args.points, f"{tmp}/ray{nodes}")
+            rows[nodes] = wall
+            print(
+                f"| Ray, {nodes} node(s) | {start:.1f} s | {wall:.1f} s | "
+                f"{wall / args.points:.2f} s | {ok} |"
+            )
+    over = (rows[1] - local) / args.points
+    print(
+        f"\nRay's overhead per point (1 node against local): {over:.2f} s "
+        f"({over / (local / args.points):.0%} of a local point); 2 nodes against 1: "
+        f"{rows[1] / rows[2]:.2f}x faster."
+    )
+    sys.stdout = sys.__stdout__
+    if args.write:
+        write_section("scale_out.py", buf.getvalue())
+
+
+if __name__ == "__main__":
+    main()
