@@ -45,7 +45,12 @@ def sweep(points: int, out: str, address: str | None) -> tuple[float, bool]:
     exp = Experiment(expand(scenario(points), "bench"), "bench", out, resume=False)
     t0 = time.monotonic()
     ok = run_on_ray(exp, address, 0.5) if address else exp.run(0.5)
-    return time.monotonic() - t0, ok
+    wall = time.monotonic() - t0
+    for run_id, run in exp.manifest["runs"].items():
+        if run["status"] != "ok":
+            print(f"<!-- {'ray' if address else 'local'} {run_id} {run['status']}: "
+                  f"{run['reason'][:300]} -->")  # fmt: skip
+    return wall, ok
 
 
 def on_cluster(nodes: int, points: int, out: str) -> tuple[float, float, bool]:
