@@ -137,6 +137,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 for s in b.speakers
             )
         )
+    if plan.machines:
+        by_machine: dict[str, list[str]] = {}
+        for cluster, machine in plan.machines.items():
+            by_machine.setdefault(machine, []).append(cluster)
+        mtu = (
+            f"every testbed interface at MTU {plan.mtu} (the underlay's "
+            f"{sc.placement.underlay_mtu} cannot carry 1500 + the cable's 50 bytes)"
+            if plan.mtu
+            else "interfaces at 1500 (the underlay carries the cable's 50 bytes more)"
+        )
+        out.print(
+            "placement (planned, issue 19 b: `testbed up` refuses it for now): "
+            + "; ".join(f"{m}: {', '.join(cs)}" for m, cs in by_machine.items())
+            + ". VXLAN cables (UDP 4789): "
+            + (
+                "; ".join(
+                    f"{c.link} {c.wire_if} on {c.wire_machine} <-> {c.gw_if} on {c.gw_machine} "
+                    f"(VNI {c.vni})"
+                    for c in plan.cables
+                )
+                or "none (every link within one machine)"
+            )
+            + f"; {mtu}."
+        )
     if plan.fabric:
         out.print(_fabric_table(sc))
     out.print(_tcp_table(sc, plan))

@@ -623,6 +623,30 @@ class Routing(_Strict):
         return self
 
 
+MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$")
+
+
+class Placement(_Strict):
+    """Clusters on machines (issue 19 b, planned: ``testbed plan`` shows it, ``up`` refuses it
+    for now): ``machines`` maps every cluster to a machine (a Ray node label or address);
+    only WAN wires cross machines, over VXLAN cables. ``underlay_mtu``: the MTU between the
+    machines; below 1550 every testbed interface gets 1450 (the cable's 50 bytes)."""
+
+    machines: dict[str, str]
+    underlay_mtu: int = Field(1500, ge=1280, le=9216)
+
+    @field_validator("machines")
+    @classmethod
+    def _names(cls, v: dict[str, str]) -> dict[str, str]:
+        for cluster, machine in v.items():
+            if not MACHINE_NAME.match(str(machine)):
+                raise ValueError(
+                    f"{cluster}: {machine!r} is not a machine name; allowed: letters, digits "
+                    "and . _ : - (a Ray node label or an address), at most 63 characters"
+                )
+        return v
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -635,6 +659,7 @@ class Scenario(_Strict):
     # links, shaped by the same backends; docs/mininet.md)
     engine: Literal["native", "mininet"] = "native"
     routing: Routing = Routing()
+    placement: Placement | None = None
     workload: AnyWorkload | None = None
     trace: Trace = Trace()
     # The WAN misbehaving while the workload runs (testbed.config.dynamics, docs/faults.md).
@@ -723,6 +748,27 @@ class Scenario(_Strict):
                 f"cluster(s) {', '.join(missing)} have no WAN path to {names[0]}; "
                 "add a `between` entry that connects them",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _placed_clusters(self) -> Scenario:
+        if self.placement is None:
+            return self
+        placed = self.placement.machines
+        for cluster in placed:
+            if cluster not in self.clusters:
+                raise _FieldError(
+                    f"placement.machines.{cluster}",
+                    f"unknown cluster {cluster!r}; clusters are: {', '.join(self.clusters)}",
+                )
+        missing = [c for c in self.clusters if c not in placed]
+        if missing:
+            raise _FieldError(
+                "placement.machines",
+                f"every cluster needs a machine; missing: {', '.join(missing)}",
+            )
+        if self.engine == "mininet":
+            raise _FieldError("placement", "clusters on several machines need `engine: native`")
         return self
 
     @model_validator(mode="after")

@@ -196,6 +196,24 @@ class Gateway:
 
 
 @dataclass(frozen=True)
+class Cable:
+    """A WAN wire's veth that crosses machines (``placement``): the wire namespace (on the
+    machine of the link's first cluster) and the far gateway are joined by a VXLAN cable
+    instead, one VNI each (UDP 4789), each end made in its machine's own namespace and moved
+    into the wire or gateway. Shaping stays where it is (HTB + bfifo on the sending gateway,
+    propagation in the wire), never on the cable."""
+
+    link: str  # the wire's link or path name, "east-west" / "east-west/1"
+    vni: int
+    wire_ns: str
+    wire_if: str  # to-<cluster>
+    wire_machine: str
+    gw_ns: str
+    gw_if: str  # w-<peer> / p<j>-<peer>
+    gw_machine: str
+
+
+@dataclass(frozen=True)
 class BgpNeighbor:
     """An eBGP session of a gateway on one WAN path: to the peer gateway's port on that path
     (two hops away, across the path's wire), spoken from this gateway's port."""
@@ -253,6 +271,11 @@ class NetworkPlan:
     wire_sized_packets: bool  # loss > 0 somewhere: senders emit MTU-sized packets, not GSO
     warnings: tuple[str, ...]
     bgp: BgpPlan | None = None  # routing.mode bgp: FRR in the gateways routes between clusters
+    # placement across machines (planned, issue 19 b): cluster -> machine, the cables, and the
+    # MTU of every testbed interface (None: the kernel's 1500; 1450 under a 1500 underlay)
+    machines: dict[str, str] = field(default_factory=dict)
+    cables: tuple[Cable, ...] = ()
+    mtu: int | None = None
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -497,7 +520,21 @@ def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
         wire_sized_packets=any(d.loss > 0 for d in parts.wan) or loss_later(scenario),
         warnings=tuple(parts.warnings),
         bgp=_bgp_plan(scenario, parts) if scenario.routing.mode == "bgp" else None,
+        machines=dict(scenario.placement.machines) if scenario.placement else {},
+        cables=tuple(parts.cables),
+        mtu=_mtu(scenario) if parts.cables else None,
     )
+
+
+VXLAN_OVERHEAD = 50  # bytes: outer IPv4 (20) + UDP (8) + VXLAN (8) + inner Ethernet (14)
+VNI_PER_SLOT = 256  # a testbed's cables take VNIs slot * 256 + i
+
+
+def _mtu(scenario: Scenario) -> int | None:
+    """Every testbed interface's MTU when cables cross machines: 1450 unless the underlay
+    carries a full 1500-byte frame plus the cable's overhead."""
+    assert scenario.placement is not None
+    return None if scenario.placement.underlay_mtu >= 1500 + VXLAN_OVERHEAD else 1450
 
 
 BGP_ASN_BASE = 65000  # cluster k speaks as AS 65000 + k (private AS numbers)
@@ -557,6 +594,7 @@ class _Parts:
     warnings: list[str] = field(default_factory=list)
     # (gw, peer) -> the wire addresses (and weights) of each path between them
     gw_wan_addr: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
+    cables: list[Cable] = field(default_factory=list)  # wires crossing machines (placement)
     # BGP sessions (routing.mode bgp): (cluster, peer cluster, path name, local port, peer port)
     sessions: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     max_inflight: int = 0  # sender_inflight_max over the WAN directions: sizes the TCP buffers
@@ -585,6 +623,7 @@ class _Parts:
             gw_ns = self.ns_name(f"{here}-gw")
             port = wan_port(there, link.path)
             self.veths.append(Veth(gw_ns, port, wire, f"to-{here}"))
+            self.cable(link, wire, f"to-{here}", gw_ns, port, here)
             self.addresses.append(Address(gw_ns, port, f"{gw_ip}/30"))
             self.addresses.append(Address(wire, f"to-{here}", f"{wire_ip}/30"))
             self.gw_wan_addr.setdefault((here, there), []).append((wire_ip, link.weight))
@@ -609,6 +648,22 @@ class _Parts:
         for name, src, dst, d, other in ((names[0], a, b, fwd, rev), (names[1], b, a, rev, fwd)):
             self.wan_direction(
                 name, f"wan[{i}] {name}", wire, src, dst, d, other["rate"], rtt, link.path
+            )
+
+    def cable(
+        self, link: WanLink, wire: str, wire_if: str, gw_ns: str, gw_if: str, here: str
+    ) -> None:
+        """The veth wire_if <-> gw_if as a cable when the gateway's machine is not the wire's
+        (the wire is on the machine of the link's first cluster)."""
+        placement = self.scenario.placement
+        if placement is None:
+            return
+        wire_machine = placement.machines[link.between[0]]
+        gw_machine = placement.machines[here]
+        if gw_machine != wire_machine:
+            vni = int(self.net.split(".")[1]) * VNI_PER_SLOT + len(self.cables)
+            self.cables.append(
+                Cable(link.name, vni, wire, wire_if, wire_machine, gw_ns, gw_if, gw_machine)
             )
 
     def wan_direction(

@@ -91,6 +91,11 @@ class Testbed:
         assert self.scenario is not None, "an attached testbed is already up"
         self.features = kernel.probe()
         self.engine.check()
+        if self.scenario.placement is not None:
+            raise UnsupportedError(
+                "placement: clusters on several machines are planned (`testbed plan` shows the "
+                "cables) but not built yet (issue 19 b); remove `placement:` to run on this one"
+            )
         if self.scenario.routing.mode == "bgp" and (why := frr.missing()):
             raise UnsupportedError(f"routing.mode bgp: {why}")
         self.record = registry.claim(self.name, self.source)

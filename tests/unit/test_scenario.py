@@ -193,8 +193,8 @@ def test_longest_cluster_name_is_accepted() -> None:
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
 ALLOWED_TOP = (
-    "name, description, clusters, wan, tcp, backend, engine, routing, workload, trace, faults, "
-    "traffic, dilation, clock, sweep, repeat, expect"
+    "name, description, clusters, wan, tcp, backend, engine, routing, placement, workload, "
+    "trace, faults, traffic, dilation, clock, sweep, repeat, expect"
 )
 ALLOWED_WAN = (
     "between, rate, delay, jitter, loss, reorder, buffer, aqm, reverse, schedule, trace, preset, "
