@@ -123,8 +123,18 @@ def find(name: str) -> Record:
     raise RegistryError(f"no testbed named {name!r} (live testbeds: {live})")
 
 
-def claim(name: str, scenario: str = "", persistent: bool = False) -> Record:
-    """Reserve a unique prefix, address slot and name for a new testbed owned by this process."""
+def claim(
+    name: str,
+    scenario: str = "",
+    persistent: bool = False,
+    prefix: str | None = None,
+    slot: int | None = None,
+) -> Record:
+    """Reserve a unique prefix, address slot and name for a new testbed owned by this process.
+
+    ``prefix`` and ``slot``: reserve exactly these (one topology over several machines has the
+    same prefix and address block on each: the driver picks them, every machine reserves
+    them); a RegistryError says which is taken."""
     if not NAME.match(name):
         raise RegistryError(
             f"{name!r} is not a valid testbed name; allowed: a-z, 0-9 and '-', at most 48 chars"
@@ -140,15 +150,28 @@ def claim(name: str, scenario: str = "", persistent: bool = False) -> Record:
         # Leftovers keep their slot and prefix until cleaned, so they never collide either.
         used_slots = {r.slot for r in existing}
         used_prefixes = {r.prefix for r in existing} | _prefixes_in_kernel()
-        free = [s for s in SLOTS if s not in used_slots]
+        if slot is not None:
+            if slot not in SLOTS:
+                raise RegistryError(f"slot {slot} is outside {SLOTS.start}..{SLOTS.stop - 1}")
+            if slot in used_slots:
+                raise RegistryError(f"address block 10.{slot}.0.0/16 is taken on this machine")
+            free = [slot]
+        else:
+            free = [s for s in SLOTS if s not in used_slots]
         if not free:
             raise RegistryError(
                 f"all {len(SLOTS)} address blocks are taken; run `testbed clean` or take some down"
             )
-        while True:
-            prefix = f"{PREFIX_STEM}{secrets.token_hex(2)}"
-            if prefix not in used_prefixes:
-                break
+        if prefix is not None:
+            if not PREFIX.match(prefix):
+                raise RegistryError(f"{prefix!r} is not a testbed prefix (mctb + 4 hex digits)")
+            if prefix in used_prefixes:
+                raise RegistryError(f"prefix {prefix} is taken on this machine")
+        else:
+            while True:
+                prefix = f"{PREFIX_STEM}{secrets.token_hex(2)}"
+                if prefix not in used_prefixes:
+                    break
         pid = os.getpid()
         rec = Record(name, prefix, free[0], pid, process_start(pid), persistent, scenario=scenario)
         rec.save()
