@@ -29,13 +29,9 @@ Each part writes a section of its own to RESULTS.md (``multipath.py --part util`
 from __future__ import annotations
 
 import argparse
-import io
-import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from typing import Any
 
 import pandas as pd
@@ -44,7 +40,7 @@ from analysis.faults import analyse
 from analysis.loader import load
 from analysis.multipath import operation_windows, path_utilisation
 from analysis.routing import failover_table
-from benchmarks._results import Tee, write_section
+from benchmarks._results import section
 from testbed.config.sweep import expand
 from testbed.run.experiment import Experiment
 
@@ -208,22 +204,9 @@ def main() -> None:
     args = p.parse_args()
     # each part has a section of its own in RESULTS.md: one can be re-run alone
     for part, fn in (("util", utilisation), ("failover", failover)):
-        if args.part not in (None, part):
-            continue
-        buf = io.StringIO()
-        sys.stdout = Tee(sys.__stdout__, buf)
-        load_avg = os.getloadavg()
-        print(
-            f"## Multipath WAN links: {part} ({platform.release()}, {time.strftime('%Y-%m-%d')})\n"
-        )
-        print(
-            f"Load average before: {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} "
-            f"({os.cpu_count()} cores).\n"
-        )
-        fn(args.repeat)
-        sys.stdout = sys.__stdout__
-        if args.write:
-            write_section(f"multipath.py --part {part}", buf.getvalue())
+        if args.part in (None, part):
+            with section(f"multipath.py --part {part}", args.write, f"Multipath WAN links: {part}"):
+                fn(args.repeat)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,10 @@ Goal: Ray's overhead per point well under a point's own time (< 10 %).
 from __future__ import annotations
 
 import argparse
-import io
-import os
-import platform
-import sys
 import tempfile
 import time
 
-from benchmarks._results import Tee, write_section
+from benchmarks._results import section
 from testbed.config.sweep import expand
 from testbed.run.experiment import Experiment
 
@@ -74,36 +70,27 @@ def main() -> None:
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     p.add_argument("--points", type=int, default=8, choices=range(2, 9))
     args = p.parse_args()
-    buf = io.StringIO()
-    sys.stdout = Tee(sys.__stdout__, buf)
-    load = os.getloadavg()
-    print(f"## Sweeps on Ray ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
-    print(
-        f"Load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)."
-    )
-    print(f"{args.points} points: 1 x 1 host, a 3 s bulk flow each, self-check 0.5 s/direction.\n")
-    print("| way | cluster start | sweep wall | per point | all ok |")
-    print("|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        local, ok = sweep(args.points, f"{tmp}/local", None)
-        print(f"| local | - | {local:.1f} s | {local / args.points:.2f} s | {ok} |")
-        rows = {}
-        for nodes in (1, 2):
-            start, wall, ok = on_cluster(nodes, args.points, f"{tmp}/ray{nodes}")
-            rows[nodes] = wall
-            print(
-                f"| Ray, {nodes} node(s) | {start:.1f} s | {wall:.1f} s | "
-                f"{wall / args.points:.2f} s | {ok} |"
-            )
-    over = (rows[1] - local) / args.points
-    print(
-        f"\nRay's overhead per point (1 node against local): {over:.2f} s "
-        f"({over / (local / args.points):.0%} of a local point); 2 nodes against 1: "
-        f"{rows[1] / rows[2]:.2f}x faster."
-    )
-    sys.stdout = sys.__stdout__
-    if args.write:
-        write_section("scale_out.py", buf.getvalue())
+    note = f"{args.points} points: 1 x 1 host, a 3 s bulk flow each, self-check 0.5 s/direction."
+    with section("scale_out.py", args.write, "Sweeps on Ray", note):
+        print("| way | cluster start | sweep wall | per point | all ok |")
+        print("|---|---|---|---|---|")
+        with tempfile.TemporaryDirectory() as tmp:
+            local, ok = sweep(args.points, f"{tmp}/local", None)
+            print(f"| local | - | {local:.1f} s | {local / args.points:.2f} s | {ok} |")
+            rows = {}
+            for nodes in (1, 2):
+                start, wall, ok = on_cluster(nodes, args.points, f"{tmp}/ray{nodes}")
+                rows[nodes] = wall
+                print(
+                    f"| Ray, {nodes} node(s) | {start:.1f} s | {wall:.1f} s | "
+                    f"{wall / args.points:.2f} s | {ok} |"
+                )
+        over = (rows[1] - local) / args.points
+        print(
+            f"\nRay's overhead per point (1 node against local): {over:.2f} s "
+            f"({over / (local / args.points):.0%} of a local point); 2 nodes against 1: "
+            f"{rows[1] / rows[2]:.2f}x faster."
+        )
 
 
 if __name__ == "__main__":
