@@ -24,7 +24,7 @@ def test_flows_cross_every_path_and_a_downed_path_moves_them(make_testbed):
     ]  # fmt: skip
     routes = tb.run("east-gw", ["ip", "route", "show", "10.0.0.0/8"]).stdout
     per_path, rate = flows(tb)
-    # 8 flows, an L4 hash: each path gets some (all on one: 2^-7 by chance, per run)
+    # 16 flows, an L4 hash: each path gets some (all on one: 2^-15 by chance, per call)
     assert all(b > 2_000_000 for b in per_path.values()), (per_path, routes)
     assert rate > 110e6, rate  # more than one 100 Mbit/s path carries
     ops = FaultOps(tb.plan)
