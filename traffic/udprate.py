@@ -3,7 +3,8 @@
     python -m traffic.udprate serve --port 5297 --skip 0.2 --window 1.0  # READY, one JSON line
     python -m traffic.udprate send --host west-h0 --port 5297 --rate 105e6 --duration 1.5
 
-The sender paces full-size datagrams at ``--rate`` bit/s of Ethernet frames, slightly above the
+The sender paces full-size datagrams (``--payload`` bytes on both ends: the interface MTU less
+28) at ``--rate`` bit/s of Ethernet frames, slightly above the
 link's rate, so the shaper is always backlogged and drops the excess (expected). The receiver
 counts what arrives: from ``skip`` seconds after the first datagram (the shaper's initial burst
 and the probe's start-up stay outside) for ``window`` seconds, both edges taken from the
@@ -39,13 +40,16 @@ FRAME = UDP_PAYLOAD + UDP_IP_HEADERS + ETH_HEADER
 TIMESPEC = struct.Struct("@qq")
 
 
-def frame_bytes(payload: int) -> int:
-    """Frame bytes of ``payload`` bytes sent as full-size datagrams (the last may be short)."""
-    segments = -(-payload // UDP_PAYLOAD)
+def frame_bytes(payload: int, segment: int = UDP_PAYLOAD) -> int:
+    """Frame bytes of ``payload`` bytes sent as full-size datagrams of ``segment`` payload
+    bytes (the last may be short)."""
+    segments = -(-payload // segment)
     return payload + segments * (UDP_IP_HEADERS + ETH_HEADER)
 
 
-def serve(port: int, skip: float, window: float, idle: float = 3.0) -> dict:
+def serve(
+    port: int, skip: float, window: float, idle: float = 3.0, segment: int = UDP_PAYLOAD
+) -> dict:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         with contextlib.suppress(OSError):  # without GRO: one datagram per read, fine when slow
             s.setsockopt(SOL_UDP, UDP_GRO, 1)
@@ -92,7 +96,7 @@ def serve(port: int, skip: float, window: float, idle: float = 3.0) -> dict:
                 t_a = t
             else:
                 counted += last_bytes
-            last_bytes = frame_bytes(len(data))
+            last_bytes = frame_bytes(len(data), segment)
             t_b = t
     seconds = (t_b - t_a) if t_a is not None and t_b is not None else 0.0
     return {
@@ -104,16 +108,16 @@ def serve(port: int, skip: float, window: float, idle: float = 3.0) -> dict:
     }
 
 
-def send(host: str, port: int, rate: float, duration: float) -> dict:
+def send(host: str, port: int, rate: float, duration: float, segment: int = UDP_PAYLOAD) -> dict:
     addr = (socket.gethostbyname(host), port)
-    chunk = bytes(UDP_PAYLOAD * SEGMENTS)
+    chunk = bytes(segment * SEGMENTS)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            s.setsockopt(SOL_UDP, UDP_SEGMENT, UDP_PAYLOAD)
+            s.setsockopt(SOL_UDP, UDP_SEGMENT, segment)
             per_send = chunk
         except OSError:
-            per_send = chunk[:UDP_PAYLOAD]
-        bits = frame_bytes(len(per_send)) * 8
+            per_send = chunk[:segment]
+        bits = frame_bytes(len(per_send), segment) * 8
         gap = bits / rate
         start = time.monotonic()
         due = start
@@ -130,9 +134,9 @@ def send(host: str, port: int, rate: float, duration: float) -> dict:
         seconds = time.monotonic() - start
     return {
         "payload_sent": sent,
-        "send_rate_bps": frame_bytes(sent) * 8 / seconds,
+        "send_rate_bps": frame_bytes(sent, segment) * 8 / seconds,
         "send_errors": errors,
-        "gso": len(per_send) > UDP_PAYLOAD,
+        "gso": len(per_send) > segment,
     }
 
 
@@ -143,16 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--skip", type=float, default=0.2)
     s.add_argument("--window", type=float, default=1.0)
+    s.add_argument("--payload", type=int, default=UDP_PAYLOAD, help="bytes per datagram")
     c = sub.add_parser("send")
     c.add_argument("--host", required=True)
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--rate", type=float, required=True, help="bit/s of Ethernet frames")
     c.add_argument("--duration", type=float, default=1.5)
+    c.add_argument("--payload", type=int, default=UDP_PAYLOAD, help="bytes per datagram (MTU - 28)")
     args = p.parse_args(argv)
     if args.mode == "serve":
-        result = serve(args.port, args.skip, args.window)
+        result = serve(args.port, args.skip, args.window, segment=args.payload)
     else:
-        result = send(args.host, args.port, args.rate, args.duration)
+        result = send(args.host, args.port, args.rate, args.duration, args.payload)
     print(json.dumps(result), flush=True)
     return 0
 

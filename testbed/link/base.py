@@ -71,7 +71,8 @@ class LinkBackend:
             out[p.ns] += self.fabric_lines(p)
         for ns, lines in self.wire_lines(plan).items():
             out[ns] += lines
-        return dict(out)
+        # one machine's part of a topology over several: the halves of directions that are here
+        return {ns: lines for ns, lines in out.items() if plan.has_ns(ns)}
 
     # -- lifecycle (after the kernel objects exist, before they go) ----------------------------
     def prepare(
@@ -89,7 +90,7 @@ class LinkBackend:
         self.directions = {d.name: d for d in plan.wan}
         plugs = {}
         for d in plan.wan:
-            if holds_in_plug(d) and not self.owns_queue(d):
+            if holds_in_plug(d) and not self.owns_queue(d) and plan.has_ns(d.shaper.ns):
                 plugs.setdefault(d.shaper.ns, []).extend(plug_start_ops(d))
         rtnl.apply(plugs)
 

@@ -48,7 +48,11 @@ class KernelBackend(LinkBackend):
 
     def start(self, plan: NetworkPlan, record: Record, trace_interval: float | None) -> None:
         super().start(plan, record, trace_interval)
-        self.netem = {d.name: d.impairment for d in plan.wan if self._has_netem(d.name)}
+        self.netem = {
+            d.name: d.impairment
+            for d in plan.wan
+            if self._has_netem(d.name) and plan.has_ns(d.impairment.ns)
+        }
         self.bottleneck = {d.name: (d.rate, d.buffer) for d in plan.wan}
 
     def _has_netem(self, name: str) -> bool:

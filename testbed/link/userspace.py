@@ -218,7 +218,7 @@ class DelayLineSupervisor:
         self.plan = plan
         self.trace_interval = trace_interval
         self.record = record
-        self.dir = registry.STATE_DIR / record.prefix
+        self.dir = record.state_dir
         # What each direction's line emulates now: the plan's, until set_impairments (and, where
         # the line is the bottleneck, set_rates).
         self.impairments: dict[str, Impairment] = {d.name: d.impairment for d in plan.wan}
@@ -230,6 +230,8 @@ class DelayLineSupervisor:
         for d in plan.wan:
             # A direction that a schedule, trace or fault changes later gets its line now, idle
             # or not: a running testbed cannot add one (its queue number is in the wire's rules).
+            if not plan.has_ns(d.impairment.ns):  # its wire is on another machine
+                continue
             if d.impairment.active or line_holds_queue(d) or d.changes_later:
                 by_wire.setdefault(d.impairment.ns, []).append(d)
         for ns, dirs in by_wire.items():

@@ -169,7 +169,7 @@ class _Session:
                 rec.save()
             else:
                 rec.remove()
-                shutil.rmtree(registry.STATE_DIR / rec.prefix, ignore_errors=True)
+                shutil.rmtree(rec.state_dir, ignore_errors=True)
                 cls.record = None
 
 

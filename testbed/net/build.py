@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.core.errors import NetError, UnsupportedError
-from testbed.net import netns, registry
+from testbed.net import cables, netns, registry
 from testbed.net.batches import start_batches, wait_batches
 from testbed.net.registry import Record
 
 if TYPE_CHECKING:
+    from testbed.net.cables import Underlay
     from testbed.net.engines import Engine
     from testbed.net.probe import KernelFeatures
     from testbed.plan.topology import NetworkPlan
@@ -101,12 +102,15 @@ def build(
     tc: dict[str, list[str]],
     engine: Engine,
     namespaces_made: Callable[[], None] | None = None,
+    underlay: Underlay | None = None,
 ) -> None:
     """Create every kernel object of ``plan``, with ``tc``'s qdiscs (namespace -> batch lines,
     which the link backend renders). The record must already be saved (for clean).
     ``engine`` makes the namespaces and veth pairs (testbed.net.engines);
     ``namespaces_made`` is called once they exist, before anything is configured in them (the
-    link backend starts its slow parts then, side by side)."""
+    link backend starts its slow parts then, side by side). With ``underlay``, ``plan`` is
+    this machine's part of a topology over several: its VXLAN cable ends are made right after
+    the namespaces (testbed.net.cables)."""
     from testbed.net import rtnl
     from testbed.plan.render import ip_ops
 
@@ -115,6 +119,8 @@ def build(
     rec.hosts = plan.names()
     rec.save()
     engine.create(plan, rec)
+    if underlay is not None:
+        cables.make(plan, underlay)
     if namespaces_made is not None:
         namespaces_made()
     # Side by side from here (2+ cores; each mostly waits in the kernel): the qdiscs (they need
@@ -192,7 +198,10 @@ def destroy(rec: Record) -> None:
     from testbed.plan.render import teardown_batch
 
     rec.phase = "down"
-    namespaces = sorted(set(rec.namespaces) | set(registry.namespaces_with_prefix(rec.prefix)))
+    namespaces = set(rec.namespaces)
+    if not rec.machine:  # a part owns only its own (the record has them before they exist)
+        namespaces |= set(registry.namespaces_with_prefix(rec.prefix))
+    namespaces = sorted(namespaces)
     rec.namespaces = namespaces
     stop_processes(rec)
     existing = [ns for ns in namespaces if (netns.NETNS_DIR / ns).exists()]
@@ -208,7 +217,7 @@ def destroy(rec: Record) -> None:
             raise NetError(f"could not delete namespaces {left}: {r.stderr.strip()}")
     for ns in namespaces:
         shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
-    shutil.rmtree(registry.STATE_DIR / rec.prefix, ignore_errors=True)
+    shutil.rmtree(rec.state_dir, ignore_errors=True)
     rec.remove()
     restore_congestion_allowed()
 
@@ -228,9 +237,12 @@ def clean(include_persistent: bool = False) -> list[str]:
             if r.persistent and not registry.process_alive(r.owner_pid, r.owner_start)
         }
     for prefix in sorted(targets):
-        rec = by_prefix.get(prefix) or Record(
-            name=prefix, prefix=prefix, slot=0, owner_pid=0, owner_start=None
-        )
+        # every machine's part of it recorded here, then whatever else has its prefix
+        for part in [r for r in registry.records() if r.prefix == prefix and r.machine]:
+            destroy(part)
+        rec = by_prefix.get(prefix)
+        if rec is None or rec.machine:
+            rec = Record(name=prefix, prefix=prefix, slot=0, owner_pid=0, owner_start=None)
         destroy(rec)
         removed.append(prefix)
     for leftover in ETC_NETNS.glob("mctb*"):

@@ -69,10 +69,23 @@ class Record:
     processes: list[tuple[int, int | None, str]] = field(default_factory=list)  # pid, start, what
     hosts: dict[str, str] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    # One machine's part of a topology over several (testbed.run.spanned): its machine name.
+    # A part owns exactly its recorded namespaces (another part may share the kernel, in tests).
+    machine: str = ""
+
+    @property
+    def key(self) -> str:
+        """The prefix (prefix@machine for a part): its record file's and state directory's name."""
+        return f"{self.prefix}@{self.machine}" if self.machine else self.prefix
 
     @property
     def path(self) -> Path:
-        return STATE_DIR / f"{self.prefix}.json"
+        return STATE_DIR / f"{self.key}.json"
+
+    @property
+    def state_dir(self) -> Path:
+        """Its processes' files (delay lines, FRR), gone with it."""
+        return STATE_DIR / self.key
 
     def live(self) -> bool:
         return self.persistent or process_alive(self.owner_pid, self.owner_start)
@@ -129,18 +142,23 @@ def claim(
     persistent: bool = False,
     prefix: str | None = None,
     slot: int | None = None,
+    machine: str = "",
 ) -> Record:
     """Reserve a unique prefix, address slot and name for a new testbed owned by this process.
 
     ``prefix`` and ``slot``: reserve exactly these (one topology over several machines has the
     same prefix and address block on each: the driver picks them, every machine reserves
-    them); a RegistryError says which is taken."""
+    them); a RegistryError says which is taken. ``machine``: the record is that machine's part
+    of such a topology; parts of one testbed (same name, other machines) may share a registry,
+    as the "machines" of a test on one kernel do."""
     if not NAME.match(name):
         raise RegistryError(
             f"{name!r} is not a valid testbed name; allowed: a-z, 0-9 and '-', at most 48 chars"
         )
     with locked():
-        existing = records()
+        # the other machines' parts of this same testbed share its prefix and slot
+        siblings = [r for r in records() if machine and r.name == name and r.machine != machine]
+        existing = [r for r in records() if r not in siblings]
         for rec in existing:
             if rec.name == name and rec.live():
                 raise RegistryError(
@@ -149,7 +167,9 @@ def claim(
                 )
         # Leftovers keep their slot and prefix until cleaned, so they never collide either.
         used_slots = {r.slot for r in existing}
-        used_prefixes = {r.prefix for r in existing} | _prefixes_in_kernel()
+        used_prefixes = {r.prefix for r in existing} | (
+            _prefixes_in_kernel() - {r.prefix for r in siblings}
+        )
         if slot is not None:
             if slot not in SLOTS:
                 raise RegistryError(f"slot {slot} is outside {SLOTS.start}..{SLOTS.stop - 1}")
@@ -173,7 +193,10 @@ def claim(
                 if prefix not in used_prefixes:
                     break
         pid = os.getpid()
-        rec = Record(name, prefix, free[0], pid, process_start(pid), persistent, scenario=scenario)
+        rec = Record(
+            name, prefix, free[0], pid, process_start(pid), persistent, scenario=scenario,
+            machine=machine,
+        )  # fmt: skip
         rec.save()
         return rec
 

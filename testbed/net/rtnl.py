@@ -1,17 +1,16 @@
 """Configuring links, addresses, routes and bottleneck rates inside namespaces with rtnetlink
 requests.
 
-This module owns the rtnetlink messages the build, the faults (:mod:`testbed.net.faults`) and a
-rate change (``LinkBackend.set_rate``) send: one per :mod:`testbed.plan.render` ``IpOp`` (a link up
-or down, its device group, a bridge, a bridge port, an IPv4 address, ``gso_max_segs``, an IPv4
+This module owns the rtnetlink messages the build, the faults (:mod:`testbed.net.faults`) and a rate
+change (``LinkBackend.set_rate``) send: one per :mod:`testbed.plan.render` ``IpOp`` (a link up or
+down, its device group or MTU, a bridge, a bridge port, an IPv4 address, ``gso_max_segs``, an IPv4
 route) or ``TcOp`` (an HTB class's rate, a bfifo's limit, a plug's action), over the shared framing
 of :mod:`testbed.net.netlink`. One worker thread enters each namespace in turn (``setns``), opens a
 ``NETLINK_ROUTE`` socket there and sends that namespace's requests back to back, then reads their
-acks. It replaces an ``ip -n NS -batch`` (or ``tc``) process per namespace: at 8 clusters x 16
-hosts (164 namespaces) those cost ~0.4 s of CPU, mostly process start-up; a rate change by ``tc
--batch`` took 5.6 ms p50 / 18 ms p99 on the busy development VM (benchmarks/fault_ops.py). A
-refused request raises NetError naming the namespace and the request as an ``ip`` or ``tc``
-command.
+acks. It replaces an ``ip -n NS -batch`` (or ``tc``) process per namespace: at 8 clusters x 16 hosts
+(164 namespaces) those cost ~0.4 s of CPU, mostly process start-up; a rate change by ``tc -batch``
+took 5.6 ms p50 / 18 ms p99 on the busy development VM (benchmarks/fault_ops.py). A refused request
+raises NetError naming the namespace and the request as an ``ip`` or ``tc`` command.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from testbed.plan.render import (
     PlugCtl,
     RouteAdd,
     SetMaster,
+    SetMtu,
     TcOp,
     ip_line,
     tc_line,
@@ -53,6 +53,7 @@ RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
 NDA_DST, NDA_LLADDR, NUD_PERMANENT = 1, 2, 0x80
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 IFF_UP = 0x1
+IFLA_MTU = 4
 IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_GROUP, IFLA_GSO_MAX_SEGS = 3, 10, 18, 27, 40
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 IFLA_BR_FORWARD_DELAY, IFLA_BR_STP_STATE = 1, 5
@@ -230,6 +231,8 @@ def request(op: Op) -> tuple[int, int, bytes]:
             return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GSO_MAX_SEGS, U32.pack(segs)))
         case LinkGroup(dev, group):
             return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_GROUP, U32.pack(group)))
+        case SetMtu(dev, mtu):
+            return RTM_NEWLINK, ACK, _link(dev, netlink.nla(IFLA_MTU, U32.pack(mtu)))
         case RouteAdd(dst, via, src, replace, nexthops):
             return RTM_NEWROUTE, REPLACE if replace else CREATE, _route(dst, via, src, nexthops)
         case NeighPin(ip, dev):

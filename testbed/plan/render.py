@@ -14,6 +14,7 @@ text. The qdisc lines are pieces: which of them a testbed gets is its link backe
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 from collections import defaultdict
 from typing import Any, NamedTuple
@@ -39,6 +40,34 @@ def root_batch(plan: NetworkPlan) -> list[str]:
     return lines
 
 
+VXLAN_PORT = 4789  # IANA's: a machine's cables share one UDP socket, told apart by VNI
+
+
+def cable_batch(plan: NetworkPlan, machine: str, addresses: dict[str, str]) -> list[str]:
+    """``ip`` batch lines, run in ``machine``'s own namespace, that make its ends of the
+    plan's VXLAN cables and move each into its wire or gateway namespace under the planned
+    name (the device keeps its UDP socket in the namespace it was made in, on the underlay).
+    ``addresses``: machine -> its underlay IPv4 address."""
+    for name, addr in addresses.items():
+        if ipaddress.ip_address(addr).version != 4:
+            raise ValueError(f"underlay address of {name}: {addr!r} is not IPv4")
+    lines = []
+    for i, c in enumerate(plan.cables):
+        for ns, ifname, mine, other in (
+            (c.wire_ns, c.wire_if, c.wire_machine, c.gw_machine),
+            (c.gw_ns, c.gw_if, c.gw_machine, c.wire_machine),
+        ):
+            if mine != machine:
+                continue
+            made = f"{plan.prefix}c{i}"  # unique on the machine while it is there
+            lines += [
+                f"link add {made} mtu {plan.mtu or 1500} type vxlan id {c.vni} "
+                f"local {addresses[mine]} remote {addresses[other]} dstport {VXLAN_PORT}",
+                f"link set {made} netns {ns} name {ifname}",
+            ]
+    return lines
+
+
 def teardown_batch(namespaces: list[str]) -> list[str]:
     return [f"netns del {ns}" for ns in namespaces]
 
@@ -51,6 +80,13 @@ class LinkDown(NamedTuple):
     """Administratively down (a fault): the kernel flushes the routes through it."""
 
     dev: str
+
+
+class SetMtu(NamedTuple):
+    """The interface's MTU (every testbed interface, when VXLAN cables cross machines)."""
+
+    dev: str
+    mtu: int
 
 
 class BridgeAdd(NamedTuple):
@@ -106,7 +142,7 @@ class NeighDel(NamedTuple):
 DEAD_MAC = "02:de:ad:00:00:01"
 
 IpOp = (
-    LinkUp | LinkDown | LinkGroup | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
+    LinkUp | LinkDown | LinkGroup | SetMtu | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
     | NeighPin | NeighDel
 )  # fmt: skip
 
@@ -128,16 +164,23 @@ def ip_ops(plan: NetworkPlan) -> dict[str, list[IpOp]]:
     for v in plan.veths:
         ifaces[v.ns_a].append(v.if_a)
         ifaces[v.ns_b].append(v.if_b)
+    for c in plan.cables:  # this machine's ends of the VXLAN cables (made by testbed.net.cables)
+        for ns, ifname in ((c.wire_ns, c.wire_if), (c.gw_ns, c.gw_if)):
+            if plan.has_ns(ns) and ifname not in ifaces[ns]:
+                ifaces[ns].append(ifname)
     for br in plan.bridges:
         # a port made outside the plan (a bridged link's ends, testbed.plan.bridged) too
         ifaces[br.ns] += [p for p in br.ports if p not in ifaces[br.ns]] + [br.name]
     for ns, names in ifaces.items():
+        # a bridge takes its ports' smallest MTU, but only if it has none set: all get it
+        out[ns] += [SetMtu(name, plan.mtu) for name in names] if plan.mtu else []
         out[ns] += [LinkUp(name) for name in names]
     if plan.wire_sized_packets:
         # Loss applies per queued packet, in netem as in the delay line; a 64 KiB GSO packet
         # would lose 44 wire packets at once. One segment per packet makes loss per wire packet.
         for h in plan.hosts:
-            out[h.ns].append(GsoMaxSegs(h.ifname, 1))
+            if plan.has_ns(h.ns):
+                out[h.ns].append(GsoMaxSegs(h.ifname, 1))
     for r in plan.routes:
         out[r.ns].append(RouteAdd(r.dst, r.via, r.src, nexthops=r.nexthops))
     return dict(out)
@@ -160,6 +203,8 @@ def ip_line(op: IpOp) -> str:
             return f"link set dev {dev} gso_max_segs {segs}"
         case LinkGroup(dev, group):
             return f"link set dev {dev} group {group}"
+        case SetMtu(dev, mtu):
+            return f"link set dev {dev} mtu {mtu}"
         case RouteAdd(dst, via, src, replace, nexthops):
             verb = "replace" if replace else "add"
             src_part = f" src {src}" if src else ""

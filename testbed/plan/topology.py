@@ -29,6 +29,7 @@ import ipaddress
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.errors import PlanError
@@ -51,6 +52,7 @@ class Namespace:
     label: str  # name without the prefix (east-h0, east-gw, wan-east-west)
     cluster: str | None
     sysctls: dict[str, str] = field(default_factory=dict)
+    machine: str = ""  # where it lives when clusters are placed on machines ("": this one)
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,44 @@ class NetworkPlan:
     machines: dict[str, str] = field(default_factory=dict)
     cables: tuple[Cable, ...] = ()
     mtu: int | None = None
+
+    def has_ns(self, ns: str) -> bool:
+        """Whether namespace ``ns`` is this plan's to build (every one, unless the plan is one
+        machine's part of a topology over several: :meth:`part`)."""
+        return ns in self._names
+
+    @cached_property
+    def _names(self) -> frozenset[str]:
+        return frozenset(n.name for n in self.namespaces)
+
+    def part(self, machine: str) -> NetworkPlan:
+        """What ``machine`` builds of a topology placed over several machines: its clusters'
+        and wires' namespaces with what lives in them, the veths between two of them, and the
+        WAN directions whose shaper or wire is here (a backend builds only the halves in
+        :meth:`has_ns`). ``cables`` stays whole (each machine makes its own ends), and so do
+        ``hosts`` and ``gateways``: every machine's hosts file names them all."""
+        if machine not in self.machines.values():
+            known = ", ".join(sorted(set(self.machines.values())))
+            raise PlanError(f"no cluster is placed on machine {machine!r} (machines: {known})")
+        here = frozenset(n.name for n in self.namespaces if n.machine == machine)
+        return replace(
+            self,
+            namespaces=tuple(n for n in self.namespaces if n.name in here),
+            veths=tuple(v for v in self.veths if v.ns_a in here and v.ns_b in here),
+            bridges=tuple(b for b in self.bridges if b.ns in here),
+            addresses=tuple(a for a in self.addresses if a.ns in here),
+            routes=tuple(r for r in self.routes if r.ns in here),
+            shapers=tuple(s for s in self.shapers if s.ns in here),
+            fabric=tuple(p for p in self.fabric if p.ns in here),
+            wan=tuple(d for d in self.wan if d.shaper.ns in here or d.impairment.ns in here),
+            bgp=None
+            if self.bgp is None
+            else replace(self.bgp, speakers=tuple(s for s in self.bgp.speakers if s.ns in here)),
+        )
+
+    def machine_of(self, ns: str) -> str:
+        """The machine namespace ``ns`` lives on ("" without a placement)."""
+        return next(n.machine for n in self.namespaces if n.name == ns)
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -607,6 +647,11 @@ class _Parts:
     def ns_name(self, label: str) -> str:
         return f"{self.prefix}-{label}"
 
+    def machine(self, cluster: str) -> str:
+        """The machine ``cluster`` is placed on ("" without a placement)."""
+        placement = self.scenario.placement
+        return placement.machines[cluster] if placement is not None else ""
+
     # -- the WAN half ------------------------------------------------------------------------
     def wan_link(self, i: int, link: WanLink) -> None:
         """Wire ``i`` (a link, or one path of a multipath link): its namespace, its two veths and
@@ -614,7 +659,9 @@ class _Parts:
         a, b = link.between
         label = f"wan-{a}-{b}" + ("" if link.path is None else f"-p{link.path}")
         wire = self.ns_name(label)
-        self.namespaces.append(Namespace(wire, "wire", label, None, {"net.ipv4.ip_forward": "1"}))
+        self.namespaces.append(
+            Namespace(wire, "wire", label, None, {"net.ipv4.ip_forward": "1"}, self.machine(a))
+        )
         wan_base = ipaddress.IPv4Address(f"{self.net}.{WAN_BLOCK_OFFSET}.0")
         side, wire_side = {}, {}
         for j, (here, there) in enumerate(((a, b), (b, a))):
@@ -658,8 +705,7 @@ class _Parts:
         placement = self.scenario.placement
         if placement is None:
             return
-        wire_machine = placement.machines[link.between[0]]
-        gw_machine = placement.machines[here]
+        wire_machine, gw_machine = self.machine(link.between[0]), self.machine(here)
         if gw_machine != wire_machine:
             vni = int(self.net.split(".")[1]) * VNI_PER_SLOT + len(self.cables)
             self.cables.append(
@@ -742,7 +788,9 @@ class _Parts:
         sysctls = {"net.ipv4.ip_forward": "1"}
         if any(link.paths for link in self.scenario.wan):
             sysctls.update(MULTIPATH_HASH[self.scenario.routing.ecmp.hash])
-        self.namespaces.append(Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, sysctls))
+        self.namespaces.append(
+            Namespace(gw_ns, "gateway", f"{cluster}-gw", cluster, sysctls, self.machine(cluster))
+        )
         self.gateways.append(Gateway(f"{cluster}-gw", cluster, gw_ns, gw_ip, subnet))
         self.addresses.append(Address(gw_ns, "br0", f"{gw_ip}/24"))
         tcp = self.scenario.cluster_tcp(cluster)
@@ -766,7 +814,8 @@ class _Parts:
         label = f"{cluster}-h{i}"
         hns, gw_ns = self.ns_name(label), self.ns_name(f"{cluster}-gw")
         addr = f"{self.net}.{k}.{HOST_OFFSET + i}"
-        self.namespaces.append(Namespace(hns, "host", label, cluster, sysctls))
+        here = self.machine(cluster)
+        self.namespaces.append(Namespace(hns, "host", label, cluster, sysctls, here))
         self.veths.append(Veth(hns, "eth0", gw_ns, f"h{i}"))
         self.addresses.append(Address(hns, "eth0", f"{addr}/24"))
         self.routes.append(Route(hns, "default", f"{self.net}.{k}.1"))

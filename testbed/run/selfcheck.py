@@ -24,16 +24,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from testbed.core.errors import NetError
-from testbed.core.frames import GOODPUT_FACTOR, MSS
+from testbed.core.frames import GOODPUT_FACTOR, MSS, MTU, UDP_IP_HEADERS
 from testbed.core.stats import quantile
-from testbed.net import procs
 from testbed.plan.compensation import configured_one_way
 from testbed.plan.topology import NetworkPlan, WanDirection, htb_burst
 from testbed.run.testbed import Testbed
@@ -186,14 +184,10 @@ def measure_rtt(tb: Testbed, src: str, dst: str, pings: int, interval: float = 0
     return probe_rtt(tb, src, dst, pings, interval)["rtts"]
 
 
-@contextlib.contextmanager
-def _server(tb: Testbed, host: str, module: str, *args: str) -> Iterator[subprocess.Popen]:
-    """``python -m module serve args`` inside ``host``, yielded once it printed READY."""
-    server = tb.python(
-        host, module, "serve", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    with procs.ready(server, f"{module} server on {host}"):
-        yield server
+def _server(tb: Testbed, host: str, module: str, *args: str):
+    """``python -m module serve args`` inside ``host`` once it printed READY (a context: its
+    ``communicate()`` gives what it wrote after, it is stopped on the way out)."""
+    return tb.serving(host, module, "serve", *args)
 
 
 def _client(tb: Testbed, host: str, module: str, args: list[str], timeout: float) -> dict:
@@ -246,7 +240,9 @@ def measure_goodput(
 def measure_capacity(tb: Testbed, src: str, dst: str, rate: float, sizes: ProbeSizes) -> dict:
     """Paced UDP ``src`` -> ``dst`` above ``rate``: the receiver's JSON, the sender's
     as 'sender'."""
-    port = ["--port", str(CAPACITY_PORT)]
+    assert tb.plan is not None
+    # datagrams as large as the interfaces carry (1450 when VXLAN cables cross machines)
+    port = ["--port", str(CAPACITY_PORT), "--payload", str((tb.plan.mtu or MTU) - UDP_IP_HEADERS)]
     window = ["--skip", str(sizes.capacity_skip), "--window", str(sizes.capacity_window)]
     with _server(tb, dst, "traffic.udprate", *port, *window) as server:
         args = ["send", "--host", dst, *port, "--rate", str(rate * sizes.capacity_overdrive)]

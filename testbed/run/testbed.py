@@ -16,7 +16,7 @@ import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -26,8 +26,9 @@ from testbed.core.errors import RegistryError, TestbedError, UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.link.choose import choose_backend
 from testbed.net import build as net
-from testbed.net import frr, registry
+from testbed.net import frr, procs, registry
 from testbed.net import probe as kernel
+from testbed.net.cables import Underlay
 from testbed.net.engines import Engine, make_engine
 from testbed.plan.compensation import Compensation, calibration_plan
 from testbed.plan.topology import NetworkPlan, WanDirection, build_plan
@@ -53,6 +54,8 @@ class Testbed:
         persistent: bool = False,
         source: str = "",
         compensate_rtt: bool = True,
+        underlay: Underlay | None = None,
+        reserve: tuple[str, int] | None = None,
     ) -> None:
         self.scenario = scenario  # None: a handle on a testbed another process made (attach)
         if name is None:
@@ -70,6 +73,11 @@ class Testbed:
         self.compensation: list[Compensation] = []  # per WAN direction, when compensated
         # what makes the namespaces: the scenario's engine (native for an attach: it builds none)
         self.engine: Engine = make_engine(scenario.engine if scenario is not None else "native")
+        # One machine's part of a topology placed over several (testbed.run.spanned: its agent
+        # on this machine): builds only the part, joins the others over the VXLAN cables,
+        # under the prefix and address slot of ``reserve`` when given; the driver compensates.
+        self.underlay = underlay
+        self.reserve = reserve
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
@@ -91,16 +99,23 @@ class Testbed:
         assert self.scenario is not None, "an attached testbed is already up"
         self.features = kernel.probe()
         self.engine.check()
-        if self.scenario.placement is not None:
+        part = self.underlay
+        if self.scenario.placement is not None and part is None:
             raise UnsupportedError(
-                "placement: clusters on several machines are planned (`testbed plan` shows the "
-                "cables) but not built yet (issue 19 b); remove `placement:` to run on this one"
+                "placement: clusters on several machines come up with one agent per machine: "
+                "`testbed up FILE --ray ADDRESS` (docs/scale-out.md); remove `placement:` to "
+                "run on this machine alone"
             )
         if self.scenario.routing.mode == "bgp" and (why := frr.missing()):
             raise UnsupportedError(f"routing.mode bgp: {why}")
-        self.record = registry.claim(self.name, self.source)
+        prefix, slot = self.reserve or (None, None)
+        self.record = registry.claim(
+            self.name, self.source, prefix=prefix, slot=slot, machine=part.machine if part else ""
+        )
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
+            if part is not None:
+                self.plan = self.plan.part(part.machine)
             self.backend = choose_backend(
                 self.scenario.backend,
                 self.plan.needs_propagation_emulation(),
@@ -136,11 +151,12 @@ class Testbed:
                 backend.tc_batches(first),
                 self.engine,
                 namespaces_made,
+                part,
             )
             backend.start(first, record, trace)
             if self.plan.bgp is not None:  # routes between clusters: traffic needs them
                 frr.start(self.plan.bgp, record)
-            if calibrating:
+            if calibrating and part is None:  # a part's driver measures across machines
                 from testbed.run.calibrate import calibrate  # imports the probe: only when used
 
                 self.compensation = calibrate(self.plan, backend)
@@ -245,3 +261,13 @@ class Testbed:
     def python(self, host: str, module: str, *args: str, **kwargs: Any) -> subprocess.Popen:
         """Start ``python -m module args`` of this very interpreter inside ``host``."""
         return self.popen(host, [sys.executable, "-m", module, *args], what=module, **kwargs)
+
+    @contextlib.contextmanager
+    def serving(self, host: str, module: str, *args: str) -> Iterator[subprocess.Popen]:
+        """``python -m module args`` inside ``host``, yielded once it printed READY (what it
+        writes after stays for ``communicate()``); stopped on the way out."""
+        server = self.python(
+            host, module, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        with procs.ready(server, f"{module} server on {host}"):
+            yield server
