@@ -52,7 +52,7 @@ class RankNetwork(Protocol):
         self, host: str, argv: list[str], what: str = "", **kwargs: Any
     ) -> subprocess.Popen: ...
 
-    def namespace(self, host: str) -> str: ...
+    def free_port(self, host: str) -> int: ...
 
     def problems(self) -> list[str]: ...
 
@@ -85,7 +85,7 @@ class RankSpec:
         :func:`master_port` in rank 0's namespace."""
         return cls(
             master_addr=master_addr,
-            master_port=master_port(tb.namespace(ranks[0].host)),
+            master_port=tb.free_port(ranks[0].host),
             world_size=len(ranks),
             timeout_s=timeout_s,
             ranks=[r.as_dict() for r in ranks],
@@ -129,18 +129,21 @@ def require_torch() -> None:
 
 def rank_env() -> dict[str, str]:
     """The environment of a rank process: ours, minus what would confuse torch, plus gloo's."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "LOCAL_RANK")}
-    env.update(
-        {
-            # Without it every rank advertises 127.0.0.1 and the mesh fails (FIELD-NOTES).
-            "GLOO_SOCKET_IFNAME": "eth0",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1",
-            # torch 2.13 deprecates names gloo still needs on older versions; keep logs readable.
-            "PYTHONWARNINGS": "ignore::FutureWarning",
-        }
-    )
+    env = {k: v for k, v in os.environ.items() if k not in RANK_ENV_DROPPED}
+    env.update(RANK_ENV)
     return env
+
+
+RANK_ENV_DROPPED = ("LOCAL_WORLD_SIZE", "LOCAL_RANK")
+RANK_ENV = {
+    # Without it every rank advertises 127.0.0.1 and the mesh fails (FIELD-NOTES).
+    "GLOO_SOCKET_IFNAME": "eth0",
+    # explicit: Ray sets it to a worker's CPU count for what its workers start
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+    # torch 2.13 deprecates names gloo still needs on older versions; keep logs readable.
+    "PYTHONWARNINGS": "ignore::FutureWarning",
+}
 
 
 # -- the launch --------------------------------------------------------------------------------

@@ -28,10 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import secrets
+import shutil
+import signal
 import statistics
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from testbed.config.scenario import Scenario
@@ -40,6 +45,7 @@ from testbed.net import procs
 from testbed.net.cables import Underlay
 from testbed.plan.compensation import Compensation, compensate, configured_one_way
 from testbed.plan.topology import Impairment, NetworkPlan, build_plan
+from testbed.run.ranks import RANK_ENV
 from testbed.run.testbed import Testbed
 
 MACHINE_LABEL = "testbed-machine"
@@ -48,6 +54,7 @@ NETNS_LABEL = "testbed-netns"
 RESOURCE = "testbed"
 PLACE_TIMEOUT = 60.0  # s for Ray to reserve the machines
 UNDERLAY_PINGS = 10
+SHIP_MAX = 1 << 20  # bytes: a directory's larger files are not inputs of its processes
 CALIBRATION_PROBES = 8  # round trips per link (the first dropped, like testbed.run.calibrate)
 
 
@@ -60,6 +67,9 @@ class MachineAgent:
         self.netns = netns
         self.tb: Testbed | None = None
         self.servers: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, tuple[subprocess.Popen, str]] = {}  # pid -> (it, driver's dir)
+        self.dirs: dict[str, Path] = {}  # the driver's directory -> this machine's copy
+        self.synced: dict[str, dict[str, int]] = {}  # ... -> file -> bytes sent (-1: not sent)
 
     def identity(self) -> dict[str, Any]:
         from testbed.run.ray_sweep import node_identity
@@ -120,12 +130,96 @@ class MachineAgent:
         if proc is not None:
             procs.stop(proc)
 
+    # -- processes whose files live in a directory of the driver (ranks) ----------------------
+    def start(
+        self,
+        host: str,
+        argv: list[str],
+        what: str,
+        env: dict[str, str],
+        dropped: list[str],
+        remote_dir: str,
+        files: dict[str, bytes],
+        log: str,
+    ) -> int:
+        """Start ``argv`` in ``host`` with its output to ``log`` in this machine's copy of the
+        driver's directory ``remote_dir`` (whose path in ``argv`` and in ``files``, written
+        there first, is replaced by the copy's); ``env`` over this agent's environment, less
+        ``dropped``. A handle (the pid)."""
+        assert self.tb is not None and self.tb.record is not None
+        local = self.workdir(remote_dir)
+        for name, data in files.items():
+            (local / name).write_bytes(data.replace(remote_dir.encode(), str(local).encode()))
+            self.synced[remote_dir][name] = -1  # the driver's own: never sent back
+        full = {k: v for k, v in os.environ.items() if k not in dropped} | env
+        argv = [a.replace(remote_dir, str(local)) for a in argv]
+        with open(local / log, "w") as out:
+            proc = self.tb.popen(
+                host, argv, what=what, env=full, stdout=out, stderr=subprocess.STDOUT
+            )
+        self.procs[proc.pid] = (proc, remote_dir)
+        return proc.pid
+
+    def workdir(self, remote_dir: str) -> Path:
+        assert self.tb is not None and self.tb.record is not None
+        if remote_dir not in self.dirs:
+            from testbed.run.ray_sweep import NODE_DIR
+
+            NODE_DIR.mkdir(parents=True, exist_ok=True)
+            self.dirs[remote_dir] = Path(
+                tempfile.mkdtemp(prefix=f"{self.tb.record.prefix}-", dir=NODE_DIR)
+            )
+            self.synced[remote_dir] = {}
+        return self.dirs[remote_dir]
+
+    def poll(self, handle: int) -> tuple[int | None, dict[str, tuple[int, bytes]]]:
+        """The process's exit code (None: running) and what its directory's files gained
+        since the last call: name -> (offset, bytes), for the driver's copy."""
+        proc, remote_dir = self.procs[handle]
+        code = proc.poll()  # first: what a process wrote before it exited is then complete
+        return code, self._gained(remote_dir)
+
+    def _gained(self, remote_dir: str) -> dict[str, tuple[int, bytes]]:
+        out = {}
+        sent = self.synced[remote_dir]
+        for path in sorted(self.dirs[remote_dir].iterdir()):
+            done = sent.get(path.name, 0)
+            if done < 0 or not path.is_file():
+                continue
+            with open(path, "rb") as f:
+                f.seek(done)
+                data = f.read()
+            if data:
+                out[path.name] = (done, data)
+                sent[path.name] = done + len(data)
+        return out
+
+    def signal(self, handle: int, signum: int) -> None:
+        proc, _ = self.procs[handle]
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+
+    def wait(self, handle: int, timeout: float | None) -> int | None:
+        proc, _ = self.procs[handle]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout)
+        return None
+
+    def free_port(self, host: str) -> int:
+        assert self.tb is not None
+        return self.tb.free_port(host)
+
     def problems(self) -> list[str]:
         return self.tb.problems() if self.tb is not None else []
 
     def down(self) -> None:
         for handle in list(self.servers):
             self.stop(handle)
+        for proc, _ in self.procs.values():
+            procs.stop(proc)
+        for d in self.dirs.values():
+            shutil.rmtree(d, ignore_errors=True)
         if self.tb is not None:
             self.tb.down()
 
@@ -138,6 +232,44 @@ class _RemoteServer:
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         return self.ray.get(self.agent.communicate.remote(self.handle, timeout or 60.0))
+
+
+class _RemoteProcess:
+    """A process an agent runs, as :class:`subprocess.Popen` looks to the rank launcher
+    (``poll``, ``wait``, ``send_signal``, ``kill``, ``terminate``, ``returncode``, ``pid``). Each
+    ``poll`` also brings the driver's copy of its directory up to date."""
+
+    def __init__(self, ray: Any, agent: Any, handle: int, local_dir: Path) -> None:
+        self.ray, self.agent, self.pid, self.dir = ray, agent, handle, local_dir
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            code, gained = self.ray.get(self.agent.poll.remote(self.pid))
+            for name, (offset, data) in gained.items():
+                with open(self.dir / name, "r+b" if offset else "wb") as f:
+                    f.seek(offset)
+                    f.write(data)
+            self.returncode = code
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.ray.get(self.agent.wait.remote(self.pid, timeout))
+            if self.poll() is None:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            self.ray.get(self.agent.signal.remote(self.pid, signum))
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 @dataclasses.dataclass
@@ -232,6 +364,10 @@ class SpannedTestbed:
         self.underlay_rtt: dict[tuple[str, str], float] = {}  # (from, to) -> median s
         self.compensation: list[Compensation] = []
         self.ray: Any = None
+        # the directories of processes started through agents: which machines have their
+        # inputs, which of their files are the processes' output
+        self.shipped: set[tuple[str, Path]] = set()
+        self.logs: dict[Path, set[str]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def up(self) -> SpannedTestbed:
@@ -375,6 +511,44 @@ class SpannedTestbed:
             yield _RemoteServer(self.ray, agent, handle)
         finally:
             self.ray.get(agent.stop.remote(handle))
+
+    def popen(
+        self,
+        host: str,
+        argv: list[str],
+        what: str = "",
+        env: dict[str, str] | None = None,
+        stdout: Any = None,
+        stderr: Any = None,
+    ) -> _RemoteProcess:
+        """Start ``argv`` in ``host`` on its machine, as the rank launcher does: ``stdout`` an
+        open file of a directory the agent copies (its small files go there first; the paths
+        in the command line and in them are the copy's), which each ``poll`` brings back."""
+        if stdout is None or not hasattr(stdout, "name") or stderr != subprocess.STDOUT:
+            raise TestbedError("a spanned testbed starts processes with their output to a file")
+        log = Path(stdout.name)
+        run_dir = log.parent
+        env = env if env is not None else dict(os.environ)
+        agent = self._agent(host)
+        logs = self.logs.setdefault(run_dir, set())
+        logs.add(log.name)
+        files = {}
+        if (self.machine_of(host), run_dir) not in self.shipped:  # its inputs, once a machine
+            self.shipped.add((self.machine_of(host), run_dir))
+            files = {
+                p.name: p.read_bytes()
+                for p in run_dir.iterdir()
+                if p.is_file() and p.name not in logs and p.stat().st_size < SHIP_MAX
+            }
+        delta = {k: v for k, v in env.items() if os.environ.get(k) != v or k in RANK_ENV}
+        dropped = [k for k in os.environ if k not in env]
+        handle = self.ray.get(
+            agent.start.remote(host, argv, what, delta, dropped, str(run_dir), files, log.name)
+        )
+        return _RemoteProcess(self.ray, agent, handle, run_dir)
+
+    def free_port(self, host: str) -> int:
+        return self.ray.get(self._agent(host).free_port.remote(host))
 
     def compensation_of(self, direction: str) -> Compensation | None:
         return next((c for c in self.compensation if c.direction == direction), None)

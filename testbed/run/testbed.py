@@ -240,6 +240,12 @@ class Testbed:
             raise RegistryError(f"no host {host!r} in testbed {rec.name!r}; hosts: {known}")
         return f"{rec.prefix}-{host}"
 
+    def free_port(self, host: str) -> int:
+        """A TCP port free in ``host`` right now (a rank master's)."""
+        from testbed.run.ranks import master_port
+
+        return master_port(self.namespace(host))
+
     def command(self, host: str, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.namespace(host), *argv]
 
