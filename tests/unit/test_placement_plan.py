@@ -1,13 +1,16 @@
-"""Clusters on several machines, pure (issue 19 b, planned): the placement's validation, the
-VXLAN cables of the wires that cross machines, the MTU decision."""
+"""Clusters on several machines, pure (issue 19 b): the placement's validation, the VXLAN cables
+of the wires that cross machines, the MTU decision, each machine's part of the plan, the round
+trips split for the compensation, the Ray nodes of the machine names."""
 
 from __future__ import annotations
 
 import pytest
 
 from testbed.config.scenario import parse_scenario
-from testbed.core.errors import ScenarioError
+from testbed.core.errors import PlanError, ScenarioError
+from testbed.plan.render import LinkUp, SetMtu, cable_batch, ip_ops
 from testbed.plan.topology import build_plan
+from testbed.run.spanned import MACHINE_LABEL, UNDERLAY_LABEL, machine_nodes, split_round_trips
 
 
 def placed(machines: dict, **more) -> dict:
@@ -52,3 +55,96 @@ def test_wires_crossing_machines_become_cables_and_the_mtu_drops():
 def test_bad_placements_are_named(machines, text):
     with pytest.raises(ScenarioError, match=text):
         parse_scenario(placed(machines))
+
+
+def two_machines() -> dict:
+    return placed({"east": "node-a", "west": "node-b", "north": "node-a"})
+
+
+def test_each_machine_builds_its_clusters_its_wires_and_its_cable_ends():
+    plan = build_plan(parse_scenario(two_machines()), "mctbx", 5)
+    a, b = plan.part("node-a"), plan.part("node-b")
+    assert sorted(n.label for n in a.namespaces) == [
+        "east-gw", "east-h0", "north-gw", "north-h0", "wan-east-north", "wan-east-west-p0",
+        "wan-east-west-p1",
+    ]  # fmt: skip
+    assert sorted(n.label for n in b.namespaces) == ["west-gw", "west-h0"]
+    # a veth only between two namespaces of the same machine: the crossing ones are cables
+    assert all(a.has_ns(v.ns_a) and a.has_ns(v.ns_b) for v in a.veths)
+    assert len(a.veths) + len(b.veths) + len(plan.cables) == len(plan.veths)
+    # every machine's hosts file names every host
+    assert a.names() == b.names() == plan.names()
+    # west->east's shaper is on west's gateway (here), its propagation in east's wire (not);
+    # east->west is node-a's alone
+    assert {d.name for d in b.wan} == {"west->east/0", "west->east/1"}
+    assert all(b.has_ns(d.shaper.ns) and not b.has_ns(d.impairment.ns) for d in b.wan)
+    with pytest.raises(PlanError, match=r"no cluster is placed on machine 'node-c'"):
+        plan.part("node-c")
+
+
+def test_cable_ends_are_made_on_their_machine_and_moved_in_under_the_planned_name():
+    plan = build_plan(parse_scenario(two_machines()), "mctbx", 5)
+    addresses = {"node-a": "192.0.2.1", "node-b": "192.0.2.2"}
+    assert cable_batch(plan.part("node-b"), "node-b", addresses) == [
+        "link add mctbxc0 mtu 1450 type vxlan id 1280 local 192.0.2.2 remote 192.0.2.1 "
+        "dstport 4789",
+        "link set mctbxc0 netns mctbx-west-gw name p0-east",
+        "link add mctbxc1 mtu 1450 type vxlan id 1281 local 192.0.2.2 remote 192.0.2.1 "
+        "dstport 4789",
+        "link set mctbxc1 netns mctbx-west-gw name p1-east",
+    ]
+    wire_end = cable_batch(plan.part("node-a"), "node-a", addresses)
+    assert wire_end[1] == "link set mctbxc0 netns mctbx-wan-east-west-p0 name to-west"
+    with pytest.raises(ValueError, match="not IPv4"):
+        cable_batch(plan, "node-a", {**addresses, "node-b": "2001:db8::1"})
+
+
+def test_every_interface_of_a_part_gets_the_mtu_before_it_comes_up():
+    part = build_plan(parse_scenario(two_machines()), "mctbx", 5).part("node-b")
+    ops = ip_ops(part)
+    gw = ops["mctbx-west-gw"]
+    mtus = {op.dev for op in gw if isinstance(op, SetMtu) and op.mtu == 1450}
+    assert mtus == {"h0", "p0-east", "p1-east", "br0"}
+    first_up = min(i for i, op in enumerate(gw) if isinstance(op, LinkUp) and op.dev != "lo")
+    assert all(i < first_up for i, op in enumerate(gw) if isinstance(op, SetMtu))
+    assert [op for op in ops["mctbx-west-h0"] if isinstance(op, SetMtu)] == [SetMtu("eth0", 1450)]
+    assert set(ops) == {"mctbx-west-gw", "mctbx-west-h0"}  # nothing for the other machine's
+
+
+def test_a_round_trip_splits_its_excess_evenly_over_both_directions():
+    doc = placed({"east": "a", "west": "b", "north": "a"})
+    doc["wan"] = [
+        {"between": ["east", "west"], "rate": "1gbit", "delay": "10ms",
+         "reverse": {"delay": "30ms"}},
+        {"between": ["east", "north"], "rate": "1gbit", "delay": "5ms"},
+    ]  # fmt: skip
+    plan = build_plan(parse_scenario(doc), "mctbx", 5)
+    one_way = split_round_trips(plan, {"east-west": [0.0402, 0.0404]})
+    assert one_way["east->west"] == pytest.approx([0.0101, 0.0102])
+    assert one_way["west->east"] == pytest.approx([0.0301, 0.0302])
+    assert one_way["east->north"] == []  # not measured: no compensation
+
+
+def node(machine: str | None, address: str, testbed: bool = True, **labels: str) -> dict:
+    return {
+        "NodeID": f"id-{address}",
+        "Alive": True,
+        "NodeManagerAddress": address,
+        "Labels": ({MACHINE_LABEL: machine} if machine else {}) | labels,
+        "Resources": {"testbed": 1.0} if testbed else {},
+    }
+
+
+def test_machines_are_found_by_label_or_address_among_the_testbed_nodes():
+    nodes = [
+        node("node-a", "192.0.2.1", **{UNDERLAY_LABEL: "198.51.100.1"}),
+        node(None, "192.0.2.2"),
+        node("node-c", "192.0.2.3", testbed=False),
+    ]
+    found = machine_nodes(nodes, ["node-a", "192.0.2.2"])
+    assert [(n.machine, n.node_id, n.address) for n in found] == [
+        ("node-a", "id-192.0.2.1", "198.51.100.1"),
+        ("192.0.2.2", "id-192.0.2.2", "192.0.2.2"),
+    ]
+    with pytest.raises(ScenarioError, match=r"no Ray node with label testbed-machine=node-c"):
+        machine_nodes(nodes, ["node-c"])  # it offers no `testbed` resource

@@ -1,0 +1,209 @@
+"""Live tests of one topology over two machines (issue 19 b), on one kernel: two namespaces stand
+for the machines, joined by a veth (the underlay, MTU 1500, so MTU bugs show), and a real Ray
+cluster of a head and two nodes, one per "machine" (labels: its name, underlay address and
+namespace). The driver places an agent on each (STRICT_SPREAD); east is on one, west on the
+other, the WAN wire crosses over a VXLAN cable."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from helpers import unique_name, wait_for_line
+
+from testbed.config.scenario import parse_scenario
+from testbed.net import registry
+from testbed.run.selfcheck import TOLERANCE, check_links
+
+pytestmark = pytest.mark.live
+ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
+
+WAN = {"between": ["east", "west"], "rate": "100mbit", "delay": "10ms"}
+
+
+def spanned_scenario(name: str = "span", **more) -> dict:
+    return {
+        "name": name,
+        "clusters": {"east": {"hosts": 2}, "west": {"hosts": 2}},
+        "wan": [WAN],
+        "placement": {"machines": {"east": "node-a", "west": "node-b"}},
+        **more,
+    }
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def links_in(ns: str) -> list[str]:
+    out = subprocess.run(["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout
+    return sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines())
+
+
+@pytest.fixture
+def machines(root):
+    """Two "machine" namespaces on a veth underlay and a Ray cluster with a node for each."""
+    from ray.cluster_utils import Cluster
+
+    tag = f"tbm{secrets.token_hex(2)}"
+    spaces = [f"{tag}-m0", f"{tag}-m1"]
+    c = None
+    try:
+        for ns in spaces:
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", "u0", "netns", spaces[0], "type", "veth", "peer", "name", "u1",
+           "netns", spaces[1])  # fmt: skip
+        for i, ns in enumerate(spaces):
+            sh("ip", "-n", ns, "addr", "add", f"192.168.251.{i + 1}/30", "dev", f"u{i}")
+            sh("ip", "-n", ns, "link", "set", f"u{i}", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        c = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+        )
+        for i, machine in enumerate(("node-a", "node-b")):
+            labels = {"testbed-machine": machine, "testbed-underlay": f"192.168.251.{i + 1}",
+                      "testbed-netns": spaces[i]}  # fmt: skip
+            c.add_node(num_cpus=0, resources={"testbed": 1}, labels=labels)
+        c.wait_for_nodes()
+        yield c, spaces
+    finally:
+        ray.shutdown()
+        if c is not None:
+            c.shutdown()
+        for ns in spaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def assert_clean(prefix: str, spaces: list[str]) -> None:
+    from testbed.run.ray_sweep import NODE_DIR
+
+    assert registry.namespaces_with_prefix(prefix) == []
+    assert not [r for r in registry.records() if r.prefix == prefix]
+    assert not list(registry.STATE_DIR.glob(f"{prefix}*"))
+    assert not list(NODE_DIR.glob(f"{prefix}-*"))
+    # the cables' devices went with the namespaces they were moved into
+    assert [links_in(ns) for ns in spaces] == [["lo", "u0"], ["lo", "u1"]]
+
+
+def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
+    machines, make_testbed, tmp_path
+):
+    from testbed.plan.placement import place_ranks
+    from testbed.run.experiment import RANK_MODULE
+    from testbed.run.ranks import RankLaunch, RankSpec
+    from testbed.run.spanned import SpannedTestbed
+
+    c, spaces = machines
+    sc = parse_scenario(spanned_scenario(), "test")
+    tb = SpannedTestbed(sc, name=unique_name("span"), address=c.address)
+    tb.up()
+    try:
+        prefix = tb.plan.prefix
+        assert tb.machine_of("east-h1") == "node-a" and tb.machine_of("west-h0") == "node-b"
+        assert 0 < tb.underlay_rtt[("node-a", "node-b")] < 0.01
+        # every host reaches every other, with full-size frames of the 1450-byte MTU
+        hosts = [h for h in tb.hosts if "-h" in h]
+        for src in hosts:
+            for dst in hosts:
+                if src != dst:
+                    r = tb.run(src, ["ping", "-c1", "-W2", "-M", "do", "-s", "1422", dst])
+                    assert r.returncode == 0, (src, dst, r.stdout + r.stderr)
+        assert "mtu 1450" in tb.run("west-h0", ["ip", "link", "show", "eth0"]).stdout
+        # the self-check across machines matches the same scenario on one machine
+        spanned = {r.direction: r for r in check_links(tb, duration=1.0)}
+        alone = make_testbed({k: v for k, v in spanned_scenario().items() if k != "placement"})
+        local = {r.direction: r for r in check_links(alone, duration=1.0)}
+        alone.down()
+        for name, r in spanned.items():
+            assert r.ok, (name, r.problem)
+            one = local[name]
+            assert abs(r.rtt_median_s - one.rtt_median_s) <= TOLERANCE * one.rtt_median_s, (r, one)
+            assert abs(r.goodput_bps - one.goodput_bps) <= TOLERANCE * one.goodput_bps, (r, one)
+            assert r.compensation_s is not None
+        # a real all-reduce across the machines, checked by every rank
+        ranks = place_ranks(tb.plan, 1, "interleaved")
+        master = tb.plan.host(ranks[0].host)
+        keys = {"collectives": ["all_reduce"], "algorithms": ["flat"], "sizes": [1 << 20],
+                "dtype": "float32", "warmup": 1, "iterations": 3}  # fmt: skip
+        spec = RankSpec.build(tb, master.address, ranks, tmp_path, 60.0, **keys)
+        launch = RankLaunch(tb, ranks, spec, tmp_path, RANK_MODULE)
+        assert launch.run(120) == []
+        assert launch.codes == {0: 0, 1: 0, 2: 0, 3: 0}, [launch.log(r) for r in range(4)]
+        for r in range(4):
+            rows = [json.loads(line) for line in (tmp_path / f"rank-{r}.jsonl").open()]
+            assert len(rows) == 3 and all(row["correct"] for row in rows), rows
+            assert "joined" in launch.log(r)
+        assert {tb.machine_of(s.host) for s in ranks} == {"node-a", "node-b"}
+    finally:
+        tb.down()
+    assert_clean(prefix, spaces)
+
+
+DRIVER = """
+import time, ray
+from testbed.config.scenario import parse_scenario
+from testbed.run.spanned import SpannedTestbed
+tb = SpannedTestbed(parse_scenario({scenario!r}, "test"), name={name!r}, address={address!r})
+tb.up()
+print("READY", tb.plan.prefix, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_driver_leaves_what_testbed_clean_removes_on_each_machine(machines):
+    c, spaces = machines
+    code = DRIVER.format(
+        scenario=spanned_scenario(), name=unique_name("spandead"), address=c.address
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        prefix = wait_for_line(proc, "READY", 120).splitlines()[-1].split()[1]
+        parts = [r for r in registry.records() if r.prefix == prefix]
+        assert sorted(r.machine for r in parts) == ["node-a", "node-b"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        # Ray ends the dead driver's agents: their parts have no live owner any more
+        deadline = time.monotonic() + 60
+        while any(r.live() for r in registry.records() if r.prefix == prefix):
+            assert time.monotonic() < deadline, "the agents outlived their driver"
+            time.sleep(0.5)
+        assert registry.namespaces_with_prefix(prefix)  # left behind until cleaned
+        r = subprocess.run(
+            [sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert_clean(prefix, spaces)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_up_without_agents_says_how_to_run_a_placement(make_testbed):
+    from testbed.core.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=r"--ray ADDRESS"):
+        make_testbed(spanned_scenario())
+
+
+def test_a_machine_without_a_node_is_named(machines):
+    from testbed.core.errors import ScenarioError
+    from testbed.run.spanned import SpannedTestbed
+
+    c, _ = machines
+    doc = spanned_scenario()
+    doc["placement"]["machines"]["west"] = "node-z"
+    tb = SpannedTestbed(parse_scenario(doc, "test"), name=unique_name(), address=c.address)
+    with pytest.raises(ScenarioError, match=r"no Ray node with label testbed-machine=node-z"):
+        tb.up()
