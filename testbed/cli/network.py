@@ -148,7 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             else "interfaces at 1500 (the underlay carries the cable's 50 bytes more)"
         )
         out.print(
-            "placement (planned, issue 19 b: `testbed up` refuses it for now): "
+            "placement (`testbed run --ray ADDRESS`, one agent per machine): "
             + "; ".join(f"{m}: {', '.join(cs)}" for m, cs in by_machine.items())
             + ". VXLAN cables (UDP 4789): "
             + (

@@ -8,6 +8,7 @@ not hold, 130 interrupted (what was measured is kept; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ def register(sub: Any) -> None:
         "--ray",
         metavar="ADDRESS",
         help="run the points on a Ray cluster (auto, or the head's HOST:PORT), one point at a "
-        "time per machine that joined with `testbed ray-node` (docs/scale-out.md)",
+        "time per machine that joined with `testbed ray-node`; a scenario with `placement:` "
+        "spans that cluster's machines instead (docs/scale-out.md)",
     )
     s.set_defaults(fn=cmd_run)
     n = sub.add_parser(
@@ -76,17 +78,52 @@ def register(sub: Any) -> None:
         action="store_true",
         help="take no sweep points here (a head that only coordinates)",
     )
+    n.add_argument(
+        "--machine",
+        help="this machine's name in scenarios' `placement.machines` (default: its address)",
+    )
+    n.add_argument(
+        "--underlay",
+        help="the IPv4 address other machines reach this one at for VXLAN cables "
+        "(default: its Ray address)",
+    )
     n.set_defaults(fn=cmd_ray_node)
 
 
-def ray_start_argv(ray: str, head: bool, address: str | None, port: int, points: bool) -> list[str]:
+def ray_start_argv(
+    ray: str,
+    head: bool,
+    address: str | None,
+    port: int,
+    points: bool,
+    machine: str | None = None,
+    underlay: str | None = None,
+) -> list[str]:
     """``ray start`` for a testbed machine: no CPUs for Ray's tasks (points take none and a
-    measuring machine runs nothing else), the custom resource a point needs, no dashboard."""
+    measuring machine runs nothing else), the custom resource a point or a topology's part
+    needs, no dashboard; its name and underlay address as node labels (testbed.run.spanned)."""
+    from testbed.config.scenario import MACHINE_NAME
+    from testbed.run.spanned import MACHINE_LABEL, UNDERLAY_LABEL
+
     argv = [ray, "start", "--num-cpus", "0", "--disable-usage-stats"]
     argv += ["--head", "--port", str(port), "--include-dashboard", "false"] if head else []
     argv += ["--address", address] if address else []
     if points:
         argv += ["--resources", '{"testbed": 1}']
+    labels = []
+    if machine is not None:
+        if not MACHINE_NAME.match(machine):
+            raise ScenarioError(
+                f"--machine {machine!r}: allowed: letters, digits and . _ : - (at most 63)"
+            )
+        labels.append(f"{MACHINE_LABEL}={machine}")
+    if underlay is not None:
+        try:
+            labels.append(f"{UNDERLAY_LABEL}={ipaddress.IPv4Address(underlay)}")
+        except ValueError:
+            raise ScenarioError(f"--underlay {underlay!r}: not an IPv4 address") from None
+    if labels:
+        argv += ["--labels", ",".join(labels)]
     return argv
 
 
@@ -101,7 +138,9 @@ def cmd_ray_node(args: argparse.Namespace) -> int:
     ray = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if ray is None:
         raise TestbedError("ray-node needs Ray: pip install 'multicluster-testbed[ray]'")
-    argv = ray_start_argv(ray, args.head, args.address, args.port, not args.no_points)
+    argv = ray_start_argv(
+        ray, args.head, args.address, args.port, not args.no_points, args.machine, args.underlay
+    )
     out.print(" ".join(argv), highlight=False)
     os.execv(ray, argv)
     return 0  # not reached
@@ -139,12 +178,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"--point {args.point}: {args.file} has {len(runs)} run(s): 0 to {len(runs) - 1}"
             )
         runs = [runs[args.point]]
+    # a scenario placed on several machines: each run spans the Ray cluster's machines (one
+    # run after the other); otherwise --ray spreads the runs over its machines
+    spanned = any(r.scenario.placement is not None for r in runs)
+    if spanned and not args.ray:
+        raise ScenarioError(
+            f"{args.file}: placement: its clusters are on several machines; run it with "
+            "--ray ADDRESS (the Ray cluster of those machines, docs/scale-out.md)"
+        )
     need_root("run")
     if args.ray:
-        from testbed.run.ray_sweep import require_ray
+        from testbed.run.ray_common import require_ray
 
         require_ray()  # before a results directory is made
     exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
+    if spanned:
+        exp.ray_address = args.ray
     pending = [r for r in runs if not exp.done(r)]
     out.print(f"{len(runs)} run(s), {len(pending)} to do; results: {escape(exp.results.path)}")
     columns = (
@@ -171,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress.console.print(text, highlight=False)
 
         try:
-            if args.ray:
+            if args.ray and not spanned:
                 from testbed.run.ray_sweep import run_on_ray
 
                 ok = run_on_ray(exp, args.ray, args.selfcheck, on_start, on_done)

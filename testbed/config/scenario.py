@@ -769,6 +769,24 @@ class Scenario(_Strict):
             )
         if self.engine == "mininet":
             raise _FieldError("placement", "clusters on several machines need `engine: native`")
+        # What runs across machines so far: the links as configured, the self-check, a
+        # collectives workload. The rest samples or changes the network from one process.
+        later = "not across machines yet (docs/scale-out.md); remove it or `placement:`"
+        for i, link in enumerate(self.wan):
+            for key in ("schedule", "trace"):
+                if getattr(link, key):
+                    raise _FieldError(f"wan[{i}].{key}", f"{key} is {later}")
+        checks = [
+            ("routing.mode", self.routing.mode == "bgp", "bgp"),
+            ("faults", bool(self.faults), "faults"),
+            ("traffic", bool(self.flows), "traffic beside the workload"),
+            ("trace", self.trace != Trace(), "tracing (tcp_info, queues, pcap)"),
+            ("workload.kind", self.workload is not None and self.workload.kind != "collectives",
+             f"a {getattr(self.workload, 'kind', '')} workload"),
+        ]  # fmt: skip
+        for where, bad, what in checks:
+            if bad:
+                raise _FieldError(where, f"{what} is {later}")
         return self
 
     @model_validator(mode="after")

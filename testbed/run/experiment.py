@@ -54,7 +54,6 @@ from testbed.config.sweep import RunSpec
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError, TestbedError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
-from testbed.net import netns
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.timeline import Timeline, build_timeline
 from testbed.plan.topology import NetworkPlan
@@ -64,6 +63,7 @@ from testbed.run.flows import Flows
 from testbed.run.ranks import RankLaunch, RankSpec, require_torch
 from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
+from testbed.run.spanned import SpannedTestbed
 from testbed.run.testbed import Terminated, Testbed
 from testbed.trace.cpu import CpuMonitor
 from testbed.trace.routing import RoutingEvents
@@ -141,13 +141,29 @@ class RunResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def tcp_sysctls_in_effect(tb: Testbed) -> dict[str, dict[str, str]]:
+class _NoTraces(contextlib.nullcontext):
+    """What a run across machines records of its traces: nothing (the samplers read the
+    namespaces of one machine)."""
+
+    pcap_stats: tuple[dict, ...] = ()
+
+    def tables(self) -> dict[str, list[dict]]:
+        return {}
+
+    def in_effect(self) -> dict[str, Any]:
+        return {}
+
+    def problems(self) -> list[str]:
+        return []
+
+
+def tcp_sysctls_in_effect(tb: Testbed | SpannedTestbed) -> dict[str, dict[str, str]]:
     """Per cluster, the namespace defaults the kernel holds (not what the scenario asked)."""
     assert tb.plan is not None
     out = {}
     for cluster in dict.fromkeys(h.cluster for h in tb.plan.hosts):
         host = next(h for h in tb.plan.hosts if h.cluster == cluster)
-        got = netns.read_sysctls(host.ns, ["net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn"])
+        got = tb.sysctls(host.name, ["net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn"])
         out[cluster] = {
             "congestion": got["net.ipv4.tcp_congestion_control"],
             "ecn": got["net.ipv4.tcp_ecn"],
@@ -437,9 +453,15 @@ class RunDynamics:
 
 
 def execute(
-    spec: RunSpec, run_dir: Path, selfcheck_seconds: float, source: Path | None = None
+    spec: RunSpec,
+    run_dir: Path,
+    selfcheck_seconds: float,
+    source: Path | None = None,
+    ray_address: str | None = None,
 ) -> RunResult:
-    """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C)."""
+    """Run one point of the sweep. Never raises for a failed run (only for Ctrl-C). A scenario
+    placed on several machines spans the Ray cluster at ``ray_address`` (testbed.run.spanned:
+    the self-check and the ranks run there; nothing is traced)."""
     sc = spec.scenario
     counters = isinstance(sc.workload, TrainingWorkload) or sc.flows
     if counters or any(link.trace or link.paths for link in sc.wan):
@@ -451,7 +473,12 @@ def execute(
         sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
-    tb = Testbed(sc, name=f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}")
+    name = f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}"
+    tb: Testbed | SpannedTestbed
+    if sc.placement is not None:
+        tb = SpannedTestbed(sc, name=name, address=ray_address or "auto")
+    else:
+        tb = Testbed(sc, name=name)
     try:
         with tb:
             result.info["backend"] = tb.backend.name if tb.backend else None
@@ -502,7 +529,11 @@ def execute(
                     return rank in joined
 
                 launch = RankLaunch(tb, ranks, rank_spec, run_dir, module, joined=has_joined)
-                traces = RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
+                traces = (
+                    _NoTraces()
+                    if isinstance(tb, SpannedTestbed)
+                    else RunTraces(tb, sc.trace, run_dir, [r.host for r in ranks])
+                )
                 with CpuMonitor() as cpu, traces, routing or contextlib.nullcontext(), dynamics:
                     # workload.timeout bounds every operation (the ranks' process group
                     # timeout), not the run: the ranks are stopped when they make no progress
@@ -609,6 +640,8 @@ class Experiment:
         require_torch()
         self.runs = runs
         self.source = source
+        # the Ray cluster of the machines a placed scenario spans (testbed run --ray)
+        self.ray_address: str | None = None
         if resume:
             self.results = ResultsDir(Path(out))
             if not self.results.manifest_path.exists():
@@ -746,6 +779,7 @@ class Experiment:
                     self.results.path / "runs" / spec.run_id,
                     selfcheck_seconds,
                     source=Path(self.source) if self.source else None,
+                    ray_address=self.ray_address,
                 )
             except _Interrupted as stop:
                 self.record(spec, stop.result)

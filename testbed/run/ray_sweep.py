@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-import platform
-import socket
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -36,42 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.sweep import RunSpec
-from testbed.core.errors import TestbedError
 from testbed.run.experiment import Experiment, RunResult, execute
+from testbed.run.ray_common import NODE_DIR, RESOURCE, node_identity, require_ray
 
-RESOURCE = "testbed"
 MAX_RETRIES = 3  # attempts after the first when a worker or node dies (Ray's default)
 LEAVE_ON_NODE = 32 * 1024 * 1024  # bytes: larger files stay on the node (path in the manifest)
-NODE_DIR = Path("/var/tmp/testbed-ray")  # where they stay
 HEAD = "node:__internal_head__"  # the resource Ray gives its head node
-
-
-def require_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise TestbedError(
-            "--ray needs Ray: pip install 'multicluster-testbed[ray]' (scripts/setup.sh does)"
-        ) from None
-    return ray
-
-
-def node_identity() -> dict[str, Any]:
-    """What the results record of the machine a run ran on."""
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "host": socket.gethostname(),
-        "kernel": os.uname().release,
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-    }
 
 
 def pack(run_dir: Path, keep: Path) -> tuple[bytes, dict[str, str]]:

@@ -43,15 +43,16 @@ from testbed.config.scenario import Scenario
 from testbed.core.errors import NetError, ScenarioError, TestbedError
 from testbed.net import procs
 from testbed.net.cables import Underlay
+from testbed.net.registry import Record
 from testbed.plan.compensation import Compensation, compensate, configured_one_way
 from testbed.plan.topology import Impairment, NetworkPlan, build_plan
 from testbed.run.ranks import RANK_ENV
+from testbed.run.ray_common import NODE_DIR, RESOURCE, node_identity, require_ray
 from testbed.run.testbed import Testbed
 
 MACHINE_LABEL = "testbed-machine"
 UNDERLAY_LABEL = "testbed-underlay"
 NETNS_LABEL = "testbed-netns"
-RESOURCE = "testbed"
 PLACE_TIMEOUT = 60.0  # s for Ray to reserve the machines
 UNDERLAY_PINGS = 10
 SHIP_MAX = 1 << 20  # bytes: a directory's larger files are not inputs of its processes
@@ -72,7 +73,6 @@ class MachineAgent:
         self.synced: dict[str, dict[str, int]] = {}  # ... -> file -> bytes sent (-1: not sent)
 
     def identity(self) -> dict[str, Any]:
-        from testbed.run.ray_sweep import node_identity
 
         return {**node_identity(), "machine": self.machine}
 
@@ -84,15 +84,16 @@ class MachineAgent:
         addresses: dict[str, str],
         reserve: tuple[str, int] | None,
         calibrating: bool,
-    ) -> tuple[str, int]:
+    ) -> tuple[Record, str, str]:
+        """Build this machine's part; its registry record and link backend (name, why)."""
         underlay = Underlay(self.machine, dict(addresses), self.netns)
         self.tb = Testbed(
             scenario, name=name, source=source, underlay=underlay, reserve=reserve,
             compensate_rtt=calibrating,
         )  # fmt: skip
         self.tb.up()
-        assert self.tb.record is not None
-        return self.tb.record.prefix, self.tb.record.slot
+        assert self.tb.record is not None and self.tb.backend is not None
+        return self.tb.record, self.tb.backend.name, self.tb.backend.reason
 
     def underlay_rtt(self, peer: str) -> list[float]:
         from testbed.net.cables import rtt
@@ -163,8 +164,6 @@ class MachineAgent:
     def workdir(self, remote_dir: str) -> Path:
         assert self.tb is not None and self.tb.record is not None
         if remote_dir not in self.dirs:
-            from testbed.run.ray_sweep import NODE_DIR
-
             NODE_DIR.mkdir(parents=True, exist_ok=True)
             self.dirs[remote_dir] = Path(
                 tempfile.mkdtemp(prefix=f"{self.tb.record.prefix}-", dir=NODE_DIR)
@@ -209,6 +208,14 @@ class MachineAgent:
     def free_port(self, host: str) -> int:
         assert self.tb is not None
         return self.tb.free_port(host)
+
+    def sysctls(self, host: str, keys: list[str]) -> dict[str, str]:
+        assert self.tb is not None
+        return self.tb.sysctls(host, keys)
+
+    def link_stats(self) -> list[dict]:
+        """The link backend's counters (also after ``down``: what it counted)."""
+        return self.tb.link_stats() if self.tb is not None else []
 
     def problems(self) -> list[str]:
         return self.tb.problems() if self.tb is not None else []
@@ -270,6 +277,14 @@ class _RemoteProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+    """Which link backend (or engine) the machines' parts run, and why."""
+
+    name: str
+    reason: str = ""
 
 
 @dataclasses.dataclass
@@ -364,6 +379,10 @@ class SpannedTestbed:
         self.underlay_rtt: dict[tuple[str, str], float] = {}  # (from, to) -> median s
         self.compensation: list[Compensation] = []
         self.ray: Any = None
+        self.record: Record | None = None  # the first machine's part (prefix, slot)
+        self.backend: BackendInfo | None = None
+        self.engine = BackendInfo("native")
+        self._link_stats: list[dict] = []
         # the directories of processes started through agents: which machines have their
         # inputs, which of their files are the processes' output
         self.shipped: set[tuple[str, Path]] = set()
@@ -371,8 +390,6 @@ class SpannedTestbed:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def up(self) -> SpannedTestbed:
-        from testbed.run.ray_sweep import require_ray
-
         ray = self.ray = require_ray()
         if not ray.is_initialized():
             ray.init(address=self.address, log_to_driver=False, configure_logging=False)
@@ -418,8 +435,12 @@ class SpannedTestbed:
         calibrating = self.compensate_rtt and any(d.delay for d in draft.wan)
         first, *rest = self.nodes
         args = (self.scenario, self.name, self.source, addresses)
-        reserve = ray.get(self.agents[first.machine].up.remote(*args, None, calibrating))
+        self.record, *backend = ray.get(
+            self.agents[first.machine].up.remote(*args, None, calibrating)
+        )
+        reserve = (self.record.prefix, self.record.slot)
         ray.get([self.agents[n.machine].up.remote(*args, reserve, calibrating) for n in rest])
+        self.backend = BackendInfo(*backend)
         self.plan = build_plan(self.scenario, *reserve)
         self._calibrating = calibrating
 
@@ -455,13 +476,16 @@ class SpannedTestbed:
         if ray is None:
             return
         errors = []
+        stats: list[dict] = []
         for machine, agent in self.agents.items():
             try:
                 ray.get(agent.down.remote())
+                stats += ray.get(agent.link_stats.remote())
             except Exception as exc:  # one machine's failure must not leave the others up
                 errors.append(f"{machine}: {exc}")
             with contextlib.suppress(Exception):
                 ray.kill(agent)
+        self._link_stats = stats
         self.agents = {}
         if self.group is not None:
             from ray.util.placement_group import remove_placement_group
@@ -549,6 +573,15 @@ class SpannedTestbed:
 
     def free_port(self, host: str) -> int:
         return self.ray.get(self._agent(host).free_port.remote(host))
+
+    def sysctls(self, host: str, keys: list[str]) -> dict[str, str]:
+        return self.ray.get(self._agent(host).sysctls.remote(host, keys))
+
+    def link_stats(self) -> list[dict]:
+        """Every machine's link backend counters (complete once the testbed is down)."""
+        if self.agents:
+            return [r for a in self.agents.values() for r in self.ray.get(a.link_stats.remote())]
+        return list(self._link_stats)
 
     def compensation_of(self, direction: str) -> Compensation | None:
         return next((c for c in self.compensation if c.direction == direction), None)

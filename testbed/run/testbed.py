@@ -240,6 +240,12 @@ class Testbed:
             raise RegistryError(f"no host {host!r} in testbed {rec.name!r}; hosts: {known}")
         return f"{rec.prefix}-{host}"
 
+    def sysctls(self, host: str, keys: list[str]) -> dict[str, str]:
+        """What ``host``'s namespace holds for these sysctl keys."""
+        from testbed.net import netns
+
+        return netns.read_sysctls(self.namespace(host), keys)
+
     def free_port(self, host: str) -> int:
         """A TCP port free in ``host`` right now (a rank master's)."""
         from testbed.run.ranks import master_port

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 
+import pandas as pd
 import pytest
 from helpers import unique_name, wait_for_line
 
@@ -81,7 +82,7 @@ def machines(root):
 
 
 def assert_clean(prefix: str, spaces: list[str]) -> None:
-    from testbed.run.ray_sweep import NODE_DIR
+    from testbed.run.ray_common import NODE_DIR
 
     assert registry.namespaces_with_prefix(prefix) == []
     assert not [r for r in registry.records() if r.prefix == prefix]
@@ -207,3 +208,26 @@ def test_a_machine_without_a_node_is_named(machines):
     tb = SpannedTestbed(parse_scenario(doc, "test"), name=unique_name(), address=c.address)
     with pytest.raises(ScenarioError, match=r"no Ray node with label testbed-machine=node-z"):
         tb.up()
+
+
+def test_testbed_run_of_a_placed_scenario_spans_the_machines(machines, tmp_path):
+    """Through the runner (what `testbed run FILE --ray ADDRESS` does): the self-check's rows,
+    the ranks' results and the expectation, from a topology over both machines."""
+    from testbed.config.sweep import load_runs
+    from testbed.run.experiment import Experiment
+
+    c, spaces = machines
+    source = "scenarios/span-two-machines.yaml"
+    exp = Experiment(load_runs(source, []), source, tmp_path / "out", resume=False)
+    exp.ray_address = c.address
+    assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]
+    (run,) = exp.manifest["runs"].values()
+    assert run["status"] == "ok" and run["backend"] == "userspace", run
+    assert len(run["rtt_compensation"]) == 2
+    links = pd.read_parquet(exp.results.path / "links.parquet")
+    assert links["ok"].all(), links[["direction", "problem"]]
+    rows = pd.read_parquet(exp.results.path / "collectives.parquet")
+    assert rows["correct"].all() and set(rows["algorithm"]) == {"flat", "hierarchical"}
+    assert [c.status for c in exp.check_expectations()] == ["passed"]
+    assert not [r for r in registry.records() if r.prefix == run["prefix"]]
+    assert [links_in(ns) for ns in spaces] == [["lo", "u0"], ["lo", "u1"]]

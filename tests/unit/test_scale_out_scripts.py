@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from testbed.cli.run import ray_start_argv
+from testbed.core.errors import ScenarioError
 from testbed.run.slurm import slurm_array
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +42,29 @@ def test_ray_node_starts_ray_without_cpus_and_with_one_testbed():
     join = ray_start_argv("ray", False, "10.1.2.3:6379", 6379, False)
     assert join == ["ray", "start", "--num-cpus", "0", "--disable-usage-stats",
                     "--address", "10.1.2.3:6379"]  # fmt: skip
+
+
+def test_ray_node_labels_the_machine_with_its_name_and_underlay():
+    argv = ray_start_argv("ray", False, "h:6379", 6379, True, "node-a", "192.0.2.7")
+    assert argv[-2:] == ["--labels", "testbed-machine=node-a,testbed-underlay=192.0.2.7"]
+    with pytest.raises(ScenarioError, match=r"--underlay 'eth0': not an IPv4 address"):
+        ray_start_argv("ray", False, "h:6379", 6379, True, None, "eth0")
+    with pytest.raises(ScenarioError, match=r"--machine 'a b'"):
+        ray_start_argv("ray", False, "h:6379", 6379, True, "a b")
+
+
+def test_a_placed_scenario_needs_the_ray_cluster_of_its_machines(tmp_path):
+    placed = tmp_path / "placed.yaml"
+    placed.write_text(
+        "name: placed\nclusters: {east: {hosts: 1}, west: {hosts: 1}}\n"
+        "wan: [{between: [east, west], rate: 100mbit}]\n"
+        "placement: {machines: {east: a, west: b}}\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "run", str(placed)], capture_output=True,
+        text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 2 and "run it with --ray ADDRESS" in r.stderr, r.stderr
 
 
 def test_run_emits_the_script_and_refuses_a_point_out_of_range():
