@@ -68,6 +68,9 @@ class Compensation:
     compensation_s: float  # subtracted from the emulated delay (0 where nothing to subtract)
     emulated_s: float  # what the emulator is set to: configured - compensation
     samples: int
+    # "one-way": timed on one clock; "round-trip": across machines, whose clocks are not
+    # compared, each direction is its configured delay plus half its link's excess round trip
+    basis: str = "one-way"
 
     def row(self) -> dict:
         return dataclasses.asdict(self)

@@ -487,6 +487,13 @@ def execute(
             result.info["prefix"] = tb.record.prefix if tb.record else None
             result.info["rtt_compensation"] = [c.row() for c in tb.compensation]
             result.info["tcp_sysctls"] = tcp_sysctls_in_effect(tb)
+            if isinstance(tb, SpannedTestbed):
+                # comparable only when the machines are; no one-way delay is reported across
+                # machines (their clocks are not compared): compensation from round trips
+                result.info["machines"] = tb.identities
+                result.info["underlay_rtt_s"] = {
+                    f"{a}->{b}": v for (a, b), v in tb.underlay_rtt.items()
+                }
             checks = check_links(tb, duration=selfcheck_seconds, pings=20)
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
             workload = sc.rank_workload

@@ -377,6 +377,7 @@ class SpannedTestbed:
         self.nodes: list[MachineNode] = []
         self.group: Any = None
         self.underlay_rtt: dict[tuple[str, str], float] = {}  # (from, to) -> median s
+        self.identities: dict[str, dict[str, Any]] = {}  # machine -> host, kernel, CPU
         self.compensation: list[Compensation] = []
         self.ray: Any = None
         self.record: Record | None = None  # the first machine's part (prefix, slot)
@@ -441,6 +442,8 @@ class SpannedTestbed:
         reserve = (self.record.prefix, self.record.slot)
         ray.get([self.agents[n.machine].up.remote(*args, reserve, calibrating) for n in rest])
         self.backend = BackendInfo(*backend)
+        who = ray.get([a.identity.remote() for a in self.agents.values()])
+        self.identities = dict(zip(self.agents, who, strict=True))
         self.plan = build_plan(self.scenario, *reserve)
         self._calibrating = calibrating
 
@@ -462,7 +465,10 @@ class SpannedTestbed:
                 continue
             r = probe_rtt(self, f"{d.src}-h0", f"{d.dst}-h0", CALIBRATION_PROBES, 0.01)
             rtts[link] = r["rtts"][1:]
-        self.compensation = compensate(plan, split_round_trips(plan, rtts))
+        self.compensation = [
+            dataclasses.replace(c, basis="round-trip")
+            for c in compensate(plan, split_round_trips(plan, rtts))
+        ]
         by_wire: dict[str, dict[str, Impairment]] = {}
         for d, c in zip(plan.wan, self.compensation, strict=True):
             if d.delay:

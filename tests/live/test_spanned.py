@@ -223,7 +223,10 @@ def test_testbed_run_of_a_placed_scenario_spans_the_machines(machines, tmp_path)
     assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]
     (run,) = exp.manifest["runs"].values()
     assert run["status"] == "ok" and run["backend"] == "userspace", run
-    assert len(run["rtt_compensation"]) == 2
+    # no one-way delay across machines: the compensation comes from round trips
+    assert [c["basis"] for c in run["rtt_compensation"]] == ["round-trip", "round-trip"]
+    assert sorted(run["machines"]) == ["node-a", "node-b"] and run["machines"]["node-a"]["kernel"]
+    assert sorted(run["underlay_rtt_s"]) == ["node-a->node-b", "node-b->node-a"]
     links = pd.read_parquet(exp.results.path / "links.parquet")
     assert links["ok"].all(), links[["direction", "problem"]]
     rows = pd.read_parquet(exp.results.path / "collectives.parquet")
