@@ -1,13 +1,12 @@
 """Live tests of one topology over two machines (issue 19 b), on one kernel: two namespaces stand
 for the machines, joined by a veth (the underlay, MTU 1500, so MTU bugs show), and a real Ray
 cluster of a head and two nodes, one per "machine" (labels: its name, underlay address and
-namespace). The driver places an agent on each (STRICT_SPREAD); east is on one, west on the
-other, the WAN wire crosses over a VXLAN cable."""
+namespace: testbed.testing.machines). The driver places an agent on each (STRICT_SPREAD);
+east is on one, west on the other, the WAN wire crosses over a VXLAN cable."""
 
 from __future__ import annotations
 
 import json
-import secrets
 import signal
 import subprocess
 import sys
@@ -38,10 +37,6 @@ def spanned_scenario(name: str = "span", **more) -> dict:
     }
 
 
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
-
-
 def links_in(ns: str) -> list[str]:
     out = subprocess.run(["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout
     return sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines())
@@ -49,36 +44,11 @@ def links_in(ns: str) -> list[str]:
 
 @pytest.fixture
 def machines(root):
-    """Two "machine" namespaces on a veth underlay and a Ray cluster with a node for each."""
-    from ray.cluster_utils import Cluster
+    """Two stand-in machines (namespaces on a veth underlay) and a Ray node for each."""
+    from testbed.testing.machines import stand_in_machines
 
-    tag = f"tbm{secrets.token_hex(2)}"
-    spaces = [f"{tag}-m0", f"{tag}-m1"]
-    c = None
-    try:
-        for ns in spaces:
-            sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", "u0", "netns", spaces[0], "type", "veth", "peer", "name", "u1",
-           "netns", spaces[1])  # fmt: skip
-        for i, ns in enumerate(spaces):
-            sh("ip", "-n", ns, "addr", "add", f"192.168.251.{i + 1}/30", "dev", f"u{i}")
-            sh("ip", "-n", ns, "link", "set", f"u{i}", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        c = Cluster(
-            initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
-        )
-        for i, machine in enumerate(("node-a", "node-b")):
-            labels = {"testbed-machine": machine, "testbed-underlay": f"192.168.251.{i + 1}",
-                      "testbed-netns": spaces[i]}  # fmt: skip
-            c.add_node(num_cpus=0, resources={"testbed": 1}, labels=labels)
-        c.wait_for_nodes()
-        yield c, spaces
-    finally:
-        ray.shutdown()
-        if c is not None:
-            c.shutdown()
-        for ns in spaces:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with stand_in_machines(["node-a", "node-b"]) as (address, spaces):
+        yield address, spaces
 
 
 def assert_clean(prefix: str, spaces: list[str]) -> None:
@@ -100,9 +70,9 @@ def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
     from testbed.run.ranks import RankLaunch, RankSpec
     from testbed.run.spanned import SpannedTestbed
 
-    c, spaces = machines
+    address, spaces = machines
     sc = parse_scenario(spanned_scenario(), "test")
-    tb = SpannedTestbed(sc, name=unique_name("span"), address=c.address)
+    tb = SpannedTestbed(sc, name=unique_name("span"), address=address)
     tb.up()
     try:
         prefix = tb.plan.prefix
@@ -158,10 +128,8 @@ time.sleep(600)
 
 
 def test_a_killed_driver_leaves_what_testbed_clean_removes_on_each_machine(machines):
-    c, spaces = machines
-    code = DRIVER.format(
-        scenario=spanned_scenario(), name=unique_name("spandead"), address=c.address
-    )
+    address, spaces = machines
+    code = DRIVER.format(scenario=spanned_scenario(), name=unique_name("spandead"), address=address)
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         stdout=subprocess.PIPE,
@@ -202,10 +170,10 @@ def test_a_machine_without_a_node_is_named(machines):
     from testbed.core.errors import ScenarioError
     from testbed.run.spanned import SpannedTestbed
 
-    c, _ = machines
+    address, _ = machines
     doc = spanned_scenario()
     doc["placement"]["machines"]["west"] = "node-z"
-    tb = SpannedTestbed(parse_scenario(doc, "test"), name=unique_name(), address=c.address)
+    tb = SpannedTestbed(parse_scenario(doc, "test"), name=unique_name(), address=address)
     with pytest.raises(ScenarioError, match=r"no Ray node with label testbed-machine=node-z"):
         tb.up()
 
@@ -216,10 +184,10 @@ def test_testbed_run_of_a_placed_scenario_spans_the_machines(machines, tmp_path)
     from testbed.config.sweep import load_runs
     from testbed.run.experiment import Experiment
 
-    c, spaces = machines
+    address, spaces = machines
     source = "scenarios/span-two-machines.yaml"
     exp = Experiment(load_runs(source, []), source, tmp_path / "out", resume=False)
-    exp.ray_address = c.address
+    exp.ray_address = address
     assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]
     (run,) = exp.manifest["runs"].values()
     assert run["status"] == "ok" and run["backend"] == "userspace", run
