@@ -1,6 +1,6 @@
 """Benchmark: a sweep on a Ray cluster (issue 19 a) against the same sweep run locally.
 
-    sudo .venv/bin/python -m benchmarks.scale_out [--write] [--points 8]
+    sudo .venv/bin/python -m benchmarks.scale_out [--write] [--points 8] [--part sweep|span]
 
 An 8-point sweep (2 clusters x 1 host, one WAN link whose rate the sweep sets, a 3 s bulk TCP
 flow per point, 0.5 s self-check per direction) three ways: locally (``Experiment.run``), on a
@@ -10,6 +10,13 @@ wall time of the sweep (the cluster's start excluded, reported apart), per point
 overhead per point (one node against local). Two nodes on one 2-core machine share its CPUs:
 their speed-up says what Ray's scheduling allows here, not what two machines give.
 Goal: Ray's overhead per point well under a point's own time (< 10 %).
+
+``--part span`` (issue 19 b): the link fidelity of one topology over two machines against the
+same scenario on one machine: 2 clusters x 1 host, one WAN link per case, the link self-check
+(RTT, capacity, TCP goodput per direction) both ways. The two machines are stand-ins on this
+kernel (testbed.testing.machines: namespaces on a veth underlay, MTU 1500, so every interface
+runs at 1450, a Ray node each). Goal: across machines within the self-check's tolerance (10 %)
+of one machine.
 """
 
 from __future__ import annotations
@@ -65,11 +72,68 @@ def on_cluster(nodes: int, points: int, out: str) -> tuple[float, float, bool]:
     return start, wall, ok
 
 
+SPAN_CASES = [("100mbit", "10ms"), ("1gbit", "5ms"), ("500mbit", "25ms")]
+
+
+def span_scenario(rate: str, delay: str, placed: bool) -> dict:
+    return {
+        "name": "bench-span",
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [{"between": ["east", "west"], "rate": rate, "delay": delay}],
+        **({"placement": {"machines": {"east": "node-a", "west": "node-b"}}} if placed else {}),
+    }
+
+
+def span() -> None:
+    from testbed.config.scenario import parse_scenario
+    from testbed.run.selfcheck import check_links
+    from testbed.run.spanned import SpannedTestbed
+    from testbed.run.testbed import Testbed
+    from testbed.testing.machines import stand_in_machines
+
+    print("| link | direction | where | bring-up | RTT (configured) | capacity | goodput | ok |")
+    print("|---|---|---|---|---|---|---|---|")
+    underlay: list[float] = []
+    with stand_in_machines(["node-a", "node-b"]) as (address, _):
+        for rate, delay in SPAN_CASES:
+            for placed in (False, True):
+                sc = parse_scenario(span_scenario(rate, delay, placed), "bench")
+                tb = SpannedTestbed(sc, address=address) if placed else Testbed(sc)
+                t0 = time.monotonic()
+                tb.up()
+                up = time.monotonic() - t0
+                try:
+                    checks = check_links(tb, duration=1.0)
+                    if placed:
+                        underlay += list(tb.underlay_rtt.values())
+                finally:
+                    tb.down()
+                for c in checks:
+                    where = "2 machines" if placed else "1 machine"
+                    print(
+                        f"| {rate} {delay} | {c.direction} | {where} | {up:.1f} s | "
+                        f"{c.rtt_median_s * 1e3:.2f} ms ({c.rtt_configured_s * 1e3:.0f}) | "
+                        f"{c.capacity_ratio or 0:.3f} | {c.goodput_ratio or 0:.3f} | {c.ok} |"
+                    )
+    print(
+        f"\nUnderlay RTT between the stand-ins (median per pair): "
+        f"{min(underlay) * 1e3:.3f}-{max(underlay) * 1e3:.3f} ms. Capacity and goodput are "
+        "ratios to the configured rate and to the HTB ceiling (rate x 1448/1514; at MTU 1450 "
+        "the ceiling is 0.15 % lower)."
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     p.add_argument("--points", type=int, default=8, choices=range(2, 9))
+    p.add_argument("--part", choices=("sweep", "span"), default="sweep")
     args = p.parse_args()
+    if args.part == "span":
+        note = "2 x 1 host, one link per case, the link self-check (1 s TCP window) both ways."
+        with section("scale_out.py --part span", args.write, "Topology across machines", note):
+            span()
+        return
     note = f"{args.points} points: 1 x 1 host, a 3 s bulk flow each, self-check 0.5 s/direction."
     with section("scale_out.py", args.write, "Sweeps on Ray", note):
         print("| way | cluster start | sweep wall | per point | all ok |")
