@@ -1,16 +1,22 @@
 """Helpers shared by the test files (imported as ``helpers``; pytest advises against importing
 conftest): unique testbed names of this run, a small default scenario, and delay steps under a
 packet stream (the live tests of both link backends), the initial namespace's state (a testbed
-leaves it as it was) and waiting for a line of a process's output."""
+leaves it as it was), waiting for a line of a process's output, and an owner script killed
+before ``testbed clean`` (what a crashed user's script leaves behind)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
+import signal
 import subprocess
+import sys
+import textwrap
 import time
+from collections.abc import Iterator
 from typing import Any
 
 RUN_TAG = f"t{os.getpid()}"
@@ -212,6 +218,37 @@ def wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
         if text in line:
             return "".join(seen)
     raise AssertionError(f"{text!r} not printed; got: {''.join(seen)}")
+
+
+@contextlib.contextmanager
+def owner_script(code: str, timeout: float) -> Iterator[tuple[subprocess.Popen, list[str]]]:
+    """Run the Python script ``code``, which builds something and prints ``READY field...``;
+    yield the process and the fields of that line; the process is killed after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield proc, wait_for_line(proc, "READY", timeout).splitlines()[-1].split()[1:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def kill_owner(proc: subprocess.Popen) -> None:
+    """SIGKILL: the owner gets no chance to tear anything down."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def testbed_clean() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def skip_without_mininet() -> None:

@@ -73,7 +73,6 @@ class MachineAgent:
         self.synced: dict[str, dict[str, int]] = {}  # ... -> file -> bytes sent (-1: not sent)
 
     def identity(self) -> dict[str, Any]:
-
         return {**node_identity(), "machine": self.machine}
 
     def up(
@@ -384,6 +383,7 @@ class SpannedTestbed:
         self.backend: BackendInfo | None = None
         self.engine = BackendInfo("native")
         self._link_stats: list[dict] = []
+        self._calibrating = False  # whether the plan's delays are compensated after build
         # the directories of processes started through agents: which machines have their
         # inputs, which of their files are the processes' output
         self.shipped: set[tuple[str, Path]] = set()

@@ -6,16 +6,12 @@ after the owner is killed and ``testbed clean`` runs."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import flows_over_paths, two_path_scenario, wait_for_line
+from helpers import flows_over_paths, kill_owner, owner_script, testbed_clean, two_path_scenario
 
 from testbed.net import frr, registry
 from testbed.net.faults import FaultOps
@@ -106,31 +102,16 @@ def test_a_killed_owner_leaves_what_testbed_clean_removes(root, skip_without_frr
     from helpers import unique_name
 
     code = OWNER.format(scenario=bgp_paths(bfd=False), name=unique_name("bgp"))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        prefix = wait_for_line(proc, "READY", 60).splitlines()[-1].split()[1]
+    with owner_script(code, 60) as (proc, (prefix,)):
         (rec,) = [r for r in registry.records() if r.prefix == prefix]
         pids = frr_pids(rec)
         assert len(pids) == 4  # no bfdd without BFD
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        kill_owner(proc)
         assert all(registry.process_alive(pid, start) for pid, start in pids)  # left behind
-        r = subprocess.run(
-            [sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
+        testbed_clean()
         assert all(not registry.process_alive(pid, start) for pid, start in pids)
         assert registry.namespaces_with_prefix(prefix) == []
         assert not (registry.STATE_DIR / prefix).exists() and not rec.path.exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_run_records_routing_events_and_the_failover(tmp_path, skip_without_frr):

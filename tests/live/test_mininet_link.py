@@ -10,12 +10,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
-from helpers import root_namespace_state, skip_without_mininet, wait_for_line
+from helpers import (
+    kill_owner,
+    owner_script,
+    root_namespace_state,
+    skip_without_mininet,
+    testbed_clean,
+)
 
 from testbed.core.errors import ScenarioError, UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
@@ -132,34 +137,20 @@ SCRIPT = """
 
 def test_a_killed_script_leaves_what_testbed_clean_removes(root):
     skip_without_mininet()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
     shells: list[int] = []
     try:
-        out = wait_for_line(proc, "READY", 60)
-        _, wire, *pids = out.splitlines()[-1].split()
-        shells = [int(p) for p in pids]
-        prefix = wire.rsplit("-", 1)[0]
-        (rec,) = [r for r in registry.records() if r.prefix == prefix]
-        lines = [pid for pid, _, what in rec.processes if what.startswith("delay line")]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        assert registry.namespaces_with_prefix(prefix) == [wire]  # a leftover now
-        r = subprocess.run(
-            [sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert registry.namespaces_with_prefix(prefix) == []
-        assert not rec.path.exists()
-        assert all(registry.process_start(pid) is None for pid in lines)
+        with owner_script(SCRIPT, 60) as (proc, (wire, *pids)):
+            shells = [int(p) for p in pids]
+            prefix = wire.rsplit("-", 1)[0]
+            (rec,) = [r for r in registry.records() if r.prefix == prefix]
+            lines = [pid for pid, _, what in rec.processes if what.startswith("delay line")]
+            kill_owner(proc)
+            assert registry.namespaces_with_prefix(prefix) == [wire]  # a leftover now
+            testbed_clean()
+            assert registry.namespaces_with_prefix(prefix) == []
+            assert not rec.path.exists()
+            assert all(registry.process_start(pid) is None for pid in lines)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         for pid in shells:  # Mininet's own node shells: the script's, ended by their pids
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

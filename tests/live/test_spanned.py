@@ -7,15 +7,12 @@ east is on one, west on the other, the WAN wire crosses over a VXLAN cable."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
-import textwrap
 import time
 
 import pandas as pd
 import pytest
-from helpers import unique_name, wait_for_line
+from helpers import kill_owner, owner_script, testbed_clean, unique_name
 
 from testbed.config.scenario import parse_scenario
 from testbed.net import registry
@@ -130,33 +127,18 @@ time.sleep(600)
 def test_a_killed_driver_leaves_what_testbed_clean_removes_on_each_machine(machines):
     address, spaces = machines
     code = DRIVER.format(scenario=spanned_scenario(), name=unique_name("spandead"), address=address)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        prefix = wait_for_line(proc, "READY", 120).splitlines()[-1].split()[1]
+    with owner_script(code, 120) as (proc, (prefix,)):
         parts = [r for r in registry.records() if r.prefix == prefix]
         assert sorted(r.machine for r in parts) == ["node-a", "node-b"]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        kill_owner(proc)
         # Ray ends the dead driver's agents: their parts have no live owner any more
         deadline = time.monotonic() + 60
         while any(r.live() for r in registry.records() if r.prefix == prefix):
             assert time.monotonic() < deadline, "the agents outlived their driver"
             time.sleep(0.5)
         assert registry.namespaces_with_prefix(prefix)  # left behind until cleaned
-        r = subprocess.run(
-            [sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
+        testbed_clean()
         assert_clean(prefix, spaces)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_up_without_agents_says_how_to_run_a_placement(make_testbed):
