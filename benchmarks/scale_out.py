@@ -118,8 +118,8 @@ def span() -> None:
     print(
         f"\nUnderlay RTT between the stand-ins (median per pair): "
         f"{min(underlay) * 1e3:.3f}-{max(underlay) * 1e3:.3f} ms. Capacity and goodput are "
-        "ratios to the configured rate and to the HTB ceiling (rate x 1448/1514; at MTU 1450 "
-        "the ceiling is 0.15 % lower)."
+        "ratios to the configured rate and to the HTB ceiling (rate x 1448/1514, 1398/1464 "
+        "at MTU 1450)."
     )
 
 

@@ -33,7 +33,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.errors import PlanError
-from testbed.core.frames import FRAME_BYTES, GOODPUT_FACTOR
+from testbed.core.frames import FRAME_BYTES, MTU, goodput_factor
 
 if TYPE_CHECKING:  # annotations only: a teardown imports the plan without the schema (pydantic)
     from testbed.config.scenario import Aqm, Scenario, TcpSettings, WanLink
@@ -171,11 +171,6 @@ class WanDirection:
         """A red or step profile: the kernel needs ``sch_red``, else the delay line emulates it."""
         return self.aqm is not None and self.aqm.kind != "droptail"
 
-    @property
-    def goodput_ceiling(self) -> float:
-        """TCP payload bit/s the HTB rate allows with full-size frames."""
-        return self.rate * GOODPUT_FACTOR
-
 
 @dataclass(frozen=True)
 class Host:
@@ -278,6 +273,11 @@ class NetworkPlan:
     machines: dict[str, str] = field(default_factory=dict)
     cables: tuple[Cable, ...] = ()
     mtu: int | None = None
+
+    @property
+    def goodput_factor(self) -> float:
+        """TCP payload per frame byte on this plan's interfaces (the HTB ceiling's share)."""
+        return goodput_factor(self.mtu or MTU)
 
     def has_ns(self, ns: str) -> bool:
         """Whether namespace ``ns`` is this plan's to build (every one, unless the plan is one

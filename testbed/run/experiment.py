@@ -53,7 +53,6 @@ from testbed.config.scenario import Scenario, TrainingWorkload, Workload
 from testbed.config.sweep import RunSpec
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError, TestbedError, UnsupportedError
-from testbed.core.frames import GOODPUT_FACTOR
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.timeline import Timeline, build_timeline
 from testbed.plan.topology import NetworkPlan
@@ -113,9 +112,11 @@ def model_topology(
     for port in plan.fabric:
         cluster = host_cluster.get(port.ns)
         if cluster:
-            fabric_rate[cluster] = port.rate * GOODPUT_FACTOR if port.rate else None
+            fabric_rate[cluster] = port.rate * plan.goodput_factor if port.rate else None
             fabric_delay[cluster] = port.delay
-    links = tuple(Link(d.src, d.dst, d.goodput_ceiling, d.delay, d.buffer) for d in plan.wan)
+    links = tuple(
+        Link(d.src, d.dst, d.rate * plan.goodput_factor, d.delay, d.buffer) for d in plan.wan
+    )
     return Topology(
         clusters=tuple(counts.items()),
         links=links,

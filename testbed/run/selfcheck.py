@@ -13,7 +13,8 @@ Three probes between the first host of each cluster, one after the other:
   length of the probe) and socket buffers fixed at a few BDPs, so a long fat link is full within a
   few round trips instead of spending seconds in slow start. The receiver's window starts at
   the lowest-reading of several candidates a half round trip apart (see traffic.bulk: a start
-  taken while a loss is being repaired over-counts). The ceiling is rate x 1448/1514.
+  taken while a loss is being repaired over-counts). The ceiling is rate x 1448/1514
+  (1398/1464 at MTU 1450).
 
 ``size_probes`` (pure) says how long each probe runs; ``judge`` (pure) is the flag rule. Any run
 can call ``check_links``; its rows go to ``links.parquet``.
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from testbed.core.errors import NetError
-from testbed.core.frames import GOODPUT_FACTOR, MSS, MTU, UDP_IP_HEADERS
+from testbed.core.frames import MSS, MTU, UDP_IP_HEADERS
 from testbed.core.stats import quantile
 from testbed.plan.compensation import configured_one_way
 from testbed.plan.topology import NetworkPlan, WanDirection, htb_burst
@@ -176,7 +177,7 @@ def configured_rate(plan: NetworkPlan, d: WanDirection) -> float:
 
 def configured_goodput(plan: NetworkPlan, d: WanDirection) -> float:
     """The HTB ceiling of the slowest hop between the two checked hosts."""
-    return configured_rate(plan, d) * GOODPUT_FACTOR
+    return configured_rate(plan, d) * plan.goodput_factor
 
 
 def measure_rtt(tb: Testbed, src: str, dst: str, pings: int, interval: float = 0.05) -> list[float]:
@@ -284,7 +285,7 @@ def check_direction(
     src, dst = f"{d.src}-h0", f"{d.dst}-h0"
     rtt_conf = configured_rtt(plan, d)
     rate = configured_rate(plan, d)
-    good_conf = rate * GOODPUT_FACTOR
+    good_conf = rate * plan.goodput_factor
     sizes = size_probes(rate, rtt_conf, duration, burst=htb_burst(rate))
     capacity_conf = rate * (1 - d.loss)  # the emulated random loss is part of the plan
     problems = []

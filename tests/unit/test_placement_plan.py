@@ -37,11 +37,12 @@ def test_wires_crossing_machines_become_cables_and_the_mtu_drops():
          "p1-east", "node-b"),
     ]  # fmt: skip
     assert plan.mtu == 1450 and plan.machines["north"] == "node-a"
+    assert plan.goodput_factor == 1398 / 1464  # the HTB ceiling's TCP share of 1450-byte frames
     jumbo = placed({"east": "a", "west": "b", "north": "c"}, underlay_mtu=9000)
     plan = build_plan(parse_scenario(jumbo), "mctbx", 5)
     assert len(plan.cables) == 3 and plan.mtu is None  # the underlay carries 1500 + 50
     one = build_plan(parse_scenario(placed({"east": "a", "west": "a", "north": "a"})), "x", 5)
-    assert one.cables == () and one.mtu is None
+    assert one.cables == () and one.mtu is None and one.goodput_factor == 1448 / 1514
 
 
 @pytest.mark.parametrize(
