@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from testbed.core.errors import TestbedError
+from testbed.core import errors
 from testbed.plan.placement import RankSlot
 from testbed.run.experiment import SETUP_DEADLINE, rank_problems, setup_deadline
 from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec, rank_env
@@ -179,14 +179,13 @@ def test_without_torch_no_rank_starts_and_the_error_says_how_to_install_it(tmp_p
     # The `ranks` extra is optional (report/compare need no torch): hide torch from the check.
     import importlib.util
 
-    from testbed.core.errors import TestbedError
     from testbed.run.ranks import require_torch
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    with pytest.raises(TestbedError, match=r"ranks need the `ranks` extra \(pip install"):
+    with pytest.raises(errors.TestbedError, match=r"ranks need the `ranks` extra \(pip install"):
         require_torch()
 
 
@@ -196,5 +195,5 @@ def test_the_setup_deadline_is_180_s_unless_the_environment_says(monkeypatch) ->
     monkeypatch.setenv("TESTBED_SETUP_DEADLINE", "900")  # a TCG guest's ranks (docs/vm.md)
     assert setup_deadline() == 900.0
     monkeypatch.setenv("TESTBED_SETUP_DEADLINE", "soon")
-    with pytest.raises(TestbedError, match="TESTBED_SETUP_DEADLINE='soon'"):
+    with pytest.raises(errors.TestbedError, match="TESTBED_SETUP_DEADLINE='soon'"):
         setup_deadline()
