@@ -2,7 +2,7 @@
 
 This module owns the *predicted* time of every collective × algorithm the testbed measures, so a
 report can show measured / predicted. It imports neither torch nor ``testbed``: the runner builds a
-:class:`Topology` (plain data) from its NetworkPlan, with ``goodput = rate × GOODPUT_FACTOR``.
+:class:`Topology` (plain data) from its NetworkPlan, with ``goodput = rate × plan.goodput_factor``.
 Units: sizes in bytes, rates in bit/s, times in seconds. docs/model.md has the full reasoning.
 
 Network (one rank per host unless ``ranks_per_host`` > 1; hosts hang off their cluster's gateway):

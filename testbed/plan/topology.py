@@ -275,9 +275,14 @@ class NetworkPlan:
     mtu: int | None = None
 
     @property
+    def interface_mtu(self) -> int:
+        """The MTU every testbed interface has (the kernel's default unless ``mtu`` is set)."""
+        return self.mtu or MTU
+
+    @property
     def goodput_factor(self) -> float:
         """TCP payload per frame byte on this plan's interfaces (the HTB ceiling's share)."""
-        return goodput_factor(self.mtu or MTU)
+        return goodput_factor(self.interface_mtu)
 
     def has_ns(self, ns: str) -> bool:
         """Whether namespace ``ns`` is this plan's to build (every one, unless the plan is one

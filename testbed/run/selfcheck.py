@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from testbed.core.errors import NetError
-from testbed.core.frames import MSS, MTU, UDP_IP_HEADERS
+from testbed.core.frames import MSS, UDP_IP_HEADERS
 from testbed.core.stats import quantile
 from testbed.plan.compensation import configured_one_way
 from testbed.plan.topology import NetworkPlan, WanDirection, htb_burst
@@ -243,7 +243,7 @@ def measure_capacity(tb: Testbed, src: str, dst: str, rate: float, sizes: ProbeS
     as 'sender'."""
     assert tb.plan is not None
     # datagrams as large as the interfaces carry (1450 when VXLAN cables cross machines)
-    port = ["--port", str(CAPACITY_PORT), "--payload", str((tb.plan.mtu or MTU) - UDP_IP_HEADERS)]
+    port = ["--port", str(CAPACITY_PORT), "--payload", str(tb.plan.interface_mtu - UDP_IP_HEADERS)]
     window = ["--skip", str(sizes.capacity_skip), "--window", str(sizes.capacity_window)]
     with _server(tb, dst, "traffic.udprate", *port, *window) as server:
         args = ["send", "--host", dst, *port, "--rate", str(rate * sizes.capacity_overdrive)]
@@ -285,7 +285,7 @@ def check_direction(
     src, dst = f"{d.src}-h0", f"{d.dst}-h0"
     rtt_conf = configured_rtt(plan, d)
     rate = configured_rate(plan, d)
-    good_conf = rate * plan.goodput_factor
+    good_conf = configured_goodput(plan, d)
     sizes = size_probes(rate, rtt_conf, duration, burst=htb_burst(rate))
     capacity_conf = rate * (1 - d.loss)  # the emulated random loss is part of the plan
     problems = []
