@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis.summary import iteration_times, summarize
 from testbed.core.aqm import marking_point
-from testbed.core.frames import GOODPUT_FACTOR
+from testbed.core.frames import MTU, goodput_factor
 from testbed.core.paths import get_path
 
 TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events")
@@ -267,11 +267,12 @@ def _aqm_label(aqm: dict[str, Any] | None) -> str:
     return str(kind)
 
 
-def _network(resolved: dict[str, Any], backend: str | None) -> dict[str, Any]:
+def _network(resolved: dict[str, Any], backend: str | None, mtu: int) -> dict[str, Any]:
     """What the analysis shows about a run's network: its first WAN link's forward direction
     (a scenario with several links has all of them in ``resolved``; a multipath link shows its
     first path) and its TCP settings;
-    ``aqm_at``: where a marking profile decided on the run's ``backend``."""
+    ``aqm_at``: where a marking profile decided on the run's ``backend``; the goodput ceiling
+    from the run's interface ``mtu`` (1450 where cables crossed machines)."""
     out: dict[str, Any] = {}
     tcp = resolved.get("tcp") or {}
     ccs = [tcp.get("congestion")]
@@ -290,7 +291,7 @@ def _network(resolved: dict[str, Any], backend: str | None) -> dict[str, Any]:
         rev = wan.get("reverse") or {}
         rate = wan.get("rate")
         out["wan_rate_bps"] = rate
-        out["wan_goodput_bps"] = rate * GOODPUT_FACTOR if rate else None
+        out["wan_goodput_bps"] = rate * goodput_factor(mtu) if rate else None
         out["wan_delay_s"] = wan.get("delay")
         back = rev.get("delay") if rev.get("delay") is not None else wan.get("delay")
         out["rtt_s"] = (wan.get("delay") or 0.0) + (back or 0.0)
@@ -333,7 +334,7 @@ def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float
                 "world_size": run.get("world_size"),
                 "cpu_busy_mean": run.get("cpu_busy_mean"),
                 "cpu_saturated": bool(run.get("cpu_saturated", False)),
-                **_network(resolved, run.get("backend")),
+                **_network(resolved, run.get("backend"), run.get("interface_mtu") or MTU),
                 "skipped_combinations": len(run.get("skipped_combinations") or []),
                 "trace_warnings": "; ".join(run.get("trace_warnings") or []),
                 **params,

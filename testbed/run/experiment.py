@@ -492,6 +492,7 @@ def execute(
                 # comparable only when the machines are; no one-way delay is reported across
                 # machines (their clocks are not compared): compensation from round trips
                 result.info["machines"] = tb.identities
+                result.info["interface_mtu"] = tb.plan.interface_mtu
                 result.info["underlay_rtt_s"] = {
                     f"{a}->{b}": v for (a, b), v in tb.underlay_rtt.items()
                 }

@@ -177,6 +177,7 @@ def test_testbed_run_of_a_placed_scenario_spans_the_machines(machines, tmp_path)
     assert [c["basis"] for c in run["rtt_compensation"]] == ["round-trip", "round-trip"]
     assert sorted(run["machines"]) == ["node-a", "node-b"] and run["machines"]["node-a"]["kernel"]
     assert sorted(run["underlay_rtt_s"]) == ["node-a->node-b", "node-b->node-a"]
+    assert run["interface_mtu"] == 1450  # the stand-in underlay carries 1500-byte frames
     links = pd.read_parquet(exp.results.path / "links.parquet")
     assert links["ok"].all(), links[["direction", "problem"]]
     rows = pd.read_parquet(exp.results.path / "collectives.parquet")

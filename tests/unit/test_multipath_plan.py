@@ -230,6 +230,6 @@ def test_the_analysis_shows_a_multipath_links_first_path():
     from analysis.loader import _network
 
     resolved = parse_scenario(multipath()).model_dump(mode="json")
-    net = _network(resolved, None)
+    net = _network(resolved, None, 1500)
     assert net["wan_rate_bps"] == 1e9
     assert net["rtt_s"] == pytest.approx(0.040)

@@ -45,6 +45,21 @@ def test_wires_crossing_machines_become_cables_and_the_mtu_drops():
     assert one.cables == () and one.mtu is None and one.goodput_factor == 1448 / 1514
 
 
+def test_the_analysis_reads_a_placed_runs_ceiling_at_its_interface_mtu():
+    from analysis.loader import _runs_frame
+
+    sc = parse_scenario(placed({"east": "a", "west": "b", "north": "a"}))
+    plan = build_plan(sc, "mctbx", 5)
+    resolved = sc.model_dump(mode="json")
+    runs = {
+        "p0": {"resolved": resolved, "interface_mtu": plan.interface_mtu},
+        "p1": {"resolved": resolved},
+    }
+    frame = _runs_frame("r", runs, {}).set_index("run_id")
+    assert frame.loc["p0", "wan_goodput_bps"] == pytest.approx(1e9 * 1398 / 1464)
+    assert frame.loc["p1", "wan_goodput_bps"] == pytest.approx(1e9 * 1448 / 1514)  # one machine
+
+
 @pytest.mark.parametrize(
     "machines, text",
     [
