@@ -250,13 +250,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def print_summary(exp) -> None:
+    from testbed.run.workloads import kind_of
+
     links = exp.tables.get("links") or []
     if links:
         print_checks([_Row(r) for r in links])
-    if any("final_loss" in s for s in exp.summaries):
-        out.print(_training_table(exp))
-    elif any("collective" in s for s in exp.summaries):
-        out.print(_collectives_table(exp))
+    kinds = dict.fromkeys(kind_of(r.scenario.workload) for r in exp.runs if r.scenario.workload)
+    for kind in kinds:
+        table = kind.table(exp.summaries, list(exp.runs[0].params))
+        if table is not None:
+            out.print(table)
     if any(info.get("events") for info in exp.manifest["runs"].values()):
         out.print(_dynamics_table(exp))
     if any("dcqcn_flows" in s for s in exp.summaries):
@@ -274,51 +277,6 @@ def print_summary(exp) -> None:
                 f"{escape(skip.get('algorithm'))}: {escape(skip.get('skipped'))}",
                 highlight=False,
             )
-
-
-def _collectives_table(exp) -> Table:
-    t = Table(title="collectives (time = slowest rank per iteration)")
-    params = list(exp.runs[0].params)
-    for col in (
-        *params,
-        "collective",
-        "algorithm",
-        "size",
-        "n",
-        "p50",
-        "p95",
-        "algbw",
-        "busbw",
-        "predicted",
-        "meas/pred",
-        "flags",
-    ):
-        t.add_column(col, justify="right")
-    for s in exp.summaries:
-        if "collective" not in s:  # a run whose every operation failed: faults only
-            continue
-        flags = []
-        if s.get("cpu_saturated"):
-            flags.append("CPU-saturated")
-        if not s.get("correct", True):
-            flags.append("WRONG")
-        pred = s.get("predicted")
-        ratio = s.get("measured_over_predicted")
-        t.add_row(
-            *(escape(s.get(p, "")) for p in params),
-            escape(s["collective"]),
-            escape(s["algorithm"]),
-            format_size(s["size"]),
-            str(s["ranks"]),
-            format_duration(s["time_p50"]),
-            format_duration(s["time_p95"]),
-            f"{s['algbw'] / 1e6:.1f} MB/s",
-            f"{s['busbw'] / 1e6:.1f} MB/s",
-            format_duration(pred) if pred else "-",
-            f"{ratio:.2f}" if ratio else "-",
-            " ".join(flags),
-        )
-    return t
 
 
 def _dynamics_table(exp) -> Table:
@@ -402,60 +360,6 @@ def _dcqcn_table(exp) -> Table:
             dur(s.get("dcqcn_convergence_s")),
             dur(s.get("dcqcn_pred_convergence_s")),
             f"{lost:.0f} LOSSY" if s.get("dcqcn_lossy") else "0",
-        )
-    return t
-
-
-def _training_table(exp) -> Table:
-    t = Table(title="training (step time = slowest rank; WAN bytes = both directions' counters)")
-    params = [p for p in exp.runs[0].params if p != "workload.algorithm"]
-    columns = (
-        *params,
-        "algorithm",
-        "steps",
-        "final loss",
-        "target",
-        "time to loss",
-        "step p50",
-        "step p95",
-        "WAN/step",
-        "comm/step",
-        "predicted",
-        "meas/pred",
-        "compute",
-        "flags",
-    )
-    for col in columns:
-        t.add_column(col, justify="right")
-
-    def num(v: float | None, fmt: str) -> str:
-        return "-" if v is None or v != v else format(v, fmt)
-
-    def dur(v: float | None) -> str:
-        return "-" if v is None or v != v else format_duration(v)
-
-    for s in exp.summaries:
-        if "final_loss" not in s:  # a run whose every operation failed: faults only
-            continue
-        target = num(s.get("target_loss"), ".3f")
-        if s.get("target_from") == "ddp":
-            target += " (ddp)"
-        wan = s.get("wan_bytes_per_step")
-        t.add_row(
-            *("-" if s.get(p) is None else escape(s.get(p)) for p in params),
-            escape(s.get("algorithm")),
-            str(s.get("steps")),
-            num(s.get("final_loss"), ".3f"),
-            target,
-            dur(s.get("time_to_loss")) if s.get("target_loss") is not None else "-",
-            dur(s.get("step_time_p50")),
-            dur(s.get("step_time_p95")),
-            "-" if wan is None else format_size(round(wan)),
-            dur(s.get("comm_per_step")),
-            dur(s.get("predicted_comm_per_step")),
-            num(s.get("comm_measured_over_predicted"), ".2f"),
-            num(s.get("compute_utilisation"), ".0%"),
-            "CPU-saturated" if s.get("cpu_saturated") else "",
         )
     return t
 

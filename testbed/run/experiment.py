@@ -45,18 +45,16 @@ import pandas as pd
 
 from analysis import dcqcn
 from analysis.faults import rank_operations, summarize_faults
-from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
+from analysis.model import Link, Topology
 from analysis.routing import failover_metrics
-from analysis.summary import summary_rows
 from testbed.config.expect import Check, check
-from testbed.config.scenario import Scenario, TrainingWorkload, Workload
+from testbed.config.scenario import Scenario
 from testbed.config.sweep import RunSpec
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError, TestbedError, UnsupportedError
 from testbed.plan.placement import RankSlot, place_ranks
 from testbed.plan.timeline import Timeline, build_timeline
 from testbed.plan.topology import NetworkPlan
-from testbed.run import training
 from testbed.run.events import EventRunner, OriginClock
 from testbed.run.flows import Flows
 from testbed.run.ranks import RankLaunch, RankSpec, require_torch
@@ -64,6 +62,7 @@ from testbed.run.results import ResultsDir, versions
 from testbed.run.selfcheck import check_links
 from testbed.run.spanned import SpannedTestbed
 from testbed.run.testbed import Terminated, Testbed
+from testbed.run.workloads import KINDS, RunRows, kind_of
 from testbed.trace.cpu import CpuMonitor
 from testbed.trace.routing import RoutingEvents
 from testbed.trace.routing import wanted as routing_wanted
@@ -73,7 +72,6 @@ from traffic.exit_codes import EXIT_WRONG
 FINAL = ("ok", "failed", "skipped")
 TRACE_TABLES = ("tcp", "queues", "flows", "flowpaths", "routing")
 DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx")
-RANK_MODULE = "traffic.rank"
 # s: until every rank has joined (torch's import, then the join's own timeout,
 # traffic.context.SETUP_TIMEOUT_S = 120 s, whatever the operations' timeout).
 # TESTBED_SETUP_DEADLINE overrides it: in a TCG guest (`testbed vm`, no KVM) with one vCPU, two
@@ -241,18 +239,6 @@ def _flat(item: dict) -> dict:
     return out
 
 
-def collectives_keys(w: Workload) -> dict[str, Any]:
-    """The collectives rank's spec keys (traffic.rank)."""
-    return {
-        "collectives": list(w.collectives),
-        "algorithms": list(w.algorithms),
-        "sizes": list(w.sizes),
-        "dtype": w.dtype,
-        "warmup": w.warmup,
-        "iterations": w.iterations,
-    }
-
-
 # -- a changing WAN and bulk traffic around the workload ---------------------------------------
 def timeline_for(sc: Scenario, plan: NetworkPlan, source: Path | None) -> Timeline:
     """The run's timeline of WAN changes and faults: traces (relative to the scenario file
@@ -275,10 +261,8 @@ def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     if not events:
         return {}
     rows = pd.DataFrame([{"run_id": spec.run_id, **r} for r in result.rows])
-    if isinstance(spec.scenario.workload, TrainingWorkload):
-        ops = rank_operations(pd.DataFrame(), rows)
-    else:
-        ops = rank_operations(rows)
+    workload = spec.scenario.workload
+    ops = kind_of(workload).operations(rows) if workload is not None else rank_operations(rows)
     sc = spec.scenario
     rtt = sum(sc.wan[0].direction(rev)["delay"] for rev in (False, True)) if sc.wan else 0.0
     tables = {
@@ -464,7 +448,7 @@ def execute(
     placed on several machines spans the Ray cluster at ``ray_address`` (testbed.run.spanned:
     the self-check and the ranks run there; nothing is traced)."""
     sc = spec.scenario
-    counters = isinstance(sc.workload, TrainingWorkload) or sc.flows
+    counters = (sc.workload is not None and kind_of(sc.workload).wan_counters) or sc.flows
     if counters or any(link.trace or link.paths for link in sc.wan):
         # WAN byte counters for every step, also from a delay line that holds a queue; a trace
         # replay's achieved rate per bin is what its bottleneck passed (the flows' goodput is
@@ -516,10 +500,8 @@ def execute(
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
-                if isinstance(workload, TrainingWorkload):
-                    keys, module = training.rank_keys(workload), training.RANK_MODULE
-                else:
-                    keys, module = collectives_keys(workload), RANK_MODULE
+                kind = kind_of(workload)
+                keys, module = kind.spec_keys(workload), kind.rank_module
                 rank_spec = RankSpec.build(
                     tb,
                     master.address,
@@ -532,7 +514,7 @@ def execute(
                 joined: set[int] = set()
 
                 def has_joined(rank: int) -> bool:
-                    # both rank modules log "joined: ..." once torch.distributed is set up
+                    # every rank module logs "joined: ..." once torch.distributed is set up
                     if rank not in joined and "joined:" in launch.log(rank):
                         joined.add(rank)
                     return rank in joined
@@ -606,42 +588,6 @@ class _Interrupted(Exception):
 
 
 # -- the whole experiment ----------------------------------------------------------------------
-def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) -> list[dict]:
-    """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
-    p50/p95, algbw/busbw at p50, the model's prediction), its terms as ``model_<term>`` columns
-    (analysis.model.predict_terms), the sweep ``params`` in front and the run's CPU verdict
-    behind. Operations that failed (``outcome`` error|timeout) are not timings: left out."""
-    rows = [r for r in rows if r.get("outcome", "ok") == "ok" and r.get("iteration", 0) >= 0]
-    if not rows:
-        return []
-    n = info.get("world_size") or len({r["rank"] for r in rows})
-    topo = info.get("topology")
-
-    cache: dict[tuple[str, str, int], dict[str, float] | None] = {}
-
-    def split(coll: str, algo: str, size: int) -> dict[str, float] | None:
-        """The prediction's terms (analysis.model.predict_terms; they sum to predict), once per
-        point: replaying gloo's ring is the costly part."""
-        if (coll, algo, size) not in cache:
-            ok = topo is not None and unsupported(coll, algo, topo) is None
-            cache[(coll, algo, size)] = predict_terms(coll, algo, size, topo) if ok else None
-        return cache[(coll, algo, size)]
-
-    def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
-        got = split(coll, algo, size)
-        return sum(got.values()) if got else None
-
-    def terms(row: dict) -> dict[str, float | None]:
-        got = split(row["collective"], row["algorithm"], int(row["size"]))
-        return {f"model_{t}": got[t] if got else None for t in TERMS}
-
-    saturated = bool(info.get("cpu_saturated", False))
-    return [
-        {**params, **row, **terms(row), "cpu_saturated": saturated}
-        for row in summary_rows(rows, ranks=n, predict=model)
-    ]
-
-
 class Experiment:
     """A sweep being run into one results directory (new, or resumed)."""
 
@@ -671,8 +617,7 @@ class Experiment:
         self.tables: dict[str, list[dict]] = {
             name: self._load_table(name)
             for name in (
-                "collectives",
-                "training",
+                *dict.fromkeys(k.rows_table for k in KINDS.values()),
                 "links",
                 "delayline",
                 *TRACE_TABLES,
@@ -695,34 +640,31 @@ class Experiment:
         for table in self.tables.values():
             table[:] = [r for r in table if r.get("run_id") != spec.run_id]
         workload = spec.scenario.workload
-        rows_table = "training" if isinstance(workload, TrainingWorkload) else "collectives"
-        self.tables[rows_table] += [
-            {"run_id": spec.run_id, "repeat": spec.repeat, **params, **row} for row in result.rows
-        ]
+        kind = kind_of(workload) if workload is not None else None
+        if kind is not None:
+            self.tables[kind.rows_table] += [
+                {"run_id": spec.run_id, "repeat": spec.repeat, **params, **row}
+                for row in result.rows
+            ]
         self.tables["links"] += [{**params, **row} for row in result.links]
         self.tables["delayline"] += [{**params, **row} for row in result.delayline]
         for name in TRACE_TABLES:
             self.tables[name] += [{**params, **row} for row in result.traces.get(name, [])]
         for name in DYNAMICS_TABLES:
             self.tables[name] += [{**params, **row} for row in result.dynamics.get(name, [])]
-        if isinstance(workload, TrainingWorkload):
-            queues = result.traces.get("queues", [])
-            done = [r for r in result.rows if r.get("outcome", "ok") == "ok"]
-            row = training.summary(done, queues, workload, result.info.get("topology"))
-            summary = [{**params, **row}] if done else []
-            summary = [
-                {**r, "cpu_saturated": bool(result.info.get("cpu_saturated"))} for r in summary
-            ]
-        else:
-            summary = summarize(result.rows, result.info, params)
+        summary = (
+            kind.summarize(RunRows(result.rows, result.info, params, workload, result.traces))
+            if kind is not None
+            else []
+        )
         faults = fault_summary(spec, result) | dcqcn_summary(spec, result) | bulk_summary(result)
         if faults and not summary:  # every operation failed: the fault metrics still count
             summary = [dict(params)]
         for s in summary:
             s.update(run_id=spec.run_id, repeat=spec.repeat, **faults)
         self.summaries = [s for s in self.summaries if s.get("run_id") != spec.run_id] + summary
-        if isinstance(workload, TrainingWorkload):
-            training.fill_targets(self.summaries, self.tables["training"], list(spec.params))
+        if kind is not None:
+            kind.finish(self.summaries, self.tables[kind.rows_table], list(spec.params))
         info = {k: v for k, v in result.info.items() if k != "topology"}
         self.manifest["runs"][spec.run_id] = {
             "params": params,

@@ -63,7 +63,7 @@ def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
     machines, make_testbed, tmp_path
 ):
     from testbed.plan.placement import place_ranks
-    from testbed.run.experiment import RANK_MODULE
+    from testbed.run.workloads import KINDS
     from testbed.run.ranks import RankLaunch, RankSpec
     from testbed.run.spanned import SpannedTestbed
 
@@ -100,7 +100,7 @@ def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
         keys = {"collectives": ["all_reduce"], "algorithms": ["flat"], "sizes": [1 << 20],
                 "dtype": "float32", "warmup": 1, "iterations": 3}  # fmt: skip
         spec = RankSpec.build(tb, master.address, ranks, tmp_path, 60.0, **keys)
-        launch = RankLaunch(tb, ranks, spec, tmp_path, RANK_MODULE)
+        launch = RankLaunch(tb, ranks, spec, tmp_path, KINDS["collectives"].rank_module)
         assert launch.run(120) == []
         assert launch.codes == {0: 0, 1: 0, 2: 0, 3: 0}, [launch.log(r) for r in range(4)]
         for r in range(4):
