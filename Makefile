@@ -17,8 +17,10 @@ test: setup
 test-unit: setup
 	.venv/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
+# Style, the import layers (pyproject.toml's contracts), then types (pyright, basic mode).
 lint: setup
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/lint-imports
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/lint-imports \
+		&& .venv/bin/pyright
 
 clean:
 	$(SUDO) .venv/bin/testbed clean

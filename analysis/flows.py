@@ -1,57 +1,12 @@
 """TCP flows from pcap files: per-flow, per-time-bin throughput, retransmissions and ECN. PURE.
 
 This module owns turning a headers-only capture (``testbed.trace.pcap`` writes them) into pandas
-tables. It reads files only and never imports the network layer.
-
-``flows_from_pcap(path, bin_seconds=0.1, label=None)`` -> one row per TCP flow (one *direction*:
-``src:sport -> dst:dport``) per time bin. Every bin from a flow's first to its last packet is
-present (bins without packets have zeros), so a throughput series has no silent gaps.
-
-=====================  =========  ==================================================================
-column                 unit       meaning
-=====================  =========  ==================================================================
-capture                           ``label`` (default: the file name without suffix)
-flow                              ``"src:sport>dst:dport"``
-src, sport, dst, dport            IPv4 address (str), port (int)
-time                   s          bin start, unix time (``time.time()``'s clock), a multiple of
-                                  ``bin_seconds`` so bins of different captures line up
-bin_seconds            s          bin width
-packets                packets    captured packets (a GSO super-packet counts once)
-wire_packets           packets    packets on a real wire: a payload of P bytes counts
-                                  ceil(P / segment) where segment = the peer's SYN MSS (else
-                                  ``mtu`` - 40) minus this packet's TCP option bytes; pure ACKs 1
-payload_bytes          bytes      TCP payload: IP total length - IP header - TCP header (from the
-                                  headers, so truncated captures count in full)
-throughput_bps         bit/s      payload_bytes * 8 / bin_seconds
-retransmissions        packets    payload packets whose sequence range lies entirely below the
-                                  highest sequence end this flow sent before (32-bit wraparound
-                                  handled); partial overlaps count as new data
-retransmitted_bytes    bytes      payload bytes of those packets
-ce_packets             packets    IP ECN field = 3 (CE)
-ect_packets            packets    IP ECN field = 1 or 2 (ECT(1), ECT(0))
-ce_bytes               bytes      payload bytes of CE-marked packets
-ce_share               1          ce_bytes / payload_bytes; NaN when the bin has no payload
-ece, cwr               packets    packets with the TCP ECE / CWR flag
-=====================  =========  ==================================================================
-
-``flow_summary(flows)`` -> one row per capture + flow: ``src, sport, dst, dport``, ``start`` (s,
-first bin carrying payload, or first bin for payload-less flows such as the ACK direction),
-``duration`` (s, from ``start`` to the end of the last such bin: one-bin resolution),
-``packets``, ``wire_packets``, ``payload_bytes``, ``mean_throughput_bps`` (payload bits /
-duration), ``retransmissions``, ``retransmitted_bytes``, ``retransmission_share`` (retransmitted
-payload bytes / payload bytes: byte-weighted, because a GSO packet carries up to ~45 segments
-and a retransmission usually one), ``ce_packets``, ``ce_share`` (CE payload bytes / payload
-bytes), ``ece``, ``cwr``.
-
-Links: Ethernet (veth, with 802.1Q tags), Linux cooked (SLL, SLL2) and raw IP; pcap (micro- or
-nanosecond) and pcapng. Non-IPv4, non-TCP and non-first IP fragments are skipped.
-
-Speed: records are read with scapy's ``RawPcapReader`` (pcapng: ``RawPcapNgReader``) and the
-IPv4/TCP headers are parsed with ``struct``, not scapy's dissection: one unpack for Ethernet +
-IP + TCP when the IP header has no options, and the per-flow bin entry is cached because a flow's
-packets come in time order. ``_segments`` yields parsed packets one at a time (a batch of tuples
-would wake the cyclic garbage collector); ``_accumulate`` keeps per-flow state. Rates:
-``benchmarks/pcap_parse.py``, results in benchmarks/RESULTS.md.
+tables: :func:`flows_from_pcap` (one row per TCP flow direction per time bin, every bin from a
+flow's first to its last packet present, so a throughput series has no silent gaps) and
+:func:`flow_summary` (one row per capture and flow). It reads files only and never imports the
+network layer. Records are read with scapy's raw readers and the IPv4/TCP headers parsed with
+``struct`` (scapy's dissection is far slower), one packet at a time into per-flow state.
+The columns and how each is counted: docs/traces.md; the parse rate: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ def serve(
         s.settimeout(idle * 4)  # until the first datagram
         print("READY", flush=True)
         space = socket.CMSG_SPACE(TIMESPEC.size) + socket.CMSG_SPACE(4) + socket.CMSG_SPACE(4)
-        first = begin = end = None
+        first = None
+        begin = end = 0.0  # set at the first datagram
         t_a = t_b = None
         counted = received = last_bytes = 0
         drops = 0

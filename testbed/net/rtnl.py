@@ -19,7 +19,7 @@ import ipaddress
 import os
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from testbed.core.errors import NetError
 from testbed.net import netlink, netns
@@ -247,7 +247,7 @@ def line(op: Op) -> str:
     return f"tc {tc_line(op)}" if isinstance(op, HtbChange | FifoLimit | PlugCtl) else ip_line(op)
 
 
-def _apply(ns: str, ops: list[Op]) -> None:
+def _apply(ns: str, ops: Sequence[Op]) -> None:
     """Send ``ops`` in order (the kernel handles each before ``send`` returns), then read
     their acks; the first refusal raises NetError."""
     buf = bytearray(1 << 16)
@@ -288,11 +288,11 @@ def _read_acks(
                     failed.append((seq, err))
 
 
-def apply(per_ns: dict[str, list[Op]]) -> None:
+def apply(per_ns: Mapping[str, Sequence[Op]]) -> None:
     """Configure each namespace's links, addresses and routes (namespaces in turn, from one
     worker thread: the caller's thread never changes namespace)."""
 
-    def work(ns: str, ops: list[Op]) -> Callable[[], None]:
+    def work(ns: str, ops: Sequence[Op]) -> Callable[[], None]:
         return lambda: _apply(ns, ops)
 
     netns.run_in([(ns, work(ns, ops)) for ns, ops in per_ns.items() if ops])

@@ -6,51 +6,12 @@ headers on each path's gateway port, turned into the rows of ``flowpaths.parquet
         ...                                      # the workload
     s.table()                                    # one row per flow x interval on one path
 
-Why observed on the path and not asked of the kernel (``ip route get ... ipproto tcp sport S
-dport D`` in the gateway): the packets say where a flow went whatever decided it. With
-``fib_multipath_hash_policy`` 1 the query was wrong: a TCP socket stamps its packets with its
-own random ``sk_txhash`` (``skb->l4_hash``), veth and the bridge carry that hash across
-namespaces, and policy 1 takes an L4 hash already on the packet as it is (the query agreed with
-the packets for 7 of 16 flows, chance). The gateways now use policy 3 with the 5-tuple's fields
-for ``l4`` (``testbed.plan.topology.MULTIPATH_HASH``), which hashes every packet's fields: the
-query then agreed for 16 of 16 flows, and a flow no longer changes paths when TCP re-rolls its
-hash after a retransmission timeout.
-
-How: one ``AF_PACKET`` socket per path, bound to the path's port on the gateway of the link's
-first cluster (``p<j>-<peer>``). Packets it sends there went over path ``j`` in the forward
-direction (``east->west/j``), packets it receives there came over path ``j`` in the reverse
-direction (``west->east/j``): one socket sees both directions of one path. A classic BPF filter
-keeps TCP packets only, samples them in proportion to their length (a packet of ``len`` bytes
-with probability ``len / sample_bytes``, every packet of at least ``sample_bytes``; the kernel's
-``SKF_AD_RANDOM``) and cuts each to its headers, so the cost follows the link's rate, not its
-packet rate; ``sample_bytes`` is set per link for about SAMPLES_PER_SECOND samples per
-direction at its full rate. Each sample then stands for ``max(len, sample_bytes)`` bytes, which
-makes the bytes per flow and path an unbiased estimate (Horvitz-Thompson). Taps see packets
-after the shaper (outgoing) and as they arrive from the wire (incoming); a packet dropped by a
-bottleneck or by a fault in the wire is never seen. Time stamps are the kernel's
-(SO_TIMESTAMPNS, CLOCK_REALTIME: the clock of every table).
-
-Row columns (``table()``):
-
-=============== =============================================================================
-time_from       unix seconds of the first sample of the flow on this path (after a move: the
-                first sample on the new path)
-time_to         unix seconds of the last sample on this path before the next move (or the end)
-src_host        host label of the sender's address (None: not a testbed host)
-dst_host        host label of the receiver's address
-src, sport      sender IPv4 address and TCP port (the 5-tuple's protocol is always TCP)
-dst, dport      receiver address and port
-protocol        "tcp"
-link            the multipath link, ``east-west`` (its ``between``, as faults name it)
-path            path index j
-direction       ``east->west/j``: the direction name of every other table
-samples         samples in the interval
-bytes           estimated wire bytes of the flow on this path in the interval (see above)
-=============== =============================================================================
-
-A move shows as a new row of the same flow on another path; the move happened between the
-previous row's ``time_to`` and this row's ``time_from``. While the old path's queue drains, a
-flow that just moved has packets on both paths: such an overlap makes short alternating rows.
+Observed on the path, not asked of the kernel (``ip route get``): the packets say where a flow
+went, whatever decided it. One ``AF_PACKET`` socket per path on the first cluster's gateway sees
+both directions of that path; a classic BPF filter samples TCP packets in proportion to their
+length and cuts them to their headers, so the cost follows the link's rate, not its packet rate,
+and each sample stands for ``max(len, sample_bytes)`` bytes (an unbiased estimate). Why and how,
+and the limits: docs/multipath.md; the columns: docs/results.md.
 """
 
 from __future__ import annotations
@@ -62,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.net import netns
-from testbed.plan.topology import NetworkPlan
+from testbed.plan.model import NetworkPlan
 from testbed.trace.sampler import PeriodicSampler
 
 ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800

@@ -30,7 +30,7 @@ from typing import Any
 from testbed.net import frr
 from testbed.net.procs import stop
 from testbed.net.registry import Record
-from testbed.plan.topology import NetworkPlan
+from testbed.plan.model import NetworkPlan
 
 COLUMNS = ("time", "gateway", "source", "event", "peer", "link", "paths", "n_paths", "detail")
 
@@ -87,7 +87,8 @@ def parse_monitor(
         current["_devs"] = [] if deleted else [m.group("dev") for m in _VIA.finditer(line)]
         rows.append(current)
     for r in rows:
-        paths = [ports.get(dev, dev) for dev in r.pop("_devs")]
+        devs: list[str] = r.pop("_devs")
+        paths = [ports.get(dev, dev) for dev in devs]
         r["paths"] = ",".join(paths)
         r["n_paths"] = len(paths)
     return rows

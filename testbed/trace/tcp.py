@@ -1,80 +1,15 @@
 """TCP state of live connections inside host namespaces: a one-off read and a periodic sampler.
 
 This module owns reading ``struct tcp_info`` (plus the congestion-control name and BBR/DCTCP info)
-of every ESTABLISHED TCP socket (AF_INET and AF_INET6) of a namespace through NETLINK_SOCK_DIAG
-(the same interface ``ss -tin`` uses), and turning it into rows:
-
-    read_tcp_info(ns) -> list[dict]                    one read, one namespace
-    with TcpInfoSampler({"east-h0": ns, ...}, period=0.1, names={ip: host}) as s:
-        ...                                            s.rows, s.errors
-
-Row columns (one row per socket per read; ``None`` where the kernel does not report a field):
-
-=================== ==========================================================================
-time                unix seconds (float, ``time.time()`` taken at the read; the clock of every
-                    table of the project)
-host                host label (the sampler's target key; the namespace name for read_tcp_info)
-local, peer         "ip:port"; IPv4-mapped IPv6 addresses are written as plain IPv4 (the store
-                    connection is AF_INET6, gloo's data sockets AF_INET), other IPv6 "[ip]:port"
-peer_host           host label of the peer's address (from ``names``) or None
-state               "ESTABLISHED" (the only state requested)
-algorithm           congestion control (INET_DIAG_CONG), e.g. "cubic", "bbr"
-cwnd                congestion window, segments (tcpi_snd_cwnd)
-ssthresh            slow-start threshold, segments; None while still "infinite" (initial slow
-                    start, like ``ss``)
-mss                 sender MSS, bytes (tcpi_snd_mss)
-srtt_ms             smoothed RTT, ms (tcpi_rtt)
-rttvar_ms           RTT variation, ms (tcpi_rttvar)
-min_rtt_ms          minimum RTT seen (windowed), ms (tcpi_min_rtt); None before any sample
-retransmits         segments retransmitted over the connection's life (tcpi_total_retrans)
-lost                segments currently marked lost (tcpi_lost, a gauge, not a counter)
-delivery_rate_bps   latest delivery-rate sample, bit/s (tcpi_delivery_rate x 8)
-pacing_rate_bps     pacing rate, bit/s (tcpi_pacing_rate x 8); None when unlimited
-bytes_acked         bytes acknowledged by the peer (cumulative)
-bytes_received      bytes received (cumulative)
-bytes_sent          bytes sent including retransmissions (cumulative)
-delivered           segments delivered, including retransmits (cumulative)
-delivered_ce        segments delivered with ECN-Echo, i.e. CE-marked on the way (cumulative)
-ecn                 bool: ECN negotiated on this connection (TCPI_OPT_ECN in tcpi_options)
-ecn_seen            bool: a packet with ECT/CE arrived (TCPI_OPT_ECN_SEEN)
-bbr_bw_bps          BBR's bottleneck bandwidth estimate, bit/s (INET_DIAG_BBRINFO); else None
-bbr_min_rtt_ms      BBR's min RTT estimate, ms (INET_DIAG_BBRINFO); else None
-dctcp_alpha         DCTCP's alpha as a fraction 0..1 (kernel value / 1024, INET_DIAG_DCTCPINFO);
-                    else None
-dctcp_ce_state      DCTCP's CE state (0/1, INET_DIAG_DCTCPINFO); else None
-=================== ==========================================================================
-
-Why raw netlink and not pyroute2's ``DiagSocket``: pyroute2 0.9.7's ``tcp_info`` decoder stops at
-``tcpi_snd_wnd`` (232 bytes; kernel 6.18 sends 280: rcv_wnd, rehash, the RTO totals and the
-AccECN counters are missing) and mis-decodes the wscale/app-limited bitfields (operator
-precedence); its generic message decoding is also several times slower for the same dump
-(benchmarks/RESULTS.md, "Measurements moved from docstrings"). This module parses
-``struct tcp_info`` with ``struct`` from the raw INET_DIAG_INFO attribute, up to the length the
-kernel sent (an older kernel's shorter struct gives None for the missing tail, a newer kernel's
-longer one is cut at what we know).
-
-Cost, and how it is kept low. A netlink socket stays bound to the namespace it was created in, so
-the sampler creates one diag socket per namespace once (inside it, via ``netns.run_in``) and then
-reads every namespace from its own thread without any ``setns``. The kernel cost is elsewhere:
-unless a namespace owns its TCP established-socket hash table, a dump walks the host-wide table
-(milliseconds per address family per namespace, even with no socket at all), so dumping every
-namespace on every tick would cost a good share of a core at a 0.1 s period. Instead,
-``DiagReader.sample`` reads the namespace's TCP counters (ActiveOpens, PassiveOpens, CurrEstab
-from its ``/proc/net/snmp``, kept open) and dumps only when they moved (a connection came or
-went), when the last dump saw a handshake in progress, or every REDISCOVER_SECONDS; otherwise it
-asks for each known socket by its exact id (address, ports and cookie: a hash lookup), all
-requests in one send. ``read_tcp_info`` always dumps. ``TcpInfoSampler.sample_seconds`` records
-the CPU cost of every tick; the costs measured on the development VM are in
-benchmarks/RESULTS.md ("Measurements moved from docstrings").
-
-A namespace with its own small table (``net.ipv4.tcp_ehash_entries`` > 0: set
-``net.ipv4.tcp_child_ehash_entries`` in the namespace that creates it, before creating it) is
-walked much faster; there every sample is a plain dump.
-
-Lifetime: an open diag socket keeps its namespace alive after ``ip netns del``. Each tick checks
-that the namespace's name still points to the same namespace (one ``stat``); when it does not, the
-target is dropped with a message in ``errors`` and its socket closed, which releases the
-namespace. Stop the sampler before tearing the testbed down to avoid that window entirely.
+of every ESTABLISHED TCP socket of a namespace through NETLINK_SOCK_DIAG and turning it into the
+rows of ``tcp.parquet``: :func:`read_tcp_info` (one read, one namespace) and
+:class:`TcpInfoSampler` (many namespaces, periodically). ``struct tcp_info`` is parsed with
+``struct`` from the raw attribute, up to the length the kernel sent, because pyroute2's decoder
+stops short of today's struct and is slower. A diag socket stays in the namespace it was created
+in, so each namespace gets one, once, and a tick dumps the socket table only when the
+namespace's TCP counters moved (else it asks for the known sockets by id): a dump can walk the
+host-wide table. Where each column comes from, the cost design and the namespace lifetime:
+docs/traces.md; the columns: docs/results.md; measured costs: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -130,6 +130,7 @@ def _job(
 def _stream(proc: subprocess.Popen, console: Console, opts: VmOptions, t0: float) -> bytes:
     """Feed QEMU's stdout to the console until QEMU closes both pipes; QEMU's stderr."""
     qemu_err = bytearray()
+    assert proc.stdout is not None and proc.stderr is not None  # started with both piped
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
@@ -144,7 +145,7 @@ def _stream(proc: subprocess.Popen, console: Console, opts: VmOptions, t0: float
         if now - t0 > opts.timeout:
             raise VmError(f"timed out after {opts.timeout:.0f} s (--timeout); the guest is stopped")
         for key, _ in sel.select(timeout=1.0):
-            data = os.read(key.fileobj.fileno(), 65536)
+            data = os.read(key.fd, 65536)
             if not data:
                 sel.unregister(key.fileobj)
                 open_streams -= 1

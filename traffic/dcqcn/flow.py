@@ -40,6 +40,7 @@ import struct
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -222,7 +223,7 @@ def recv(bind: str, port: int, params: DcqcnParams, out: Path, until: float | No
                 if npoint.on_packet(now, flow, ce):
                     cnp(now, flow)
             for f in npoint.due(now):
-                cnp(now, f)
+                cnp(now, cast(int, f))  # the flows it was given: ints
             if now >= window_end:
                 for flow, (nbytes, n, marked) in windows.items():
                     row = {"t": window_end, "seconds": INTERVAL, "flow": flow}

@@ -1,9 +1,10 @@
 """Offline replay of a DCQCN sender: logged sends and CNP arrivals through a fresh RP.
 
-This module owns issue 16's outcome 2 ("the CNP arrival times logged in a live run, fed offline
-into the RP, reproduce the live rate trace exactly"). It shares the live path: the live sender
-drives a :class:`~traffic.dcqcn.rp.ReactionPoint`, whose ``calls`` list is the log, and
-:func:`replay_calls` makes exactly those calls again through :meth:`ReactionPoint.apply`. Because
+This module owns the proof that a live run's rate trace follows from its logged sends and CNP
+arrivals alone: fed offline into a fresh RP, they reproduce it exactly. It shares the live path:
+the live sender drives a :class:`~traffic.dcqcn.rp.ReactionPoint`, whose ``calls`` list is the
+log, and :func:`replay_calls` makes exactly those calls again through
+:meth:`ReactionPoint.apply`. Because
 ``advance`` never changes the result (timer events are applied in time order whenever they fall
 due), the sends and CNPs alone determine the trace: :func:`replay` merges them by time, a CNP
 before a send at the same instant (the sender drains its CNP socket before it sends in a tick).
@@ -35,7 +36,7 @@ def replay_calls(
     """A fresh RP that made ``calls`` (a live RP's ``calls``, or rows read back from a file)."""
     rp = ReactionPoint(params, line_rate, t0=t0, log_alpha_decay=log_alpha_decay)
     for call in calls:
-        rp.apply(RpCall(*call))
+        rp.apply(RpCall._make(call))
     return rp
 
 

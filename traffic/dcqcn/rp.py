@@ -1,73 +1,15 @@
 """DCQCN's reaction point (RP, the sender NIC's rate limiter) as a pure state machine.
 
 This module owns the RP's state (current rate RC, target rate RT, α, the timer and byte stage
-counters) and its three published variants (../../shared/notes/dcqcn.md §1.3, the parameters in
-:class:`testbed.core.dcqcn.DcqcnParams`). It reads no clock: every call carries its time, and
-timer events (increase every T, α every K, mellanox's cut check every rate_reduce_period) are
-applied lazily, in time order, whenever a call moves time forward. So a sender that ticks every
-~200 µs needs no µs sleeps, and the same calls replayed offline (traffic.dcqcn.replay) give the
-same state and the same event log exactly: :meth:`ReactionPoint.advance` only makes due timer
-events happen, its call points never change the result.
-
-Variants:
-
-* ``paper`` (Zhu et al. 2015, htsim DCQCNSrc): on a CNP RT = RC (``clamp_target``),
-  RC = RC(1 − α/2), then α = (1 − g)α + g, the stage counters and the byte count reset; α decays
-  (1 − g)α every K after the last CNP; an increase event every T after the last cut (timer) and
-  every B bytes sent (byte counter); the counter is incremented first, then fast recovery if
-  max(T, BC) <= F (RC = (RT + RC)/2), hyper if min(T, BC) > F (RT += (min − F)·RHAI), else
-  additive (RT += RAI), each followed by RC = (RT + RC)/2.
-* ``ns3`` (the author's bobzhuyb/ns3-rdma, qbb-net-device.cc rpr_* and AdjustRates, read for
-  this module): on a CNP α = (1 − g)α + g *before* the cut, RC = max(min_rate, RC(1 − α/2)),
-  the counters reset, RT = RC with the byte budget refilled (CLAMP_TARGET_RATE 1, the author's
-  config); α starts at 0.5 and decays every K only from the first CNP on. An explicit stage:
-  after a cut fast recovery while the event's own counter < F (so F − 1 timer steps, not F);
-  then "active select": additive RAI while min(T, BC) < F, else hyper with
-  RHAI·(min(T, BC) − F + 1); a byte event in the additive stage is always additive, every event
-  in the hyper stage is hyper. The timer runs every T, T/2 after an event in the hyper stage;
-  the byte counter is a budget of B counted down per datagram (call ``on_sent`` per
-  datagram), an event when it goes below 0, refilled to B (B/2 in the hyper stage) with the
-  remainder dropped. AdjustRates' QCN rule: on a counter's first event after a cut a target
-  above 10·RC is divided by 8 instead of increased. RC is clamped to the line rate, RT is not
-  (the author's code). Left out: the "neither clamp flag" mode (RT = RC only after a byte
-  event): ``clamp_target`` False means CLAMP_TARGET_RATE_AFTER_TIMER (after any increase) in
-  every variant; the receiver's NP here is the paper's, not the author's fixed N-period check.
-* ``mellanox`` (HPCC's rdma-hw.cc ``*Mlx``): the first CNP sets α = 1 and RT = RC and starts the
-  α update grid (every K from the first CNP: α = (1 − g)α + g if a CNP arrived in the period,
-  else (1 − g)α) and the cut check grid (every rate_reduce_period from the first CNP; α's update
-  at the same instant comes first, as HPCC's +1 ns does); a check cuts if a CNP arrived since the
-  last one: RT = RC only if an increase happened since the last cut (``clamp_target`` False),
-  RC = max(min_rate, RC(1 − α/2)). Timer only (``byte_counter`` is ignored); the stage is read
-  before it is incremented: stage < F fast recovery, == F additive RAI, > F hyper with a
-  constant RHAI. With ``rate_reduce_period`` 0 the cut happens at the CNP itself.
-
-Choices shared by all variants:
-
-* A cut leaves at least ``min_dec_fac`` of RC: RC_new = max(min_rate, RC·max(1 − α/2,
-  min_dec_fac)). That is NVIDIA's rpg_min_dec_fac as its users describe it: "RPG_MIN_DEC_FAC=95
-  limits the severity of the transmission-rate reduction" (HPE's long-haul study), "the minimum
-  reduction at each rate decrease", default 50, tuned 80-98 (Barre, ATC'25 Table 2), "2 means
-  that the new rate can be divided by 2 at maximum" (conweave-ns3's comment on 50). With
-  α/2 <= 0.5 and the default 0.5 it never binds. (DcqcnParams' comment, "the largest cut, as a
-  fraction of RC", reads the other way; it agrees only at 0.5.) RC >= min_rate, RC <= line
-  rate, and RT <= line rate except in ``ns3``.
-* ``paper``/``ns3`` with ``rate_reduce_period`` > 0: a CNP within that period of the last cut
-  updates α (and is logged) but does not cut.
-* The increase timer is armed by a cut and restarts at every cut (HPCC and the author arm it in
-  the cut); it disarms once an increase leaves RC at the line rate (or where (RT + RC)/2 no
-  longer moves it) with RT >= the line rate: every later event would leave RC there, and the
-  next cut sets RT = RC and resets the counters, so this changes no result, it only keeps an
-  uncongested flow's log empty. Before the first CNP the RP is at line rate and idle.
-* α decays that are pure (1 − g) steps are applied in closed form, α = α_base·(1 − g)^n, which is
-  the same whatever the call granularity, and are logged only with ``log_alpha_decay`` (K is
-  1 µs on ConnectX: a million events a second). Every logged event carries the current α.
-* Ties: timer events due at time t happen before a CNP or a send at t; among timers α, then the
-  increase timer, then the cut check. That is the order HPCC's ns-3 runs them in: the check
-  runs 1 ns after α's update, and the increase timer, restarted at a check, then falls on the
-  check instants (T is a multiple of the period) and was scheduled earlier than the check, and
-  ns-3 runs events of one instant in the order they were scheduled. A CNP exactly on a
-  cut-check instant is seen by the next check (HPCC's check, 1 ns later, would see it: a
-  measure-zero difference).
+counters) and its three published variants, ``paper``, ``ns3`` and ``mellanox`` (the parameters
+in :class:`testbed.core.dcqcn.DcqcnParams`). It reads no clock: every call carries its time, and
+timer events are applied lazily, in time order, whenever a call moves time forward. So a sender
+that ticks every few hundred µs needs no µs sleeps, and the same calls replayed offline
+(:mod:`traffic.dcqcn.replay`) give the same state and the same event log exactly:
+:meth:`ReactionPoint.advance` only makes due timer events happen, its call points never change
+the result. Each variant's rules, the choices all variants share (the smallest cut, the timer's
+arming, closed-form α decay, the order of simultaneous events) and their sources:
+docs/congestion.md, "The reaction point's variants".
 """
 
 from __future__ import annotations
@@ -286,7 +228,8 @@ class ReactionPoint:
             s = self.timer_stage
             return "fast_recovery" if s < f else "additive" if s == f else "hyper"
         if self._ns3:
-            return {2: "additive", 3: "hyper"}.get(self._ns3_stage, "fast_recovery")
+            stages: dict[int, Stage] = {2: "additive", 3: "hyper"}
+            return stages.get(self._ns3_stage, "fast_recovery")
         hi, lo = max(self.timer_stage, self.byte_stage), min(self.timer_stage, self.byte_stage)
         return "fast_recovery" if hi <= f else "hyper" if lo > f else "additive"
 

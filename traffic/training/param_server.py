@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -54,7 +54,7 @@ class ParameterServer:
     def step(self, step: int) -> float:
         """Push this step's gradients, serve (if a server), pull; the seconds blocked."""
         blocked = 0.0
-        grad = torch.cat([p.grad.flatten() for p in self.params])
+        grad = torch.cat([cast(torch.Tensor, p.grad).flatten() for p in self.params])
         pull = self._post_pull(step)
         sends = []
         for j, server in enumerate(self.servers):
@@ -97,7 +97,7 @@ class ParameterServer:
         got = {r: torch.empty(hi - lo) for r in others}
         t0 = time.perf_counter()
         for w in [dist.irecv(got[r], src=r, tag=2 * step) for r in others]:
-            w.wait()
+            cast(dist.Work, w).wait()  # None only for a rank outside the group
         blocked = time.perf_counter() - t0
         total = grad[lo:hi].clone()
         for g in got.values():
@@ -116,7 +116,9 @@ class ParameterServer:
         flat = torch.cat([p.detach().flatten() for p in self.params])
         for j, server in enumerate(self.servers):
             lo, hi = self.bounds[j]
-            flat[lo:hi] = self._own if server == self.rank else pull.buffers[server]
+            flat[lo:hi] = (
+                cast(torch.Tensor, self._own) if server == self.rank else pull.buffers[server]
+            )
         offset = 0
         for p in self.params:
             p.copy_(flat[offset : offset + p.numel()].view(p.shape))

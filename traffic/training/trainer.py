@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -186,7 +186,9 @@ class Trainer:
             return
         t0 = time.perf_counter()
         if sync.what == "parameters":  # local SGD: torch's own parameter averaging (one buffer)
-            average_parameters(iter(self.model.parameters()), dist.group.WORLD)
+            average_parameters(
+                iter(self.model.parameters()), cast("dist.ProcessGroup", dist.group.WORLD)
+            )
             t.comm += time.perf_counter() - t0
             return
         outer = self.outer[sync.fragment or 0]
