@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from testbed.core.direction import Direction
 from testbed.core.errors import UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.net.batches import run_batches
 from testbed.net.registry import Record
+from testbed.plan.model import FabricPort, Impairment, NetworkPlan
 from testbed.plan.render import fabric_lines, netem_lines
-from testbed.plan.topology import MIN_BUFFER, FabricPort, Impairment, NetworkPlan, netem_limit
+from testbed.plan.sizing import MIN_BUFFER, netem_limit
 
 
 class ShapingOnlyBackend(LinkBackend):
@@ -100,7 +102,7 @@ class KernelBackend(LinkBackend):
 
     def _sized(self, name: str, imp: Impairment) -> Impairment:
         """``imp`` with a netem limit for the direction's rate, buffer, delay and jitter in force
-        now (plan.topology.netem_limit), never below the running one. The plan sized it for the
+        now (plan.sizing.netem_limit), never below the running one. The plan sized it for the
         configured link only: a delay or rate raised later (a schedule, a trace) would otherwise
         overflow netem's packet limit, a loss the userspace line does not have."""
         if name not in self.directions:
@@ -120,6 +122,5 @@ class KernelBackend(LinkBackend):
 
 
 def _reverse(name: str) -> str:
-    """ "a->b" -> "b->a"."""
-    a, _, b = name.partition("->")
-    return f"{b}->{a}"
+    """ "a->b" -> "b->a" (a path's: "a->b/1" -> "b->a/1")."""
+    return str(Direction.parse(name).reverse())

@@ -44,8 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.core.direction import Direction
 from testbed.core.errors import NetError
 from testbed.net import netns, rtnl
+from testbed.plan.model import NetworkPlan, Route
 from testbed.plan.render import (
     IpOp,
     LinkDown,
@@ -56,7 +58,6 @@ from testbed.plan.render import (
     RouteAdd,
     ip_line,
 )
-from testbed.plan.topology import NetworkPlan, Route
 
 RESTORE = ["iptables-restore", "--noflush", "-w"]  # add beside what is there
 # Device-group bits of a wire port (a wire's ports are in group 0 otherwise): its packets are
@@ -131,8 +132,10 @@ class FaultOps:
         names: dict[str, str] = {}  # wire -> the link's name (east-west, a path: east-west/1)
         for d in plan.wan:
             ends.setdefault(d.impairment.ns, []).append((d.shaper.ns, d.shaper.ifname))
-            _, _, path = d.name.partition("/")
-            names.setdefault(d.impairment.ns, f"{d.src}-{d.dst}" + (f"/{path}" if path else ""))
+            path = Direction.parse(d.name).path
+            names.setdefault(
+                d.impairment.ns, f"{d.src}-{d.dst}" + (f"/{path}" if path is not None else "")
+            )
         self.links: dict[str, _Link] = {}
         for wire, (a, b) in ends.items():
             self.links[names[wire]] = _Link(names[wire], wire, (a, b))

@@ -1,0 +1,156 @@
+"""The live verbs of testbeds on this machine: ``up`` (build one and leave it running, or in the
+foreground, or under Mininet's CLI), ``exec`` (a command in one of its hosts), ``ls``, ``down``
+and ``clean`` (what crashed testbeds left behind). Thin printing over :mod:`testbed.net` and
+:class:`~testbed.run.testbed.Testbed`.
+
+The scenario schema and ``testbed.run`` are imported inside ``up`` and ``exec``: ``ls``,
+``down`` and ``clean`` need only the registry, and that import is most of the CLI's start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+from testbed.cli.common import need_root
+from testbed.cli.console import escape, make_console
+from testbed.core.errors import TestbedError, UsageError
+from testbed.core.units import format_duration
+from testbed.net import build as net
+from testbed.net import registry
+from testbed.net.engines import node_name
+
+if TYPE_CHECKING:
+    from testbed.run.testbed import Testbed
+
+out = make_console()
+
+
+def _print_hosts(tb: Testbed) -> None:
+    t = Table(title=f"testbed {tb.name} (prefix {tb.record.prefix}, backend {tb.record.backend})")
+    t.add_column("host")
+    t.add_column("address")
+    t.add_column("namespace")
+    mininet = tb.record.engine == "mininet"
+    if mininet:
+        t.add_column("Mininet node")
+    for name, addr in tb.hosts.items():
+        node = [node_name(name)] if mininet else []
+        t.add_row(name, addr, f"{tb.record.prefix}-{name}", *node)
+    out.print(t)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from testbed.config.loading import load_scenario
+    from testbed.run.testbed import Testbed
+
+    need_root("up")
+    sc = load_scenario(args.file)
+    if args.engine:
+        sc = sc.model_copy(update={"engine": args.engine})
+    if args.cli and sc.engine != "mininet":
+        raise UsageError("--cli is Mininet's CLI: use it with --engine mininet")
+    foreground = args.foreground or args.cli
+    tb = Testbed(sc, name=args.name or sc.name, persistent=not foreground, source=args.file)
+    if args.cli:
+        from mininet.cli import CLI
+        from mininet.log import setLogLevel
+
+        with tb:
+            setLogLevel("output")  # the CLI prints at Mininet's "output" level
+            _announce(tb)
+            _print_hosts(tb)
+            out.print("Mininet CLI: nodes are named like east_h0; `exit` tears the testbed down")
+            CLI(tb.engine.net)
+        return 0
+    if args.foreground:
+        with tb:
+            _announce(tb)
+            _print_hosts(tb)
+            out.print("up; press Ctrl-C to tear down")
+            while True:
+                time.sleep(3600)
+    tb.up()
+    _announce(tb)
+    _print_hosts(tb)
+    out.print(f"up; `testbed exec {tb.name} HOST -- CMD` runs a command, `testbed down {tb.name}`")
+    return 0
+
+
+def _announce(tb: Testbed) -> None:
+    out.print(f"backend: [bold]{tb.backend.name}[/] ({escape(tb.backend.reason)})")
+    floors = [c.floor_s for c in tb.compensation if c.compensation_s]
+    if floors:
+        out.print(
+            f"RTT compensation: measured floors of {format_duration(min(floors))} to "
+            f"{format_duration(max(floors))} one way are subtracted from the emulated delays"
+        )
+    for w in tb.plan.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from testbed.run.testbed import Testbed
+
+    need_root("exec")
+    tb = Testbed.attach(args.name)
+    argv = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not argv:
+        raise TestbedError("nothing to run: testbed exec NAME HOST -- CMD [ARGS...]")
+    cmd = tb.command(args.host, argv)
+    os.execvp(cmd[0], cmd)
+    return 127  # not reached
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    recs = registry.records()
+    if not recs:
+        out.print("no testbeds")
+        return 0
+    t = Table()
+    columns = ("name", "prefix", "state", "engine", "backend", "hosts", "owner", "age", "scenario")
+    for col in columns:
+        t.add_column(col)
+    for r in recs:
+        state = r.phase if r.live() else "leftover (testbed clean removes it)"
+        owner = "persistent" if r.persistent else str(r.owner_pid)
+        age = f"{time.time() - r.created:.0f}s"
+        hosts = str(sum(1 for h in r.hosts if not h.endswith("-gw")))
+        t.add_row(r.name, r.prefix, state, r.engine, r.backend, hosts, owner, age, r.scenario)
+    out.print(t)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    need_root("down")
+    rec = registry.find(args.name)
+    if not rec.persistent and registry.process_alive(rec.owner_pid, rec.owner_start):
+        raise TestbedError(
+            f"testbed {rec.name!r} belongs to running process {rec.owner_pid}; stop that process "
+            "(it tears its testbed down)"
+        )
+    net.destroy(rec)
+    out.print(f"{rec.name} ({rec.prefix}) is down")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    need_root("clean")
+    removed = net.clean(include_persistent=args.all)
+    kept = [r for r in registry.records() if r.live()]
+    out.print(
+        f"removed {len(removed)} leftover testbed(s){': ' + ', '.join(removed) if removed else ''}"
+    )
+    if kept:
+        names = ", ".join(
+            f"{r.name} ({'persistent' if r.persistent else f'pid {r.owner_pid}'})" for r in kept
+        )
+        out.print(
+            f"kept live testbeds: {names}"
+            + ("" if args.all else "; `--all` also removes persistent ones made by `testbed up`")
+        )
+    return 0

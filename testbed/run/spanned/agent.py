@@ -1,0 +1,203 @@
+"""One machine's part of a spanned testbed, as a Ray actor (:class:`MachineAgent`). It builds its
+part of the plan (``NetworkPlan.part``): its clusters, the wires of the links whose first cluster
+it holds, its ends of the VXLAN cables (testbed.net.cables) over each machine's underlay address;
+then runs what the driver asks in its hosts: commands, servers, and processes whose files live in
+a directory of the driver (ranks), copied here, their output sent back as it grows.
+
+A node's ``testbed-netns`` label makes a network namespace stand for the machine (its cables are
+made there): how the tests run two "machines" on one kernel.
+
+Ray pickles the class by its module path: a worker imports it from here, in the same install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from testbed.config.scenario import Scenario
+from testbed.core.errors import NetError
+from testbed.net import procs
+from testbed.net.cables import Underlay
+from testbed.net.registry import Record
+from testbed.plan.model import Impairment
+from testbed.run.ray_common import NODE_DIR, node_identity
+from testbed.run.testbed import Testbed
+
+UNDERLAY_PINGS = 10
+
+
+class MachineAgent:
+    """One machine's part of a spanned testbed, as a Ray actor: a :class:`Testbed` of the part
+    (its namespaces, cables, link emulation and processes) and the helpers it runs there."""
+
+    def __init__(self, machine: str, netns: str | None = None) -> None:
+        self.machine = machine
+        self.netns = netns
+        self.tb: Testbed | None = None
+        self.servers: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, tuple[subprocess.Popen, str]] = {}  # pid -> (it, driver's dir)
+        self.dirs: dict[str, Path] = {}  # the driver's directory -> this machine's copy
+        self.synced: dict[str, dict[str, int]] = {}  # ... -> file -> bytes sent (-1: not sent)
+
+    def identity(self) -> dict[str, Any]:
+        return {**node_identity(), "machine": self.machine}
+
+    def up(
+        self,
+        scenario: Scenario,
+        name: str,
+        source: str,
+        addresses: dict[str, str],
+        reserve: tuple[str, int] | None,
+        calibrating: bool,
+    ) -> tuple[Record, str, str]:
+        """Build this machine's part; its registry record and link backend (name, why)."""
+        underlay = Underlay(self.machine, dict(addresses), self.netns)
+        self.tb = Testbed(
+            scenario, name=name, source=source, underlay=underlay, reserve=reserve,
+            compensate_rtt=calibrating,
+        )  # fmt: skip
+        self.tb.up()
+        assert self.tb.record is not None and self.tb.backend is not None
+        return self.tb.record, self.tb.backend.name, self.tb.backend.reason
+
+    def underlay_rtt(self, peer: str) -> list[float]:
+        from testbed.net.cables import rtt
+
+        assert self.tb is not None and self.tb.underlay is not None
+        return rtt(self.tb.underlay, peer, UNDERLAY_PINGS)
+
+    def set_impairments(self, changes: dict[str, Impairment]) -> None:
+        assert self.tb is not None and self.tb.backend is not None
+        self.tb.backend.set_impairments(changes)
+
+    def run(self, host: str, argv: list[str], timeout: float | None) -> tuple[int, str, str]:
+        assert self.tb is not None
+        r = self.tb.run(host, argv, timeout=timeout)
+        return r.returncode, r.stdout, r.stderr
+
+    def serve(self, host: str, module: str, args: list[str]) -> int:
+        """Start ``python -m module args`` in ``host`` and wait for its READY; a handle."""
+        assert self.tb is not None
+        proc = self.tb.python(
+            host, module, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        got = procs.wait_ready(proc)
+        if not got:
+            procs.stop(proc)
+            raise NetError(f"{module} server on {host} did not start ({got.reason}): {got.output}")
+        self.servers[proc.pid] = proc
+        return proc.pid
+
+    def communicate(self, handle: int, timeout: float) -> tuple[str, str]:
+        return self.servers[handle].communicate(timeout=timeout)
+
+    def stop(self, handle: int) -> None:
+        proc = self.servers.pop(handle, None)
+        if proc is not None:
+            procs.stop(proc)
+
+    # -- processes whose files live in a directory of the driver (ranks) ----------------------
+    def start(
+        self,
+        host: str,
+        argv: list[str],
+        what: str,
+        env: dict[str, str],
+        dropped: list[str],
+        remote_dir: str,
+        files: dict[str, bytes],
+        log: str,
+    ) -> int:
+        """Start ``argv`` in ``host`` with its output to ``log`` in this machine's copy of the
+        driver's directory ``remote_dir`` (whose path in ``argv`` and in ``files``, written
+        there first, is replaced by the copy's); ``env`` over this agent's environment, less
+        ``dropped``. A handle (the pid)."""
+        assert self.tb is not None and self.tb.record is not None
+        local = self.workdir(remote_dir)
+        for name, data in files.items():
+            (local / name).write_bytes(data.replace(remote_dir.encode(), str(local).encode()))
+            self.synced[remote_dir][name] = -1  # the driver's own: never sent back
+        full = {k: v for k, v in os.environ.items() if k not in dropped} | env
+        argv = [a.replace(remote_dir, str(local)) for a in argv]
+        with open(local / log, "w") as out:
+            proc = self.tb.popen(
+                host, argv, what=what, env=full, stdout=out, stderr=subprocess.STDOUT
+            )
+        self.procs[proc.pid] = (proc, remote_dir)
+        return proc.pid
+
+    def workdir(self, remote_dir: str) -> Path:
+        assert self.tb is not None and self.tb.record is not None
+        if remote_dir not in self.dirs:
+            NODE_DIR.mkdir(parents=True, exist_ok=True)
+            self.dirs[remote_dir] = Path(
+                tempfile.mkdtemp(prefix=f"{self.tb.record.prefix}-", dir=NODE_DIR)
+            )
+            self.synced[remote_dir] = {}
+        return self.dirs[remote_dir]
+
+    def poll(self, handle: int) -> tuple[int | None, dict[str, tuple[int, bytes]]]:
+        """The process's exit code (None: running) and what its directory's files gained
+        since the last call: name -> (offset, bytes), for the driver's copy."""
+        proc, remote_dir = self.procs[handle]
+        code = proc.poll()  # first: what a process wrote before it exited is then complete
+        return code, self._gained(remote_dir)
+
+    def _gained(self, remote_dir: str) -> dict[str, tuple[int, bytes]]:
+        out = {}
+        sent = self.synced[remote_dir]
+        for path in sorted(self.dirs[remote_dir].iterdir()):
+            done = sent.get(path.name, 0)
+            if done < 0 or not path.is_file():
+                continue
+            with open(path, "rb") as f:
+                f.seek(done)
+                data = f.read()
+            if data:
+                out[path.name] = (done, data)
+                sent[path.name] = done + len(data)
+        return out
+
+    def signal(self, handle: int, signum: int) -> None:
+        proc, _ = self.procs[handle]
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+
+    def wait(self, handle: int, timeout: float | None) -> int | None:
+        proc, _ = self.procs[handle]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout)
+        return None
+
+    def free_port(self, host: str) -> int:
+        assert self.tb is not None
+        return self.tb.free_port(host)
+
+    def sysctls(self, host: str, keys: list[str]) -> dict[str, str]:
+        assert self.tb is not None
+        return self.tb.sysctls(host, keys)
+
+    def link_stats(self) -> list[dict]:
+        """The link backend's counters (also after ``down``: what it counted)."""
+        return self.tb.link_stats() if self.tb is not None else []
+
+    def problems(self) -> list[str]:
+        return self.tb.problems() if self.tb is not None else []
+
+    def down(self) -> None:
+        for handle in list(self.servers):
+            self.stop(handle)
+        for proc, _ in self.procs.values():
+            procs.stop(proc)
+        for d in self.dirs.values():
+            shutil.rmtree(d, ignore_errors=True)
+        if self.tb is not None:
+            self.tb.down()

@@ -1,0 +1,312 @@
+"""The driver of a spanned testbed (:class:`SpannedTestbed`, on any machine of the Ray cluster).
+
+It reserves one machine per placed machine name with a Ray placement group, ``STRICT_SPREAD`` (a
+gang of distinct machines, each bundle ``{"testbed": 1}``: a machine that measures does nothing
+else), and starts an agent in each. The first agent claims a prefix and an address slot, the
+others reserve the same (testbed.net.registry).
+
+It then measures each machine pair's underlay RTT (ICMP, recorded) and compensates the emulated
+delays for the path floor, cables included, from round trips only: a one-way delay across
+machines needs synchronised clocks, so each direction of a link gets half its link's measured
+excess over the configured round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import secrets
+import statistics
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from testbed.config.scenario import Scenario
+from testbed.core.direction import Direction
+from testbed.core.errors import NetError, ScenarioError, TestbedError
+from testbed.net.registry import Record
+from testbed.plan.compensation import Compensation, compensate, configured_one_way
+from testbed.plan.model import Impairment, NetworkPlan
+from testbed.plan.topology import build_plan
+from testbed.run.ranks import RANK_ENV
+from testbed.run.ray_common import RESOURCE, require_ray
+from testbed.run.spanned.agent import MachineAgent
+from testbed.run.spanned.nodes import MachineNode, machine_nodes
+from testbed.run.spanned.remote import RemoteProcess, RemoteServer
+
+PLACE_TIMEOUT = 60.0  # s for Ray to reserve the machines
+SHIP_MAX = 1 << 20  # bytes: a directory's larger files are not inputs of its processes
+CALIBRATION_PROBES = 8  # round trips per link (the first dropped, like testbed.run.calibrate)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+    """Which link backend (or engine) the machines' parts run, and why."""
+
+    name: str
+    reason: str = ""
+
+
+def split_round_trips(plan: NetworkPlan, rtts: dict[str, list[float]]) -> dict[str, list[float]]:
+    """One-way samples for ``compensate`` from round trips (link name -> RTTs, s): each
+    direction gets its configured one-way delay plus half the round trip's excess over the
+    configured one (the floor split evenly: clocks of two machines are not compared). PURE."""
+    out: dict[str, list[float]] = {}
+    for d in plan.wan:
+        if d.multipath:
+            continue
+        back = next(r for r in plan.wan if r.src == d.dst and r.dst == d.src and not r.multipath)
+        samples = rtts.get(Direction.parse(d.name).link, [])
+        fwd, rev = configured_one_way(plan, d), configured_one_way(plan, back)
+        out[d.name] = [fwd + (r - fwd - rev) / 2 for r in samples]
+    return out
+
+
+class SpannedTestbed:
+    """A testbed whose clusters are placed on several machines of a Ray cluster (see
+    :mod:`testbed.run.spanned`). The API of :class:`Testbed` for what crosses machines: ``up``,
+    ``down``, ``run``, ``serving``, ``hosts``, ``plan``, ``compensation_of``, ``problems``."""
+
+    __test__ = False
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        name: str | None = None,
+        address: str = "auto",
+        source: str = "",
+        compensate_rtt: bool = True,
+    ) -> None:
+        if scenario.placement is None:
+            raise ScenarioError("a spanned testbed needs `placement:` in its scenario")
+        self.scenario = scenario
+        self.name = name or f"{scenario.name}-{secrets.token_hex(2)}"
+        self.address = address
+        self.source = source
+        self.compensate_rtt = compensate_rtt
+        self.plan: NetworkPlan | None = None
+        self.agents: dict[str, Any] = {}
+        self.nodes: list[MachineNode] = []
+        self.group: Any = None
+        self.underlay_rtt: dict[tuple[str, str], float] = {}  # (from, to) -> median s
+        self.identities: dict[str, dict[str, Any]] = {}  # machine -> host, kernel, CPU
+        self.compensation: list[Compensation] = []
+        self.ray: Any = None
+        self.record: Record | None = None  # the first machine's part (prefix, slot)
+        self.backend: BackendInfo | None = None
+        self.engine = BackendInfo("native")
+        self._link_stats: list[dict] = []
+        self._calibrating = False  # whether the plan's delays are compensated after build
+        # the directories of processes started through agents: which machines have their
+        # inputs, which of their files are the processes' output
+        self.shipped: set[tuple[str, Path]] = set()
+        self.logs: dict[Path, set[str]] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def up(self) -> SpannedTestbed:
+        ray = self.ray = require_ray()
+        if not ray.is_initialized():
+            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        placement = self.scenario.placement
+        assert placement is not None
+        machines = sorted(set(placement.machines.values()))
+        self.nodes = machine_nodes(ray.nodes(), machines)
+        try:
+            self._place(ray)
+            self._build(ray)
+            self._measure(ray)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _place(self, ray: Any) -> None:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.group = placement_group(
+            [{RESOURCE: 1} for _ in self.nodes],
+            strategy="STRICT_SPREAD",
+            bundle_label_selector=[{"ray.io/node-id": n.node_id} for n in self.nodes],
+        )
+        ready, _ = ray.wait([self.group.ready()], timeout=PLACE_TIMEOUT)
+        if not ready:
+            raise TestbedError(
+                f"Ray could not reserve {', '.join(n.machine for n in self.nodes)} within "
+                f"{PLACE_TIMEOUT:.0f} s (each runs one testbed part or sweep point at a time)"
+            )
+        actor = ray.remote(num_cpus=0, max_restarts=0)(MachineAgent)
+        for i, n in enumerate(self.nodes):
+            strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i)
+            self.agents[n.machine] = actor.options(
+                resources={RESOURCE: 1}, scheduling_strategy=strategy
+            ).remote(n.machine, n.netns)
+
+    def _build(self, ray: Any) -> None:
+        addresses = {n.machine: n.address for n in self.nodes}
+        # the plan's delays do not depend on its prefix and slot: any will do to look
+        draft = build_plan(self.scenario, "mctb0000", 64)
+        calibrating = self.compensate_rtt and any(d.delay for d in draft.wan)
+        first, *rest = self.nodes
+        args = (self.scenario, self.name, self.source, addresses)
+        self.record, *backend = ray.get(
+            self.agents[first.machine].up.remote(*args, None, calibrating)
+        )
+        reserve = (self.record.prefix, self.record.slot)
+        ray.get([self.agents[n.machine].up.remote(*args, reserve, calibrating) for n in rest])
+        self.backend = BackendInfo(*backend)
+        who = ray.get([a.identity.remote() for a in self.agents.values()])
+        self.identities = dict(zip(self.agents, who, strict=True))
+        self.plan = build_plan(self.scenario, *reserve)
+        self._calibrating = calibrating
+
+    def _measure(self, ray: Any) -> None:
+        """The underlay's RTT between every pair of machines, then the compensation."""
+        from testbed.run.selfcheck import probe_rtt
+
+        pairs = [(a.machine, b.machine) for a in self.nodes for b in self.nodes if a != b]
+        got = ray.get([self.agents[a].underlay_rtt.remote(b) for a, b in pairs])
+        self.underlay_rtt = {p: statistics.median(r) for p, r in zip(pairs, got, strict=True)}
+        if not self._calibrating:
+            return
+        plan = self.plan
+        assert plan is not None
+        rtts: dict[str, list[float]] = {}
+        for d in plan.wan:
+            link = Direction.parse(d.name).link
+            if d.multipath or link in rtts or not d.delay:
+                continue
+            r = probe_rtt(self, f"{d.src}-h0", f"{d.dst}-h0", CALIBRATION_PROBES, 0.01)
+            rtts[link] = r["rtts"][1:]
+        self.compensation = [
+            dataclasses.replace(c, basis="round-trip")
+            for c in compensate(plan, split_round_trips(plan, rtts))
+        ]
+        by_wire: dict[str, dict[str, Impairment]] = {}
+        for d, c in zip(plan.wan, self.compensation, strict=True):
+            if d.delay:
+                machine = plan.machine_of(d.impairment.ns)
+                imp = dataclasses.replace(d.impairment, delay=c.emulated_s)
+                by_wire.setdefault(machine, {})[d.name] = imp
+        ray.get([self.agents[m].set_impairments.remote(ch) for m, ch in by_wire.items()])
+
+    def down(self) -> None:
+        ray = self.ray
+        if ray is None:
+            return
+        errors = []
+        stats: list[dict] = []
+        for machine, agent in self.agents.items():
+            try:
+                ray.get(agent.down.remote())
+                stats += ray.get(agent.link_stats.remote())
+            except Exception as exc:  # one machine's failure must not leave the others up
+                errors.append(f"{machine}: {exc}")
+            with contextlib.suppress(Exception):
+                ray.kill(agent)
+        self._link_stats = stats
+        self.agents = {}
+        if self.group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.group)
+            self.group = None
+        if errors:
+            raise NetError("teardown failed on " + "; ".join(errors))
+
+    def __enter__(self) -> SpannedTestbed:
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # -- using it ----------------------------------------------------------------------------
+    def _agent(self, host: str) -> Any:
+        assert self.plan is not None, "testbed is not up"
+        ns = f"{self.plan.prefix}-{host}"
+        if not any(n.name == ns for n in self.plan.namespaces):
+            raise TestbedError(f"no host {host!r}; hosts: {', '.join(self.hosts)}")
+        return self.agents[self.plan.machine_of(ns)]
+
+    @property
+    def hosts(self) -> dict[str, str]:
+        assert self.plan is not None, "testbed is not up"
+        return self.plan.names()
+
+    def machine_of(self, host: str) -> str:
+        assert self.plan is not None, "testbed is not up"
+        return self.plan.machine_of(f"{self.plan.prefix}-{host}")
+
+    def run(
+        self, host: str, argv: Sequence[str], timeout: float | None = None, **_: Any
+    ) -> subprocess.CompletedProcess:
+        """Run ``argv`` in ``host`` on its machine and wait (text output, captured)."""
+        code, out, err = self.ray.get(self._agent(host).run.remote(host, list(argv), timeout))
+        return subprocess.CompletedProcess(list(argv), code, out, err)
+
+    @contextlib.contextmanager
+    def serving(self, host: str, module: str, *args: str) -> Iterator[RemoteServer]:
+        """``python -m module args`` in ``host`` on its machine, once READY; stopped after."""
+        agent = self._agent(host)
+        handle = self.ray.get(agent.serve.remote(host, module, list(args)))
+        try:
+            yield RemoteServer(self.ray, agent, handle)
+        finally:
+            self.ray.get(agent.stop.remote(handle))
+
+    def popen(
+        self,
+        host: str,
+        argv: list[str],
+        what: str = "",
+        env: dict[str, str] | None = None,
+        stdout: Any = None,
+        stderr: Any = None,
+    ) -> RemoteProcess:
+        """Start ``argv`` in ``host`` on its machine, as the rank launcher does: ``stdout`` an
+        open file of a directory the agent copies (its small files go there first; the paths
+        in the command line and in them are the copy's), which each ``poll`` brings back."""
+        if stdout is None or not hasattr(stdout, "name") or stderr != subprocess.STDOUT:
+            raise TestbedError("a spanned testbed starts processes with their output to a file")
+        log = Path(stdout.name)
+        run_dir = log.parent
+        env = env if env is not None else dict(os.environ)
+        agent = self._agent(host)
+        logs = self.logs.setdefault(run_dir, set())
+        logs.add(log.name)
+        files = {}
+        if (self.machine_of(host), run_dir) not in self.shipped:  # its inputs, once a machine
+            self.shipped.add((self.machine_of(host), run_dir))
+            files = {
+                p.name: p.read_bytes()
+                for p in run_dir.iterdir()
+                if p.is_file() and p.name not in logs and p.stat().st_size < SHIP_MAX
+            }
+        delta = {k: v for k, v in env.items() if os.environ.get(k) != v or k in RANK_ENV}
+        dropped = [k for k in os.environ if k not in env]
+        handle = self.ray.get(
+            agent.start.remote(host, argv, what, delta, dropped, str(run_dir), files, log.name)
+        )
+        return RemoteProcess(self.ray, agent, handle, run_dir)
+
+    def free_port(self, host: str) -> int:
+        return self.ray.get(self._agent(host).free_port.remote(host))
+
+    def sysctls(self, host: str, keys: list[str]) -> dict[str, str]:
+        return self.ray.get(self._agent(host).sysctls.remote(host, keys))
+
+    def link_stats(self) -> list[dict]:
+        """Every machine's link backend counters (complete once the testbed is down)."""
+        if self.agents:
+            return [r for a in self.agents.values() for r in self.ray.get(a.link_stats.remote())]
+        return list(self._link_stats)
+
+    def compensation_of(self, direction: str) -> Compensation | None:
+        return next((c for c in self.compensation if c.direction == direction), None)
+
+    def problems(self) -> list[str]:
+        got = self.ray.get([a.problems.remote() for a in self.agents.values()])
+        return [p for part in got for p in part]
