@@ -20,15 +20,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analysis import plots as P
-from analysis.faults import (
-    FaultResults,
-    applied_events,
-    clock_origins,
-    goodput_by_direction,
-    pair_outages,
-    per_direction,
-)
+from analysis.events import applied_events, pair_outages, per_direction
+from analysis.faults import FaultResults, clock_origins
 from analysis.loader import Results
+from analysis.trace_replay import goodput_by_direction
 
 PLOT_NAMES = ("wan_timeline",)
 MAX_TIMELINES = 4  # run × link timelines in one figure (3 rows each)

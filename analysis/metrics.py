@@ -20,7 +20,7 @@ as GB/s is this divided by 1e9).
 
 from __future__ import annotations
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+from testbed.core.vocab import COLLECTIVES
 
 SIZE_MEANING = {
     "all_reduce": "buffer size (input = output)",

@@ -13,9 +13,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import plots as P
-from analysis.faults import applied_events
+from analysis.events import applied_events
 from analysis.loader import Results
 from analysis.multipath import flow_paths, operation_windows, path_throughput
+from testbed.core.direction import Direction
 
 PLOT_NAMES = ("path_timeline",)
 MAX_PANELS = 8
@@ -29,7 +30,7 @@ def _routing_marks(
     if routing.empty:
         return
     r = routing[(routing["results"] == results) & (routing["run_id"] == run_id)]
-    gateway = base.split("->")[0] + "-gw"
+    gateway = Direction.parse(base).src + "-gw"
     r = r[r["gateway"] == gateway]
     for e in r.itertuples(index=False):
         if e.source == "fib":

@@ -27,7 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.faults import fault_windows
+from analysis.events import fault_windows
+from testbed.core.direction import Direction
 
 FAILOVER_COLUMNS = [
     "results", "run_id", "fault", "kind", "link", "start", "end",
@@ -44,7 +45,8 @@ def path_directions(link: str) -> set[str]:
     if not path or "-" not in base:
         return set()
     a, b = base.split("-", 1)
-    return {f"{a}->{b}/{path}", f"{b}->{a}/{path}"}
+    d = Direction(a, b, int(path))
+    return {str(d), str(d.reverse())}
 
 
 def _uses(paths: Any, dirs: set[str]) -> bool:

@@ -32,14 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.model import (
-    Topology,
-    host_bw_from_phases,
-    predict_phases,
-    predict_terms,
-    window_at_step_start,
-)
+from analysis.model import Topology, host_bw_from_phases, predict_phases, predict_terms
 from analysis.steps import phase_medians, wan_step_starts
+from analysis.tcp import window_at_step_start
 from benchmarks._results import write_section
 from testbed.config.sweep import RunSpec, expand
 from testbed.core.units import parse_rate, parse_size

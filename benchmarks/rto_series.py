@@ -27,10 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis.faults import predict_stall, tlp_timeout
-from analysis.model import linux_rto
+from analysis.tcp import linux_rto, predict_stall, tlp_timeout
 from benchmarks._results import Tee, write_section
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.run.testbed import Testbed
 
 PORT = 5999

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.faults import achieved_rates, per_second, trace_targets, zero_rate_spans
 from analysis.loader import load
+from analysis.trace_replay import achieved_rates, per_second, trace_targets, zero_rate_spans
 from benchmarks._results import Tee, heading, write_section
 from testbed.config.sweep import expand
 from testbed.run.experiment import Experiment

@@ -44,8 +44,9 @@ from typing import Any
 import pandas as pd
 
 from analysis import dcqcn
-from analysis.faults import rank_operations, summarize_faults
+from analysis.faults import summarize_faults
 from analysis.model import Link, Topology
+from analysis.operations import rank_operations
 from analysis.routing import failover_metrics
 from testbed.config.expect import Check, check
 from testbed.config.scenario import Scenario

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from helpers import RUN_TAG
 
-from analysis.faults import achieved_rates, per_second, trace_table, trace_targets
+from analysis.trace_replay import achieved_rates, per_second, trace_table, trace_targets
 from testbed.config.sweep import expand
 from testbed.run.experiment import Experiment
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.faults import rank_operations, summarize_faults
+from analysis.faults import summarize_faults
+from analysis.operations import rank_operations
 from testbed.config.expect import Expectation, check, parse_value, split_condition
 from testbed.config.scenario import parse_scenario
 from testbed.config.sweep import expand

@@ -8,35 +8,35 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.events import applied_events, directions_of, fault_windows, lateness_table
 from analysis.faults import (
-    RunContext,
-    achieved_rates,
-    applied_events,
-    directions_of,
     drop_table,
     fault_metrics,
     fault_table,
-    fault_windows,
     flow_stalls,
-    goodput_by_direction,
-    goodput_in_bins,
-    lateness_table,
-    operation_table,
-    per_second,
-    predict_stall,
-    rank_operations,
-    retransmit_times,
-    slow_start_loss,
     summarize_faults,
     tcp_around_faults,
+)
+from analysis.operations import operation_table, rank_operations
+from analysis.tcp import (
+    RunContext,
+    linux_rto,
+    predict_stall,
+    retransmit_times,
+    slow_start_loss,
     tcp_give_up,
     tcp_timers,
     tlp_timeout,
+)
+from analysis.trace_replay import (
+    achieved_rates,
+    goodput_by_direction,
+    goodput_in_bins,
+    per_second,
     trace_table,
     trace_targets,
     zero_rate_spans,
 )
-from analysis.model import linux_rto
 
 T0 = 1_700_000_000.0
 

@@ -6,30 +6,32 @@ from itertools import pairwise
 
 import pytest
 
-from analysis.metrics import COLLECTIVES, algbw, bus_factor, busbw
+from analysis.metrics import algbw, bus_factor, busbw
 from analysis.model import (
-    ALGORITHMS,
-    INITIAL_CWND_SEGMENTS,
-    MSS_BYTES,
     Link,
-    TcpWindow,
     Topology,
-    burst_overflow_bytes,
-    cwnd_after_idle,
     gloo_ring_lengths,
     gloo_ring_segments,
     host_bw_from_phases,
-    linux_rto,
     predict,
     predict_all,
     predict_phases,
     predict_push_pull,
     predict_terms,
     rank_clusters,
-    ssthresh_after_idle,
     wan_path,
+)
+from analysis.tcp import (
+    INITIAL_CWND_SEGMENTS,
+    TcpWindow,
+    burst_overflow_bytes,
+    cwnd_after_idle,
+    linux_rto,
+    ssthresh_after_idle,
     window_at_step_start,
 )
+from testbed.core.frames import MSS as MSS_BYTES
+from testbed.core.vocab import ALGORITHMS, COLLECTIVES
 
 MiB = 1 << 20
 S = 16 * MiB

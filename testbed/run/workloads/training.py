@@ -14,8 +14,8 @@ import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
-from analysis.faults import rank_operations
 from analysis.model import Topology, predict, predict_push_pull
+from analysis.operations import rank_operations
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
 from testbed.config.scenario import TrainingWorkload
 from testbed.core.units import format_duration, format_size
