@@ -571,7 +571,7 @@ class Trace(_Strict):
 class Ecmp(_Strict):
     """How gateways spread flows over a link's paths: the kernel's multipath hash
     (``net.ipv4.fib_multipath_hash_policy``): ``l3`` addresses only (0, the kernel's default),
-    ``l4`` addresses, protocol and ports (3, with those fields: ``testbed.plan.topology``)."""
+    ``l4`` addresses, protocol and ports (3, with those fields: ``testbed.plan.routes``)."""
 
     hash: Literal["l3", "l4"] = "l3"
 

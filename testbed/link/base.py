@@ -18,6 +18,7 @@ from testbed.core.errors import NetError, UnsupportedError
 from testbed.net import rtnl
 from testbed.net.batches import run_batches
 from testbed.net.registry import Record
+from testbed.plan.model import FabricPort, Impairment, NetworkPlan, WanDirection
 from testbed.plan.render import (
     TcOp,
     fabric_shaper_lines,
@@ -27,7 +28,7 @@ from testbed.plan.render import (
     rate_change_ops,
     wan_shaper_lines,
 )
-from testbed.plan.topology import MIN_BUFFER, FabricPort, Impairment, NetworkPlan, WanDirection
+from testbed.plan.sizing import MIN_BUFFER
 
 
 class LinkBackend:

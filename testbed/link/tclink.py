@@ -17,8 +17,8 @@ from typing import ClassVar
 
 from testbed.core.errors import UnsupportedError
 from testbed.link.base import LinkBackend
+from testbed.plan.model import Impairment, NetworkPlan, WanDirection
 from testbed.plan.render import tclink_params
-from testbed.plan.topology import Impairment, NetworkPlan, WanDirection
 
 
 class TclinkBackend(LinkBackend):

@@ -47,7 +47,8 @@ from testbed.link.delayline import (
 )
 from testbed.net import procs, registry
 from testbed.net.registry import Record
-from testbed.plan.topology import MIN_BUFFER, Impairment, NetworkPlan, WanDirection
+from testbed.plan.model import Impairment, NetworkPlan, WanDirection
+from testbed.plan.sizing import MIN_BUFFER
 
 STATS_INTERVAL = 0.5
 STOP_TIMEOUT = 5.0  # seconds a line gets to flush and exit after SIGTERM before SIGKILL

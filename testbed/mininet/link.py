@@ -44,7 +44,7 @@ from testbed.net.batches import run_batches
 from testbed.net.engines import Engine
 from testbed.net.registry import Record
 from testbed.plan.bridged import END_PORTS, bridged_link_plan
-from testbed.plan.topology import NetworkPlan
+from testbed.plan.model import NetworkPlan
 
 # TCLink's keywords and the project's own, per direction
 DIRECTION_KEYWORDS = (

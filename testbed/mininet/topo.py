@@ -26,7 +26,8 @@ from mininet.topo import Topo
 from testbed.config.scenario import Scenario, WanLink, load_scenario
 from testbed.mininet.link import TestbedLink
 from testbed.net.engines import node_name
-from testbed.plan.topology import HOST_OFFSET, WAN_BLOCK_OFFSET, _shortest_next_hops
+from testbed.plan.routes import cluster_next_hops
+from testbed.plan.topology import HOST_OFFSET, WAN_BLOCK_OFFSET
 
 
 class ClusterGateway(Node):
@@ -103,7 +104,7 @@ class ScenarioTopo(Topo):
         gw_ports: dict[str, list[str]] = {c: [] for c in scenario.clusters}
         wan_addr: dict[str, list[tuple[str, str]]] = {c: [] for c in scenario.clusters}
         peer_addr: dict[tuple[str, str], str] = {}  # (cluster, neighbour) -> neighbour's address
-        hops = _shortest_next_hops(scenario)
+        hops = cluster_next_hops(scenario)
         block = ipaddress.IPv4Address(f"{net}.{WAN_BLOCK_OFFSET}.0")
         for i, link in enumerate(scenario.wan):
             a, b = link.between

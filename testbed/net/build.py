@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from testbed.net.cables import Underlay
     from testbed.net.engines import Engine
     from testbed.net.probe import KernelFeatures
-    from testbed.plan.topology import NetworkPlan
+    from testbed.plan.model import NetworkPlan
 
 ETC_NETNS = Path("/etc/netns")
 INIT_ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")

@@ -18,7 +18,7 @@ from testbed.core.errors import NetError
 from testbed.net.batches import run_batches
 
 if TYPE_CHECKING:
-    from testbed.plan.topology import NetworkPlan
+    from testbed.plan.model import NetworkPlan
 
 PING_RTT = re.compile(r"time=([0-9.]+) ms")
 

@@ -28,7 +28,7 @@ from testbed.net.batches import run_batches
 from testbed.net.registry import Record
 
 if TYPE_CHECKING:
-    from testbed.plan.topology import NetworkPlan
+    from testbed.plan.model import NetworkPlan
 
 # What Mininet runs in its nodes' shells: without them it exits the whole process (sys.exit)
 MININET_TOOLS = {"mnexec": "mininet", "ifconfig": "net-tools"}

@@ -29,7 +29,7 @@ from pathlib import Path
 from testbed.core.errors import NetError, UnsupportedError
 from testbed.net import registry
 from testbed.plan.frr import daemons, frr_configs
-from testbed.plan.topology import BgpPlan, BgpSpeaker
+from testbed.plan.model import BgpPlan, BgpSpeaker
 
 FRR_LIB = Path(os.environ.get("TESTBED_FRR_DIR", "/usr/lib/frr"))
 FRR_USER = "frr"

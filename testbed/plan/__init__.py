@@ -1,2 +1,2 @@
-"""PURE: a scenario becomes a NetworkPlan (topology), iproute2 batch text (render) and the
-rank placement."""
+"""PURE: a scenario becomes a NetworkPlan (topology; its data in model), a timeline of changes
+(timeline), iproute2 batch text (render) and the ranks on hosts (ranks)."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from testbed.plan.topology import Bridge, Namespace, NetworkPlan, Veth, _Parts
+from testbed.plan.model import Bridge, Namespace, NetworkPlan, Veth
+from testbed.plan.topology import _Parts
 
 if TYPE_CHECKING:
     from testbed.config.scenario import Scenario

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from testbed.core.errors import TestbedError
 from testbed.core.stats import quantile
-from testbed.plan.topology import NetworkPlan, WanDirection
+from testbed.plan.model import NetworkPlan, WanDirection
 
 # s: the floor is at most 2 x the fastest probe's excess + this (see the module docstring)
 STALL_SLACK = 0.0002

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.plan.topology import BgpPlan, BgpSpeaker
+from testbed.plan.model import BgpPlan, BgpSpeaker
 
 CONNECT_S = 2  # seconds between two attempts to open a failed session
 BFD_PROFILE = "wan"

@@ -20,15 +20,8 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 from testbed.core.frames import FRAME_BYTES
-from testbed.plan.topology import (
-    FabricPort,
-    Impairment,
-    NetworkPlan,
-    Shaper,
-    WanDirection,
-    htb_burst,
-    htb_quantum,
-)
+from testbed.plan.model import FabricPort, Impairment, NetworkPlan, Shaper, WanDirection
+from testbed.plan.sizing import htb_burst, htb_quantum
 
 
 def root_batch(plan: NetworkPlan) -> list[str]:

@@ -1,535 +1,66 @@
-"""The network plan: a PURE function from a validated scenario to every object the kernel will hold.
+"""``build_plan``: a validated scenario -> the ``NetworkPlan`` (testbed.plan.model). PURE.
 
-Topology (one testbed, address block 10.<slot>.0.0/16):
-
-* cluster ``c`` (index k): gateway namespace ``<prefix>-c-gw`` with bridge ``br0`` at 10.S.k.1/24;
-  host ``c-h<i>`` is namespace ``<prefix>-c-h<i>`` with ``eth0`` at 10.S.k.(10+i)/24, default
-  route via the gateway, its veth peer ``h<i>`` enslaved to ``br0``.
-* WAN link between clusters a and b: a *wire* namespace ``<prefix>-wan-<a>-<b>`` joined to each
-  gateway by a veth (gateway side ``w-<other>``, wire side ``to-<cluster>``), one /30 per side
-  from 10.S.128.0/17. The wire routes; gateways route other clusters' subnets over the shortest
-  WAN path. A multipath link has a wire per path (``wan-<a>-<b>-p<j>``, ports ``p<j>-<other>``)
-  and the gateways one multipath route over them; with ``routing.mode: bgp`` the gateways get
-  no routes to other clusters from the plan, only a host route to each peer port across its
-  path's wire, and FRR's BGP (``BgpPlan``, rendered by ``testbed.plan.frr``) installs the rest.
-
-Per WAN direction a->b: the bottleneck is HTB (rate, explicit burst/quantum) with a byte-limited
-bfifo leaf (the buffer) on gateway a's egress ``w-b``; propagation (delay, jitter, loss, reorder)
-happens in the wire, after a veth crossing: a netem qdisc on the wire's egress ``to-b`` (kernel
-backend) or the userspace delay line on the wire's ingress ``to-a``. Fabric links are shaped with
-HTB on both ends of each host veth.
-
-Nothing here touches the kernel: the plan is data, and ``testbed.plan.render`` turns it into
-iproute2 batch input.
+One testbed takes 10.<slot>.0.0/16. Cluster ``c`` (index k): gateway ``<prefix>-c-gw`` with
+bridge ``br0`` at 10.S.k.1/24, host ``c-h<i>`` at 10.S.k.(10+i) behind it. A WAN link (or each
+path of a multipath one) is a *wire* namespace ``wan-<a>-<b>[-p<j>]`` joined to both gateways by
+veths, one /30 per side from 10.S.128.0/17; gateways route other clusters along the shortest WAN
+path (testbed.plan.routes), or leave it to FRR's BGP (``routing.mode: bgp``). Per direction
+a->b: HTB + bfifo on gateway a's egress (sizes: testbed.plan.sizing), propagation in the wire
+(netem on its egress, or the userspace delay line on its ingress). Fabric links are shaped on
+both ends of each host veth. ``testbed.plan.render`` turns the plan into iproute2 input.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import math
-from collections import deque
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.errors import PlanError
-from testbed.core.frames import FRAME_BYTES, MTU, goodput_factor
+from testbed.plan.directions import (
+    changing_directions,
+    link_directions,
+    loss_later,
+    traced_directions,
+)
+from testbed.plan.model import (
+    Address,
+    BgpNeighbor,
+    BgpPlan,
+    BgpSpeaker,
+    Bridge,
+    Cable,
+    FabricPort,
+    Gateway,
+    Host,
+    Impairment,
+    Namespace,
+    NetworkPlan,
+    Route,
+    Shaper,
+    Veth,
+    WanDirection,
+)
+from testbed.plan.routes import MULTIPATH_HASH, cluster_distances, cluster_next_hops, wan_port
+from testbed.plan.sizing import (
+    MIN_BUFFER,
+    bdp_bytes,
+    htb_burst,
+    htb_quantum,
+    netem_limit,
+    resolve_buffer,
+    sender_inflight_max,
+    tcp_buffer_max,
+    unfloored_buffer,
+)
 
 if TYPE_CHECKING:  # annotations only: a teardown imports the plan without the schema (pydantic)
-    from testbed.config.scenario import Aqm, Scenario, TcpSettings, WanLink
+    from testbed.config.clusters import TcpSettings
+    from testbed.config.scenario import Scenario
+    from testbed.config.wan import WanLink
 
-# A GSO packet can be up to 64 KiB; a byte-limited queue smaller than two of them would drop
-# every large packet, so buffers get this floor (and the plan says so).
-MIN_BUFFER = 2 * 65536
 WAN_BLOCK_OFFSET = 128  # WAN /30s start at 10.S.128.0
 HOST_OFFSET = 10  # hosts start at .10 in their cluster's /24
-
-
-@dataclass(frozen=True)
-class Namespace:
-    name: str  # full kernel name, prefix included
-    role: str  # host | gateway | wire
-    label: str  # name without the prefix (east-h0, east-gw, wan-east-west)
-    cluster: str | None
-    sysctls: dict[str, str] = field(default_factory=dict)
-    machine: str = ""  # where it lives when clusters are placed on machines ("": this one)
-
-
-@dataclass(frozen=True)
-class Veth:
-    ns_a: str
-    if_a: str
-    ns_b: str
-    if_b: str
-
-
-@dataclass(frozen=True)
-class Address:
-    ns: str
-    ifname: str
-    cidr: str
-
-
-@dataclass(frozen=True)
-class Route:
-    ns: str
-    dst: str  # "default" or a CIDR
-    via: str
-    src: str | None = None  # preferred source: gateways speak from their cluster address
-    # A multipath route (a link's parallel paths): (gateway, weight) each; ``via`` is the first.
-    nexthops: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class Bridge:
-    ns: str
-    name: str
-    ports: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Shaper:
-    """HTB + byte-limited bfifo on one interface's egress."""
-
-    ns: str
-    ifname: str
-    rate: int  # bit/s
-    burst: int  # bytes
-    quantum: int  # bytes
-    buffer: int  # bytes (bfifo limit)
-
-
-@dataclass(frozen=True)
-class FabricPort:
-    """One end of a host<->gateway link: optional HTB rate, optional one-way delay (netem)."""
-
-    ns: str
-    ifname: str
-    rate: int | None
-    delay: float
-    buffer: int  # bytes: bfifo limit when shaped without delay
-    netem_limit: int  # packets: when delayed
-
-
-@dataclass(frozen=True)
-class Impairment:
-    """Propagation of one direction: delay/jitter/loss/reorder, applied in a wire namespace.
-
-    ``ge_p``/``ge_r`` turn on Gilbert-Elliott burst loss (a ``burst_loss`` fault): per packet
-    the link moves good -> bad with probability ``ge_p`` and bad -> good with ``ge_r``; every
-    packet is lost in the bad state, ``loss`` applies in the good one (netem ``loss gemodel p r
-    100% loss``; the delay line's model does the same). Long-run loss ~ p/(p+r) (plus ``loss``
-    of the rest), mean burst 1/r packets. Off (0, 0) at bring-up: only faults set it."""
-
-    ns: str
-    ingress_if: str  # where packets of this direction enter the wire (userspace line hooks here)
-    egress_if: str  # where they leave it (kernel netem sits here)
-    delay: float
-    jitter: float
-    loss: float
-    reorder: float
-    netem_limit: int  # packets
-    ge_p: float = 0.0  # Gilbert-Elliott: good -> bad per packet (0: off)
-    ge_r: float = 0.0  # bad -> good per packet
-    # The wire forwards at layer 2 (a bridged link, testbed.plan.bridged): its interfaces are
-    # bridge ports, which iptables matches with -m physdev.
-    bridged: bool = False
-
-    @property
-    def active(self) -> bool:
-        return bool(self.delay or self.jitter or self.loss or self.reorder or self.ge_p)
-
-
-@dataclass(frozen=True)
-class WanDirection:
-    name: str  # "east->west"
-    src: str
-    dst: str
-    rate: int
-    delay: float
-    jitter: float
-    loss: float
-    reorder: float
-    buffer: int  # bytes, resolved
-    bdp: int  # bytes: rate x RTT of this link (forward + reverse delay)
-    shaper: Shaper
-    impairment: Impairment
-    aqm: Aqm | None = None  # None: drop-tail in the HTB leaf
-    # A schedule, trace or fault changes its delay, jitter, loss, reorder or burst loss while
-    # it runs: the backend emulates its propagation from bring-up, even when idle at first.
-    changes_later: bool = False
-    # A trace replays on it: its rate changes every bin, and a zero-rate bin holds its queue.
-    traced: bool = False
-
-    @property
-    def multipath(self) -> bool:
-        """One path of a multipath link (``east->west/1``): the gateways hash flows onto it."""
-        return "/" in self.name
-
-    @property
-    def marking(self) -> bool:
-        """A red or step profile: the kernel needs ``sch_red``, else the delay line emulates it."""
-        return self.aqm is not None and self.aqm.kind != "droptail"
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str  # east-h0
-    cluster: str
-    index: int
-    ns: str
-    ifname: str
-    address: str
-    tcp: TcpSettings
-
-
-@dataclass(frozen=True)
-class Gateway:
-    name: str  # east-gw
-    cluster: str
-    ns: str
-    address: str
-    subnet: str
-
-
-@dataclass(frozen=True)
-class Cable:
-    """A WAN wire's veth that crosses machines (``placement``): the wire namespace (on the
-    machine of the link's first cluster) and the far gateway are joined by a VXLAN cable
-    instead, one VNI each (UDP 4789), each end made in its machine's own namespace and moved
-    into the wire or gateway. Shaping stays where it is (HTB + bfifo on the sending gateway,
-    propagation in the wire), never on the cable."""
-
-    link: str  # the wire's link or path name, "east-west" / "east-west/1"
-    vni: int
-    wire_ns: str
-    wire_if: str  # to-<cluster>
-    wire_machine: str
-    gw_ns: str
-    gw_if: str  # w-<peer> / p<j>-<peer>
-    gw_machine: str
-
-
-@dataclass(frozen=True)
-class BgpNeighbor:
-    """An eBGP session of a gateway on one WAN path: to the peer gateway's port on that path
-    (two hops away, across the path's wire), spoken from this gateway's port."""
-
-    address: str  # the peer gateway's port
-    local: str  # this gateway's port (update-source, BFD's source)
-    asn: int  # the peer's
-    link: str  # the path's name, "east-west/1" ("east-west" for a single-path link)
-
-
-@dataclass(frozen=True)
-class BgpSpeaker:
-    """FRR in one gateway: its AS, router id, the cluster subnet it announces, its sessions."""
-
-    gateway: str  # east-gw
-    ns: str
-    asn: int
-    router_id: str  # the gateway's cluster address
-    network: str  # the cluster subnet
-    neighbors: tuple[BgpNeighbor, ...]
-    # (subnet, nexthops): the routes it has once every session is up (its bring-up waits for
-    # them), each over every path of the link toward that cluster's next hop
-    expected: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class BgpPlan:
-    """``routing.mode: bgp``: every gateway speaks eBGP on every WAN path; equal-cost multipath
-    over all paths (maximum-paths); timers; BFD on every session when ``bfd_interval_ms``."""
-
-    speakers: tuple[BgpSpeaker, ...]
-    hold_s: int
-    keepalive_s: int
-    maximum_paths: int
-    bfd_interval_ms: int | None
-    bfd_multiplier: int
-
-
-@dataclass(frozen=True)
-class NetworkPlan:
-    scenario: str
-    prefix: str
-    slot: int
-    namespaces: tuple[Namespace, ...]
-    veths: tuple[Veth, ...]
-    bridges: tuple[Bridge, ...]
-    addresses: tuple[Address, ...]
-    routes: tuple[Route, ...]
-    shapers: tuple[Shaper, ...]  # WAN bottlenecks
-    fabric: tuple[FabricPort, ...]  # shaped or delayed host<->gateway link ends
-    wan: tuple[WanDirection, ...]
-    hosts: tuple[Host, ...]
-    gateways: tuple[Gateway, ...]
-    congestion: tuple[str, ...]  # every algorithm some namespace selects
-    wire_sized_packets: bool  # loss > 0 somewhere: senders emit MTU-sized packets, not GSO
-    warnings: tuple[str, ...]
-    bgp: BgpPlan | None = None  # routing.mode bgp: FRR in the gateways routes between clusters
-    # placement across machines (planned, issue 19 b): cluster -> machine, the cables, and the
-    # MTU of every testbed interface (None: the kernel's 1500; 1450 under a 1500 underlay)
-    machines: dict[str, str] = field(default_factory=dict)
-    cables: tuple[Cable, ...] = ()
-    mtu: int | None = None
-
-    @property
-    def interface_mtu(self) -> int:
-        """The MTU every testbed interface has (the kernel's default unless ``mtu`` is set)."""
-        return self.mtu or MTU
-
-    @property
-    def goodput_factor(self) -> float:
-        """TCP payload per frame byte on this plan's interfaces (the HTB ceiling's share)."""
-        return goodput_factor(self.interface_mtu)
-
-    def has_ns(self, ns: str) -> bool:
-        """Whether namespace ``ns`` is this plan's to build (every one, unless the plan is one
-        machine's part of a topology over several: :meth:`part`)."""
-        return ns in self._names
-
-    @cached_property
-    def _names(self) -> frozenset[str]:
-        return frozenset(n.name for n in self.namespaces)
-
-    def part(self, machine: str) -> NetworkPlan:
-        """What ``machine`` builds of a topology placed over several machines: its clusters'
-        and wires' namespaces with what lives in them, the veths between two of them, and the
-        WAN directions whose shaper or wire is here (a backend builds only the halves in
-        :meth:`has_ns`). ``cables`` stays whole (each machine makes its own ends), and so do
-        ``hosts`` and ``gateways``: every machine's hosts file names them all."""
-        if machine not in self.machines.values():
-            known = ", ".join(sorted(set(self.machines.values())))
-            raise PlanError(f"no cluster is placed on machine {machine!r} (machines: {known})")
-        here = frozenset(n.name for n in self.namespaces if n.machine == machine)
-        return replace(
-            self,
-            namespaces=tuple(n for n in self.namespaces if n.name in here),
-            veths=tuple(v for v in self.veths if v.ns_a in here and v.ns_b in here),
-            bridges=tuple(b for b in self.bridges if b.ns in here),
-            addresses=tuple(a for a in self.addresses if a.ns in here),
-            routes=tuple(r for r in self.routes if r.ns in here),
-            shapers=tuple(s for s in self.shapers if s.ns in here),
-            fabric=tuple(p for p in self.fabric if p.ns in here),
-            wan=tuple(d for d in self.wan if d.shaper.ns in here or d.impairment.ns in here),
-            bgp=None
-            if self.bgp is None
-            else replace(self.bgp, speakers=tuple(s for s in self.bgp.speakers if s.ns in here)),
-        )
-
-    def machine_of(self, ns: str) -> str:
-        """The machine namespace ``ns`` lives on ("" without a placement)."""
-        return next(n.machine for n in self.namespaces if n.name == ns)
-
-    def host(self, name: str) -> Host:
-        for h in self.hosts:
-            if h.name == name:
-                return h
-        raise KeyError(name)
-
-    def names(self) -> dict[str, str]:
-        """Every resolvable name (hosts and gateways) -> address."""
-        out = {h.name: h.address for h in self.hosts}
-        out.update({g.name: g.address for g in self.gateways})
-        return out
-
-    def hosts_file(self) -> str:
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        lines += [f"{addr}\t{name}" for name, addr in self.names().items()]
-        return "\n".join(lines) + "\n"
-
-    def needs_propagation_emulation(self) -> bool:
-        return any(d.impairment.active for d in self.wan) or any(p.delay for p in self.fabric)
-
-    def needs_marking(self) -> bool:
-        return any(d.marking for d in self.wan)
-
-    def needs_hold(self) -> bool:
-        """A trace replays on a WAN direction: its zero-rate bins hold the queue (in the kernel,
-        a plug leaf under HTB)."""
-        return any(d.traced for d in self.wan)
-
-
-# The gateways' multipath hash. l4 is policy 3 with the 5-tuple's fields (source and
-# destination address, protocol, ports: 0x37), not policy 1: policy 1 takes a packet's own L4
-# hash when it carries one, and a packet from a socket on this machine carries the socket's
-# random hash across the veths (a router behind a real cable never sees it), which TCP picks
-# anew after a retransmission timeout: its path would be a coin toss per socket and change
-# with every RTO. Policy 3 hashes the fields of every packet, as a router does.
-MULTIPATH_HASH = {
-    "l3": {"net.ipv4.fib_multipath_hash_policy": "0"},
-    "l4": {
-        "net.ipv4.fib_multipath_hash_policy": "3",
-        "net.ipv4.fib_multipath_hash_fields": "55",  # 0x37
-    },
-}
-
-
-def wan_port(peer: str, path: int | None) -> str:
-    """A gateway's WAN port toward ``peer``: ``w-<peer>``, or ``p<j>-<peer>`` for path j of a
-    multipath link (at most 15 characters: cluster names are at most 12)."""
-    return f"w-{peer}" if path is None else f"p{path}-{peer}"
-
-
-def bdp_bytes(rate: int, rtt: float) -> int:
-    """rate x RTT in bytes; rounded to the nearest byte so float noise (10 Mbit/s x 35 ms =
-    43750.000000001) does not add one."""
-    return round(rate * rtt / 8)
-
-
-def unfloored_buffer(setting: tuple[str, float], bdp: int) -> int:
-    """Bytes of a ``buffer`` setting (("bdp", multiple) or ("bytes", n)) at this BDP."""
-    kind, amount = setting
-    return math.ceil(amount * bdp) if kind == "bdp" else int(amount)
-
-
-def resolve_buffer(setting: tuple[str, float], bdp: int) -> int:
-    """The bottleneck buffer in bytes: the setting at this BDP, never below ``MIN_BUFFER``. The
-    plan sizes each direction with it at bring-up and the timeline again at every rate or
-    delay change (a ``buffer: Nbdp`` follows the link)."""
-    return max(MIN_BUFFER, unfloored_buffer(setting, bdp))
-
-
-def htb_burst(rate: int) -> int:
-    """Bucket size: at least one 64 KiB GSO packet, or 1 ms at the rate, whichever is larger."""
-    return max(65536 + FRAME_BYTES, math.ceil(rate / 8 * 1e-3))
-
-
-def htb_quantum(rate: int) -> int:
-    """HTB's default quantum (rate/r2q) overflows at high rates; pin it to one 64 KiB packet."""
-    return 65536 + FRAME_BYTES
-
-
-def netem_limit(rate: int, reverse_rate: int, delay: float, jitter: float, buffer: int) -> int:
-    """Packets netem must be able to hold: everything in flight during the delay, plus the ACKs
-    of the opposite direction's data, plus the buffer; counted in full-size frames, doubled for
-    small packets, never below netem's default of 1000 (the classic long-fat-link pitfall)."""
-    hold = delay + 4 * jitter
-    in_flight = (rate + reverse_rate / 2) / 8 * hold + buffer
-    return max(1000, math.ceil(2 * in_flight / FRAME_BYTES))
-
-
-# bbr's STARTUP cwnd gain is 2.89 (2/ln 2): the most a sender keeps in flight on an empty path
-STARTUP_INFLIGHT_BDP = 3
-
-
-def sender_inflight_max(bdp: int, buffer: int) -> int:
-    """The most one sender keeps in flight over a WAN direction: bbr's STARTUP cwnd (about
-    3 x BDP), or pipe + buffer for a loss-based one that fills the bottleneck."""
-    return max(STARTUP_INFLIGHT_BDP * bdp, bdp + buffer)
-
-
-def tcp_buffer_max(inflight: int) -> int:
-    """tcp_rmem/tcp_wmem maximum for 'auto': twice the largest ``sender_inflight_max``, never
-    below the kernel default (6 MiB).
-
-    Send side: Linux wakes a writer blocked on a full send buffer only once the queued bytes (in
-    flight and not yet sent) are down to 2/3 of it (sk_stream_write_space). If what is in flight
-    alone is above 2/3, the unsent part runs dry first and the next write finds an empty queue
-    with room in the cwnd: the socket is marked application-limited. bbr ignores
-    application-limited bandwidth samples when it checks whether its bandwidth stopped growing,
-    so with 4 x BDP (2/3 of it is 2.67 BDP, below STARTUP's 2.89 BDP) it could stay in STARTUP
-    for the whole transfer, overflowing a 1-BDP bottleneck buffer (docs/congestion.md, "bbr
-    through the delay line"). Twice the inflight leaves a third of the buffer unsent when the
-    writer is woken.
-    Receive side: the window advertised is about 3/4 of the buffer (the payload share of the
-    received skbs' memory), so twice the inflight is a window of 1.5 x it; with 4 x BDP a cubic
-    flow could not fill a bottleneck buffer deeper than ~2 BDP (receive-window-limited)."""
-    return max(6 * 1024 * 1024, 2 * inflight)
-
-
-def link_directions(
-    between: tuple[str, str], which: str, path: int | None = None
-) -> tuple[str, ...]:
-    """A WAN link's direction names for ``forward`` (between[0] -> between[1]), ``reverse`` or
-    ``both``; a path of a multipath link has its index after a slash (``east->west/1``)."""
-    a, b = between
-    tail = "" if path is None else f"/{path}"
-    return {
-        "forward": (f"{a}->{b}{tail}",),
-        "reverse": (f"{b}->{a}{tail}",),
-        "both": (f"{a}->{b}{tail}", f"{b}->{a}{tail}"),
-    }[which]
-
-
-PROPAGATION = ("delay", "jitter", "loss", "reorder")
-
-
-def changing_directions(scenario: Scenario) -> set[str]:
-    """WAN directions whose propagation (delay, jitter, loss, reorder, burst loss) a schedule, a
-    trace or a fault changes while the workload runs (``WanDirection.changes_later``): their
-    emulation must exist from bring-up. Rate changes and blackholes need none (HTB, iptables).
-    A csv trace may carry delay and loss: the plan does not read files, so it counts."""
-    out: set[str] = set()
-    for link in scenario.wan:
-        for step in link.schedule:
-            if any(getattr(step, f) is not None for f in PROPAGATION):
-                out.update(link_directions(link.between, step.direction))
-        if link.trace is not None and link.trace.format == "csv":
-            out.update(link_directions(link.between, link.trace.direction))
-    for f in scenario.faults:
-        if f.kind == "burst_loss":
-            for p in scenario.links_named(f.link):
-                out.update(link_directions(p.between, f.direction, p.path))
-    return out
-
-
-def traced_directions(scenario: Scenario) -> set[str]:
-    """WAN directions a trace replays on (``WanDirection.traced``)."""
-    return {
-        d
-        for link in scenario.wan
-        if link.trace is not None
-        for d in link_directions(link.between, link.trace.direction)
-    }
-
-
-def loss_later(scenario: Scenario) -> bool:
-    """Whether a schedule step, a csv trace (it may carry loss) or a burst loss brings loss to a
-    link while it runs: the hosts must then send wire-sized packets from bring-up (render.py)."""
-    steps = any(s.loss for link in scenario.wan for s in link.schedule)
-    traces = any(link.trace is not None and link.trace.format == "csv" for link in scenario.wan)
-    return steps or traces or any(f.kind == "burst_loss" for f in scenario.faults)
-
-
-def _shortest_next_hops(scenario: Scenario) -> dict[tuple[str, str], str]:
-    """(from cluster, to cluster) -> next cluster on a shortest WAN path (BFS, ties by order)."""
-    neighbours: dict[str, list[str]] = {c: [] for c in scenario.clusters}
-    for link in scenario.wan:
-        a, b = link.between
-        neighbours[a].append(b)
-        neighbours[b].append(a)
-    hops: dict[tuple[str, str], str] = {}
-    for src in scenario.clusters:
-        first: dict[str, str] = {}
-        queue = deque()
-        for n in neighbours[src]:
-            if n not in first:
-                first[n] = n
-                queue.append(n)
-        while queue:
-            here = queue.popleft()
-            for n in neighbours[here]:
-                if n != src and n not in first:
-                    first[n] = first[here]
-                    queue.append(n)
-        for dst, nxt in first.items():
-            hops[(src, dst)] = nxt
-    return hops
-
-
-def _distances(scenario: Scenario) -> dict[tuple[str, str], int]:
-    hops = _shortest_next_hops(scenario)
-    dist: dict[tuple[str, str], int] = {}
-    for src in scenario.clusters:
-        for dst in scenario.clusters:
-            n, here = 0, src
-            while here != dst:
-                here = hops[(here, dst)]
-                n += 1
-            dist[(src, dst)] = n
-    return dist
 
 
 def build_plan(scenario: Scenario, prefix: str, slot: int) -> NetworkPlan:
@@ -646,8 +177,8 @@ class _Parts:
 
     def __post_init__(self) -> None:
         self.cluster_index = {c: k for k, c in enumerate(self.scenario.clusters)}
-        self.hops = _shortest_next_hops(self.scenario)
-        self.dist = _distances(self.scenario)
+        self.hops = cluster_next_hops(self.scenario)
+        self.dist = cluster_distances(self.scenario)
 
     def ns_name(self, label: str) -> str:
         return f"{self.prefix}-{label}"

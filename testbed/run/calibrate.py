@@ -23,7 +23,7 @@ from testbed.core.errors import NetError
 from testbed.link.base import LinkBackend
 from testbed.net import netns
 from testbed.plan.compensation import Compensation, compensate, configured_one_way
-from testbed.plan.topology import NetworkPlan
+from testbed.plan.model import NetworkPlan
 from traffic.udpping import one_way, timestamped_socket
 
 # Per direction; the first is dropped (it may wait for address resolution). More do not help:

@@ -40,9 +40,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from testbed.core.events import ENDS, UNDO
 from testbed.net.faults import FaultOps
+from testbed.plan.model import Impairment, WanDirection
 from testbed.plan.timeline import Change, Event, Timeline
-from testbed.plan.topology import Impairment, WanDirection
 from traffic.announce import parse
 
 if TYPE_CHECKING:
@@ -52,15 +53,6 @@ SPIN = 0.002  # s before an event's time: sleep until then, then spin (sub-ms wa
 LATE = 0.020  # s: an event applied later than this after its schedule is flagged
 WAKE = 0.25  # s: longest sleep between two looks at the clock (an announcement wakes it sooner)
 READ_POLL = 0.1  # s: the announcement reader's receive timeout (how fast close() is noticed)
-
-# action -> the action that undoes it (faults still in force at the end of a run)
-UNDO = {
-    "blackhole": "unblackhole",
-    "reset": "unreset",
-    "link_down": "link_up",
-    "gateway_down": "gateway_up",
-}
-ENDS = {v: k for k, v in UNDO.items()}
 
 
 # -- the clock origin ---------------------------------------------------------------------------

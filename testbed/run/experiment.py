@@ -53,9 +53,9 @@ from testbed.config.scenario import Scenario
 from testbed.config.sweep import RunSpec
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError, TestbedError, UnsupportedError
-from testbed.plan.placement import RankSlot, place_ranks
+from testbed.plan.model import NetworkPlan
+from testbed.plan.ranks import RankSlot, place_ranks
 from testbed.plan.timeline import Timeline, build_timeline
-from testbed.plan.topology import NetworkPlan
 from testbed.run.events import EventRunner, OriginClock
 from testbed.run.flows import Flows
 from testbed.run.ranks import RankLaunch, RankSpec, require_torch

@@ -36,7 +36,7 @@ from testbed.net import procs
 from testbed.run.events import Instant, OriginClock
 
 if TYPE_CHECKING:
-    from testbed.plan.topology import NetworkPlan, WanDirection
+    from testbed.plan.model import NetworkPlan, WanDirection
     from testbed.run.testbed import Testbed
 
 BASE_PORT = 5300  # flow i listens on BASE_PORT + i (below the kernel's ephemeral range)

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from testbed.core.errors import TestbedError
 from testbed.net import netns, procs
-from testbed.plan.placement import RankSlot
+from testbed.plan.ranks import RankSlot
 
 POLL = 0.05  # seconds between two looks at the ranks
 STACK_WAIT = 1.0  # seconds a stopped rank gets to write its SIGUSR1 stack dump

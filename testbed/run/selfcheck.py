@@ -34,7 +34,8 @@ from testbed.core.errors import NetError
 from testbed.core.frames import MSS, UDP_IP_HEADERS
 from testbed.core.stats import quantile
 from testbed.plan.compensation import configured_one_way
-from testbed.plan.topology import NetworkPlan, WanDirection, htb_burst
+from testbed.plan.model import NetworkPlan, WanDirection
+from testbed.plan.sizing import htb_burst
 from testbed.run.testbed import Testbed
 
 SELFCHECK_PORT = 5299

@@ -31,7 +31,8 @@ from testbed.net import probe as kernel
 from testbed.net.cables import Underlay
 from testbed.net.engines import Engine, make_engine
 from testbed.plan.compensation import Compensation, calibration_plan
-from testbed.plan.topology import NetworkPlan, WanDirection, build_plan
+from testbed.plan.model import NetworkPlan, WanDirection
+from testbed.plan.topology import build_plan
 
 COMPENSATION_KEY = "rtt_compensation"  # in the registry record's ``extra``
 

@@ -41,7 +41,7 @@ from testbed.config.scenario import with_faults
 from testbed.core.errors import ScenarioError, TestbedError
 from testbed.core.stats import quantile
 from testbed.core.units import format_duration, format_rate, parse_duration
-from testbed.plan.placement import RankSlot, place_ranks
+from testbed.plan.ranks import RankSlot, place_ranks
 from testbed.plan.timeline import Timeline, build_timeline
 from testbed.run.events import EventRunner, OriginClock
 from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec

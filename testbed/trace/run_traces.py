@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from testbed.config.scenario import Trace
 from testbed.net.registry import Record
-from testbed.plan.topology import NetworkPlan, WanDirection
+from testbed.plan.model import NetworkPlan, WanDirection
 from testbed.trace.flowpaths import FlowPathSampler, path_taps
 from testbed.trace.pcap import CaptureSpec, PcapCapture
 from testbed.trace.queues import QdiscSampler, QdiscTarget

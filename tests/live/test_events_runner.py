@@ -20,8 +20,8 @@ from helpers import RUN_TAG, scenario
 
 from testbed.config.sweep import expand
 from testbed.core.frames import GOODPUT_FACTOR
+from testbed.plan.model import NetworkPlan
 from testbed.plan.timeline import Change, Event, Timeline
-from testbed.plan.topology import NetworkPlan
 from testbed.run import experiment
 from testbed.run.experiment import Experiment
 

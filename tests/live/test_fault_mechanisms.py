@@ -34,7 +34,7 @@ from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.net.faults import FaultOps
 from testbed.plan.render import rate_change_lines
-from testbed.plan.topology import bdp_bytes
+from testbed.plan.sizing import bdp_bytes
 from testbed.run.selfcheck import probe_rtt
 from testbed.run.testbed import Testbed
 from testbed.trace.tcp import parse_tcp_info

@@ -219,7 +219,7 @@ def test_a_delay_step_grows_netems_packet_limit(make_testbed):
     import socket
 
     from testbed.net import netns
-    from testbed.plan.topology import netem_limit
+    from testbed.plan.sizing import netem_limit
     from testbed.run.events import EventTarget
 
     tb = make_testbed(wan(delay="10ms"))

@@ -62,10 +62,10 @@ def assert_clean(prefix: str, spaces: list[str]) -> None:
 def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
     machines, make_testbed, tmp_path
 ):
-    from testbed.plan.placement import place_ranks
-    from testbed.run.workloads import KINDS
+    from testbed.plan.ranks import place_ranks
     from testbed.run.ranks import RankLaunch, RankSpec
     from testbed.run.spanned import SpannedTestbed
+    from testbed.run.workloads import KINDS
 
     address, spaces = machines
     sc = parse_scenario(spanned_scenario(), "test")

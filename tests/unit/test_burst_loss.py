@@ -13,8 +13,8 @@ from testbed.link.delayline.loop import DelayLine
 from testbed.link.delayline.model import HOLD, Queue, decide
 from testbed.link.delayline.nfqueue import NF_DROP
 from testbed.link.delayline.stats import queue_stats
+from testbed.plan.model import Impairment
 from testbed.plan.render import netem_args
-from testbed.plan.topology import Impairment
 
 
 def queue(seed: int = 1, **cfg: object) -> Queue:

@@ -17,8 +17,9 @@ from testbed.plan.compensation import (
     compensate,
     configured_one_way,
 )
+from testbed.plan.model import NetworkPlan
 from testbed.plan.render import netem_lines
-from testbed.plan.topology import NetworkPlan, build_plan
+from testbed.plan.topology import build_plan
 from testbed.run.selfcheck import configured_rtt
 
 MS = 1e-3

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from testbed.core.errors import UnsupportedError
+from testbed.plan.model import Impairment
 from testbed.plan.timeline import Change, Event, Timeline
-from testbed.plan.topology import Impairment
 from testbed.run.events import LATE, EventRunner, OriginClock, impairment_for
 from traffic.announce import Announcer, format_end, format_start, parse
 

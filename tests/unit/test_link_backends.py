@@ -14,7 +14,8 @@ from testbed.link.choose import choose_backend
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
 from testbed.link.userspace import UserspaceBackend
 from testbed.net.probe import KernelFeatures
-from testbed.plan.topology import NetworkPlan, build_plan
+from testbed.plan.model import NetworkPlan
+from testbed.plan.topology import build_plan
 
 
 def plan(fabric_delay: str | None = None, aqm: dict | None = None, **wan: Any) -> NetworkPlan:

@@ -23,6 +23,7 @@ from testbed.config.scenario import load_scenario, parse_scenario
 from testbed.core.errors import PlanError, ScenarioError
 from testbed.core.frames import FRAME_BYTES
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend
+from testbed.plan.model import NetworkPlan
 from testbed.plan.render import (
     AddrAdd,
     BridgeAdd,
@@ -35,14 +36,8 @@ from testbed.plan.render import (
     ip_ops,
     root_batch,
 )
-from testbed.plan.topology import (
-    MIN_BUFFER,
-    NetworkPlan,
-    build_plan,
-    htb_burst,
-    htb_quantum,
-    netem_limit,
-)
+from testbed.plan.sizing import MIN_BUFFER, htb_burst, htb_quantum, netem_limit
+from testbed.plan.topology import build_plan
 
 PREFIX = "mctb0000"
 SLOT = 77

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from testbed.core import errors
-from testbed.plan.placement import RankSlot
+from testbed.plan.ranks import RankSlot
 from testbed.run.experiment import SETUP_DEADLINE, rank_problems, setup_deadline
 from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec, rank_env
 

@@ -9,7 +9,7 @@ import pytest
 from testbed.config.scenario import parse_scenario
 from testbed.config.sweep import expand, parse_override, parse_path, set_path
 from testbed.core.errors import ScenarioError
-from testbed.plan.placement import place_ranks
+from testbed.plan.ranks import place_ranks
 from testbed.plan.topology import build_plan
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from testbed.config.scenario import parse_scenario
 from testbed.core.errors import ScenarioError
+from testbed.plan.sizing import MIN_BUFFER
 from testbed.plan.timeline import Change, Event, Timeline, build_timeline, default_horizon
-from testbed.plan.topology import MIN_BUFFER, build_plan
+from testbed.plan.topology import build_plan
 
 EW, WE = "east->west", "west->east"
 

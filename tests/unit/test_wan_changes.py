@@ -25,6 +25,7 @@ from testbed.net.faults import (
     wire_rules,
 )
 from testbed.net.registry import Record
+from testbed.plan.model import NetworkPlan
 from testbed.plan.render import (
     LinkDown,
     LinkGroup,
@@ -34,7 +35,8 @@ from testbed.plan.render import (
     rate_change_lines,
     wan_shaper_lines,
 )
-from testbed.plan.topology import MIN_BUFFER, NetworkPlan, build_plan, htb_burst
+from testbed.plan.sizing import MIN_BUFFER, htb_burst
+from testbed.plan.topology import build_plan
 
 
 def plan(clusters: tuple[str, ...] = ("east", "west"), **wan: Any) -> NetworkPlan:
@@ -98,7 +100,7 @@ def test_the_kernel_backend_grows_netems_limit_with_a_later_delay_or_rate(monkey
     raised while it runs gets a limit for the new one, in the same `tc qdisc replace`, and a
     rate change alone replaces netem only when the limit must grow (never shrinks)."""
     import testbed.link.kernel as kernel_mod
-    from testbed.plan.topology import netem_limit
+    from testbed.plan.sizing import netem_limit
 
     batches: list[tuple[str, str]] = []
     monkeypatch.setattr(
