@@ -28,7 +28,7 @@ import statistics
 import time
 
 from benchmarks._results import section
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.run.testbed import Testbed
 

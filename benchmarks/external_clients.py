@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._results import section
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.run.selfcheck import check_direction
 from testbed.run.testbed import Testbed

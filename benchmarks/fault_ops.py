@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from benchmarks._results import Tee, write_section
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.stats import quantile
 from testbed.net.batches import run_batches
 from testbed.net.faults import FaultOps, restore_text, run_restore

@@ -34,7 +34,7 @@ import sys
 import time
 
 from benchmarks._results import Tee, write_section
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.net import probe as kernel
 from testbed.net import procs
 from testbed.run.selfcheck import measure_rtt

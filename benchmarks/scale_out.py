@@ -85,7 +85,7 @@ def span_scenario(rate: str, delay: str, placed: bool) -> dict:
 
 
 def span() -> None:
-    from testbed.config.scenario import parse_scenario
+    from testbed.config.loading import parse_scenario
     from testbed.run.selfcheck import check_links
     from testbed.run.spanned import SpannedTestbed
     from testbed.run.testbed import Testbed

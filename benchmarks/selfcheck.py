@@ -29,7 +29,7 @@ import sys
 import time
 
 from benchmarks._results import Tee, write_section
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.run.selfcheck import (
     check_direction,
     configured_goodput,

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks._results import write_section
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.net import registry
 from testbed.run.testbed import Testbed
 

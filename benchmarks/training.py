@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks._results import Tee, write_section
-from testbed.config.scenario import load_yaml, parse_scenario
+from testbed.config.loading import load_yaml, parse_scenario
 from testbed.config.sweep import expand
 from testbed.core.units import format_duration, format_size
 from testbed.run.experiment import Experiment

@@ -4,7 +4,7 @@ with Testbed.from_file("scenarios/quickstart.yaml") as tb:
     tb.run("east-h0", ["ping", "-c3", "west-h1"])
 """
 
-from testbed.config.scenario import load_scenario
+from testbed.config.loading import load_scenario
 from testbed.run.testbed import Terminated, Testbed
 
 __all__ = ["Terminated", "Testbed", "load_scenario"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from helpers import RUN_TAG, unique_name
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.net import registry
 from testbed.run.testbed import Testbed
 

@@ -102,7 +102,7 @@ def ray_start_argv(
     """``ray start`` for a testbed machine: no CPUs for Ray's tasks (points take none and a
     measuring machine runs nothing else), the custom resource a point or a topology's part
     needs, no dashboard; its name and underlay address as node labels (testbed.run.spanned)."""
-    from testbed.config.scenario import MACHINE_NAME
+    from testbed.config.placement import MACHINE_NAME
     from testbed.run.spanned import MACHINE_LABEL, UNDERLAY_LABEL
 
     argv = [ray, "start", "--num-cpus", "0", "--disable-usage-stats"]

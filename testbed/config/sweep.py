@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from testbed.config.scenario import Scenario, load_yaml, parse_scenario
+from testbed.config.loading import load_yaml, parse_scenario
+from testbed.config.scenario import Scenario
 from testbed.core.errors import ScenarioError
 from testbed.core.paths import parse_path, set_path
 

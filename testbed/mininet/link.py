@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 from mininet.link import Intf, Link
 from mininet.log import info
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.errors import ScenarioError
 from testbed.core.frames import FRAME_BYTES
 from testbed.link.base import LinkBackend

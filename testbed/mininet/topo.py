@@ -23,7 +23,9 @@ from mininet.link import Link
 from mininet.node import Node
 from mininet.topo import Topo
 
-from testbed.config.scenario import Scenario, WanLink, load_scenario
+from testbed.config.loading import load_scenario
+from testbed.config.scenario import Scenario
+from testbed.config.wan import WanLink
 from testbed.mininet.link import TestbedLink
 from testbed.net.engines import node_name
 from testbed.plan.routes import cluster_next_hops

@@ -21,7 +21,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from testbed.config.scenario import Scenario, load_scenario
+from testbed.config.loading import load_scenario
+from testbed.config.scenario import Scenario
 from testbed.core.errors import RegistryError, TestbedError, UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.link.choose import choose_backend

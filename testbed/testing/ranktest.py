@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.config.scenario import with_faults
+from testbed.config.loading import with_faults
 from testbed.core.errors import ScenarioError, TestbedError
 from testbed.core.stats import quantile
 from testbed.core.units import format_duration, format_rate, parse_duration
@@ -500,7 +500,7 @@ class RankTestbed:
     ) -> RankTestbed:
         """A RankTestbed (not up yet) for a scenario file with ``set`` overrides applied
         (``{"wan[0].delay": "50ms"}``, as ``testbed run --set``)."""
-        from testbed.config.scenario import load_yaml
+        from testbed.config.loading import load_yaml
         from testbed.config.sweep import expand
 
         runs = expand(load_yaml(path), str(path), list((set or {}).items()))

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 from helpers import skip_without_mininet, unique_name
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import procs
 from testbed.run.selfcheck import TOLERANCE, rtt_within_tolerance

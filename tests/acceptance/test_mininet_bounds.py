@@ -22,7 +22,7 @@ import subprocess
 import pytest
 from helpers import skip_without_mininet, unique_name
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.net import probe
 from testbed.run.testbed import Testbed
 from testbed.testing.clients import iperf3_goodput, udp_delivered

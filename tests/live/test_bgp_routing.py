@@ -90,7 +90,7 @@ def test_bfd_leaves_a_blackholed_path_and_bgp_takes_it_back(make_testbed, skip_w
 
 OWNER = """
 import sys, time
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.run.testbed import Testbed
 tb = Testbed(parse_scenario({scenario!r}, "test"), name={name!r}).up()
 print("READY", tb.record.prefix, flush=True)

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from helpers import delay_steps, hold_and_release, scenario, unique_name
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.net import netns
 from testbed.net.faults import FaultOps

@@ -209,7 +209,7 @@ def test_backend_kernel_without_netem_is_a_clear_error(root, tmp_path):
 
 
 def test_fabric_delay_on_the_userspace_backend_is_a_clear_error(root):
-    from testbed.config.scenario import parse_scenario
+    from testbed.config.loading import parse_scenario
     from testbed.core.errors import UnsupportedError
     from testbed.run.testbed import Testbed
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from helpers import kill_owner, owner_script, testbed_clean, unique_name
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.net import registry
 from testbed.run.selfcheck import TOLERANCE, check_links
 
@@ -115,7 +115,7 @@ def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
 
 DRIVER = """
 import time, ray
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.run.spanned import SpannedTestbed
 tb = SpannedTestbed(parse_scenario({scenario!r}, "test"), name={name!r}, address={address!r})
 tb.up()

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.aqm import mark_probability
 from testbed.core.errors import PlanError, ScenarioError, UnsupportedError
 from testbed.link.choose import choose_backend

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.link.kernel import KernelBackend
 from testbed.plan.compensation import (
     STALL_SLACK,

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from testbed.config.dcqcn import DcqcnParamsSpec, DcqcnSettings, resolve
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.dcqcn import defaults
 from testbed.core.errors import ScenarioError
 from testbed.plan.topology import build_plan

@@ -9,7 +9,7 @@ import pytest
 from analysis.faults import summarize_faults
 from analysis.operations import rank_operations
 from testbed.config.expect import Expectation, check, parse_value, split_condition
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.config.sweep import expand
 from testbed.core.errors import ScenarioError
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.errors import UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.link.choose import choose_backend

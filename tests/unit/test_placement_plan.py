@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.errors import PlanError, ScenarioError
 from testbed.plan.render import LinkUp, SetMtu, cable_batch, ip_ops
 from testbed.plan.topology import build_plan

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from testbed.config.scenario import load_scenario, parse_scenario
+from testbed.config.loading import load_scenario, parse_scenario
 from testbed.core.errors import PlanError, ScenarioError
 from testbed.core.frames import FRAME_BYTES
 from testbed.link.kernel import KernelBackend, ShapingOnlyBackend

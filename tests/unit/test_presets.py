@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from testbed.config.loading import parse_scenario
 from testbed.config.presets import find, presets
-from testbed.config.scenario import parse_scenario
 from testbed.core.errors import ScenarioError
 from testbed.plan.topology import build_plan
 

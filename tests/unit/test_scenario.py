@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from testbed.config.scenario import load_scenario, parse_scenario
+from testbed.config.loading import load_scenario, parse_scenario
 from testbed.core.errors import ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -641,7 +641,7 @@ def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
 
 
 def test_faults_given_to_a_call_are_checked_like_a_scenarios() -> None:
-    from testbed.config.scenario import with_faults
+    from testbed.config.loading import with_faults
 
     sc = parse_scenario(
         {

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.config.sweep import expand, parse_override, parse_path, set_path
 from testbed.core.errors import ScenarioError
 from testbed.plan.ranks import place_ranks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.plan.render import tclink_params
 from testbed.plan.topology import build_plan
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.errors import ScenarioError
 from testbed.link.delayline import iptables_rules
 from testbed.link.kernel import KernelBackend

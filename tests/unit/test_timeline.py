@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.errors import ScenarioError
 from testbed.plan.sizing import MIN_BUFFER
 from testbed.plan.timeline import Change, Event, Timeline, build_timeline, default_horizon
@@ -555,7 +555,7 @@ tcp: {{user_timeout: 0s, retries2: 15}}
 workload: {{timeout: 30s}}
 """
     (tmp_path / "s.yaml").write_text(text.replace("user_timeout: 0s, ", ""))
-    from testbed.config.scenario import load_scenario
+    from testbed.config.loading import load_scenario
 
     sc = load_scenario(tmp_path / "s.yaml")
     # written fields win over the preset's (rate, delay); the rest come from it

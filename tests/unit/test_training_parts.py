@@ -95,7 +95,7 @@ def test_declared_shapes_are_the_models(name: str) -> None:
 def test_the_schema_names_what_the_ranks_implement() -> None:
     from typing import get_args
 
-    from testbed.config.scenario import TRAINING_MODELS, TrainingWorkload
+    from testbed.config.workloads import TRAINING_MODELS, TrainingWorkload
     from traffic.training.schedule import ALGORITHMS
 
     assert get_args(TrainingWorkload.model_fields["algorithm"].annotation) == ALGORITHMS

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from testbed.config.scenario import parse_scenario
+from testbed.config.loading import parse_scenario
 from testbed.core.errors import NetError
 from testbed.link.base import LinkBackend
 from testbed.link.kernel import KernelBackend

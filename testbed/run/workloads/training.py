@@ -17,7 +17,7 @@ from rich.table import Table
 from analysis.model import Topology, predict, predict_push_pull
 from analysis.operations import rank_operations
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
-from testbed.config.scenario import TrainingWorkload
+from testbed.config.workloads import TrainingWorkload
 from testbed.core.units import format_duration, format_size
 from testbed.run.workloads.base import RunRows, WorkloadKind
 from traffic.training.schedule import TrainingSchedule, schedule_from_config, syncs

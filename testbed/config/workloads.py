@@ -1,0 +1,188 @@
+"""What a scenario's ranks run: the collectives benchmark (:class:`Workload`), real torch
+training (:class:`TrainingWorkload`, with each algorithm's options) or DCQCN flows, as one union
+told apart by ``kind``.
+
+Every kind lives here beside :data:`WORKLOAD_KINDS` (kind -> model), so that a new kind is one
+model and one entry. The names a field allows are ``Literal`` types (pydantic and type checkers
+need the literal strings); unit tests hold them equal to ``testbed.core.vocab``'s tuples.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+
+from testbed.config.dcqcn import DcqcnWorkload
+from testbed.config.fields import Duration, FieldError, Size, Strict
+
+# testbed.core.vocab's COLLECTIVES, ALGORITHMS, RANK_PLACEMENTS, SERVER_PLACEMENTS and
+# TRAINING_ALGORITHMS, as the types of the fields that take them
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
+Algorithm = Literal["flat", "hierarchical", "hierarchical-2d"]
+RankPlacement = Literal["by-cluster", "interleaved"]
+ServerPlacement = Literal["first-cluster", "per-cluster"]
+TrainingAlgorithm = Literal[
+    "ddp", "localsgd", "diloco", "streaming-diloco", "hierarchical", "parameter-server"
+]
+
+
+class Workload(Strict):
+    """What the ranks run. Sizes follow nccl-tests (see docs/results.md)."""
+
+    kind: Literal["collectives"] = "collectives"
+    ranks_per_host: int = Field(1, ge=1, le=16)
+    placement: RankPlacement = "by-cluster"
+    collectives: list[Collective] = Field(["all_reduce"], min_length=1)
+    algorithms: list[Algorithm] = Field(["flat"], min_length=1)
+    sizes: list[Size] = Field([1 << 20], min_length=1)
+    dtype: Literal["float32", "float64", "float16", "bfloat16"] = "float32"
+    warmup: int = Field(1, ge=0, le=1000)
+    iterations: int = Field(5, ge=1, le=100000)
+    timeout: Duration = 300.0
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive_timeout(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("a timeout must be positive; examples: 60s, 300s")
+        return v
+
+
+# model -> the data it trains on (traffic.training.models, traffic.training.data)
+TRAINING_MODELS = {
+    "char-mlp": "pydoc-topics",
+    "char-mlp-large": "pydoc-topics",
+    "teacher-mlp": "teacher-student",
+}
+# On gloo in torch 2.13 these DDP hooks fail at run time (../shared/notes/training.md).
+BROKEN_HOOKS = {
+    "batched-powersgd": "batched_powerSGD_hook fails in torch 2.13 (_orthogonalize asserts a 3-D "
+    "batch); use powersgd",
+    "quantization": "quantization_pertensor_hook fails on gloo in torch 2.13 (IndexError in its "
+    "callback); use fp16, bf16 or powersgd",
+}
+
+
+class DdpOptions(Strict):
+    """DistributedDataParallel: comm hook and bucket size (ddp, and hierarchical's inner DDP)."""
+
+    hook: Literal["none", "fp16", "bf16", "powersgd", "batched-powersgd", "quantization"] = "none"
+    bucket: Size = 25 << 20
+    rank: int = Field(1, ge=1, le=64)  # powersgd's matrix approximation rank
+    start: int = Field(2, ge=2)  # powersgd: plain all-reduce before this step (error feedback)
+
+    @field_validator("hook")
+    @classmethod
+    def _working_hook(cls, v: str) -> str:
+        if v in BROKEN_HOOKS:
+            raise ValueError(f"{v!r} is refused: {BROKEN_HOOKS[v]}")
+        return v
+
+
+class DilocoOptions(Strict):
+    """DiLoCo's outer loop (diloco, streaming-diloco, hierarchical's across-cluster sync)."""
+
+    inner_steps: int = Field(30, ge=1, le=100000)
+    outer_lr: float = Field(0.7, gt=0, le=10)
+    outer_momentum: float = Field(0.9, ge=0, lt=1)
+    nesterov: bool = True
+    dtype: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
+
+
+class StreamingOptions(Strict):
+    """Streaming DiLoCo: fragments synced in turn, each overlapped with ``overlap_steps`` inner
+    steps and merged with weight ``alpha`` on the local copy."""
+
+    fragments: int = Field(4, ge=1, le=64)
+    overlap_steps: int = Field(1, ge=0)
+    alpha: float = Field(0.5, ge=0, le=1)
+
+
+class LocalSgdOptions(Strict):
+    period: int = Field(10, ge=1, le=100000)  # steps between parameter averages
+
+
+class ParameterServerOptions(Strict):
+    servers: ServerPlacement = "first-cluster"
+    staleness: int = Field(0, ge=0, le=1000)  # 0: synchronous; k: a worker runs <= k steps ahead
+
+
+class TrainingWorkload(Strict):
+    """Real torch training on every rank (docs/training.md)."""
+
+    kind: Literal["training"]
+    ranks_per_host: int = Field(1, ge=1, le=16)
+    placement: RankPlacement = "by-cluster"
+    model: Literal["char-mlp", "char-mlp-large", "teacher-mlp"] = "char-mlp"
+    data: Literal["pydoc-topics", "teacher-student"] | None = None  # None: the model's own
+    steps: int = Field(300, ge=1, le=1_000_000)
+    batch: int = Field(32, ge=1, le=65536)  # per rank and step
+    lr: float = Field(1e-3, gt=0, le=10)  # the inner optimizer's (AdamW)
+    seed: int = Field(0, ge=0)
+    algorithm: TrainingAlgorithm = "ddp"
+    ddp: DdpOptions = DdpOptions()
+    diloco: DilocoOptions = DilocoOptions()
+    streaming: StreamingOptions = StreamingOptions()
+    localsgd: LocalSgdOptions = LocalSgdOptions()
+    parameter_server: ParameterServerOptions = ParameterServerOptions()
+    eval_every: int = Field(25, ge=1)
+    target_loss: float | None = Field(None, gt=0)  # None: the DDP baseline's final loss
+    timeout: Duration = 600.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_of_model(cls, v: Any) -> Any:
+        if (
+            isinstance(v, dict)
+            and v.get("data") is None
+            and v.get("model", "char-mlp") in (TRAINING_MODELS)
+        ):
+            return {**v, "data": TRAINING_MODELS[v.get("model", "char-mlp")]}
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingWorkload:
+        wanted = TRAINING_MODELS[self.model]
+        if self.data != wanted:
+            raise FieldError(
+                "workload.data",
+                f"model {self.model} trains on {wanted}, not {self.data}",
+            )
+        if self.algorithm == "streaming-diloco":
+            h, f, tau = (
+                self.diloco.inner_steps,
+                self.streaming.fragments,
+                self.streaming.overlap_steps,
+            )
+            if h % f:
+                raise FieldError(
+                    "workload.streaming.fragments",
+                    f"diloco.inner_steps ({h}) must be a multiple of streaming.fragments ({f}): "
+                    "one fragment syncs every inner_steps/fragments steps",
+                )
+            if tau >= h // f:
+                raise FieldError(
+                    "workload.streaming.overlap_steps",
+                    f"{tau} must be below inner_steps/fragments ({h // f}): a fragment's "
+                    "all-reduce must land before that fragment syncs again",
+                )
+        if self.timeout <= 0:
+            raise FieldError("workload.timeout", "a timeout must be positive; examples: 600s")
+        return self
+
+
+def _workload_kind(v: Any) -> str | None:
+    if isinstance(v, dict):
+        return v.get("kind", "collectives")
+    return getattr(v, "kind", None)
+
+
+AnyWorkload = Annotated[
+    Annotated[Workload, Tag("collectives")]
+    | Annotated[TrainingWorkload, Tag("training")]
+    | Annotated[DcqcnWorkload, Tag("dcqcn")],
+    Discriminator(_workload_kind),
+]
+WORKLOAD_KINDS = {"collectives": Workload, "training": TrainingWorkload, "dcqcn": DcqcnWorkload}
+RankWorkload = Workload | TrainingWorkload
