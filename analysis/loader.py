@@ -24,21 +24,19 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.network import NETWORK_COLUMNS, reference
 from analysis.summary import iteration_times, summarize
-from testbed.core.aqm import marking_point
-from testbed.core.frames import MTU, goodput_factor
+from analysis.upgrade import FormatError, upgrade
 from testbed.core.paths import get_path
+from testbed.core.results import BY_NAME, TABLE_NAMES
 
-TABLES = ("collectives", "training", "links", "delayline", "tcp", "queues", "flows", "events")
-TABLES += ("flows_goodput", "dcqcn", "dcqcn_rx", "flowpaths", "routing")
-# Columns without which a table cannot be analysed (a file from another tool or version): load
-# refuses it, naming the file and the columns, instead of a report failing half-way.
-REQUIRED = {"events": ("run_id", "event", "source", "action", "scheduled_unix")}
+TABLES = TABLE_NAMES
+# summary kinds this module gives frames of their own (summary, training_summary, traffic_summary)
+BUILT_IN_KINDS = ("collectives", "training", "traffic")
 RUN_COLUMNS = [
     "results", "run_id", "point", "repeat", "status", "reason", "label", "backend",
     "backend_reason", "world_size", "cpu_busy_mean", "cpu_saturated", "congestion", "ecn",
-    "wan_rate_bps", "wan_goodput_bps", "wan_delay_s", "rtt_s", "wan_loss", "aqm",
-    "aqm_profile", "aqm_at", "buffer", "skipped_combinations", "trace_warnings",
+    *NETWORK_COLUMNS, "skipped_combinations", "trace_warnings",
 ]  # fmt: skip
 
 
@@ -79,6 +77,8 @@ class Results:
     iterations: pd.DataFrame
     collectives: pd.DataFrame
     training: pd.DataFrame
+    network: pd.DataFrame
+    ranks: pd.DataFrame
     training_summary: pd.DataFrame
     traffic_summary: pd.DataFrame
     links: pd.DataFrame
@@ -97,6 +97,8 @@ class Results:
     paths: dict[str, Path]
     params: list[str] = field(default_factory=list)
     param_order: dict[str, list[Any]] = field(default_factory=dict)
+    # the summary rows of every other workload kind (one a user registered), by kind
+    kind_summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     def has(self, table: str) -> bool:
         """True when ``table`` has at least one row."""
@@ -139,26 +141,33 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
     params: list[str] = []
     si: dict[str, dict[Any, float]] = {}
     for d, source in zip(dirs, names, strict=True):
-        manifest = _read_manifest(d)
-        manifests[source] = manifest
-        runs = manifest.get("runs") or {}
-        for run in runs.values():
-            params += [p for p in run.get("params") or {} if p not in params]
-        parts["runs"].append(_runs_frame(source, runs, si))
-        summary = pd.DataFrame(manifest.get("summary") or [])
-        if not summary.empty:
-            summary.insert(0, "results", source)
-            parts["summary"].append(summary)
+        found: dict[str, pd.DataFrame] = {}
         for name in TABLES:
             path = d / f"{name}.parquet"
             if path.is_file():
                 frame = pd.read_parquet(path)
-                missing = [c for c in REQUIRED.get(name, ()) if c not in frame.columns]
+                missing = [c for c in BY_NAME[name].columns if c not in frame.columns]
                 if missing:
                     raise ResultsError(
                         f"{path}: missing column(s) {', '.join(missing)} (docs/results.md, "
                         f"{name}.parquet)"
                     )
+                found[name] = frame
+        try:
+            manifest, found = upgrade(_read_manifest(d), found)
+        except FormatError as exc:
+            raise ResultsError(f"{d}/manifest.json: {exc}") from None
+        manifests[source] = manifest
+        runs = manifest.get("runs") or {}
+        for run in runs.values():
+            params += [p for p in run.get("params") or {} if p not in params]
+        parts["runs"].append(_runs_frame(source, runs, si, found.get("network")))
+        summary = pd.DataFrame(manifest.get("summary") or [])
+        if not summary.empty:
+            summary.insert(0, "results", source)
+            parts["summary"].append(summary)
+        for name, frame in found.items():
+            if not frame.empty:
                 frame.insert(0, "results", source)
                 parts[name].append(frame)
         for run_id, run in runs.items():
@@ -178,26 +187,18 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
     tables = {name: _with_params(_concat(parts[name]), runs_df, params) for name in TABLES}
     iterations = _iterations(tables["collectives"], runs_df, params)
     summary = _concat(parts["summary"])
-    training_summary = pd.DataFrame()
-    if "final_loss" in summary.columns:  # a training run's summary row has no collective
-        if "collective" in summary.columns:
-            is_training = summary["collective"].isna()
-        else:
-            is_training = pd.Series(True, index=summary.index)
-        training_summary = summary[is_training].dropna(axis=1, how="all").reset_index(drop=True)
-        summary = summary[~is_training].dropna(axis=1, how="all").reset_index(drop=True)
-    # a run without ranks (traffic alone) has a summary row of run metrics (faults, trace
-    # replay, DCQCN) and no collective
-    if summary.empty:
-        traffic_summary = pd.DataFrame()
-    else:
-        is_traffic = (
-            summary["collective"].isna()
-            if "collective" in summary.columns
-            else pd.Series(True, index=summary.index)
-        )
-        traffic_summary = summary[is_traffic].dropna(axis=1, how="all").reset_index(drop=True)
-        summary = summary[~is_traffic].reset_index(drop=True)
+    # every summary row says its kind: the workload's, or "traffic" for a run without ranks
+    # (its fault, trace-replay and DCQCN metrics)
+    kinds = summary["kind"] if "kind" in summary.columns else pd.Series(dtype=object)
+    training_summary = _of_kind(summary, kinds, "training")
+    traffic_summary = _of_kind(summary, kinds, "traffic")
+    others = [k for k in dict.fromkeys(kinds) if k not in BUILT_IN_KINDS]
+    kind_summaries = {k: _with_params(_of_kind(summary, kinds, k), runs_df, params) for k in others}
+    if not summary.empty:
+        summary = summary[kinds == "collectives"].drop(columns=["kind"])
+        if not training_summary.empty:  # the training rows' columns are not the collectives'
+            summary = summary.dropna(axis=1, how="all")
+        summary = summary.reset_index(drop=True)
     if not traffic_summary.empty:
         traffic_summary = _with_params(traffic_summary, runs_df, params)
     if summary.empty and not iterations.empty:
@@ -223,6 +224,7 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
         paths=dict(zip(names, dirs, strict=True)),
         params=params,
         param_order=order,
+        kind_summaries=kind_summaries,
         **tables,
     )
 
@@ -253,26 +255,15 @@ def _concat(frames: list[pd.DataFrame], columns: list[str] | None = None) -> pd.
     return pd.concat(frames, ignore_index=True)
 
 
-def _aqm_label(aqm: dict[str, Any] | None) -> str:
-    """'droptail', 'red 20-200KB p1%', 'step 30KB' (the profile as a short legend label)."""
-    if not aqm or aqm.get("kind") == "droptail":
-        return "droptail"
-    kind = aqm["kind"]
-    if kind == "red":
-        pmax = aqm.get("pmax") or 0
-        # with TCP senders: DCQCN's switch profile, not DCQCN (docs/congestion.md)
-        return f"red {aqm['kmin'] / 1e3:g}-{aqm['kmax'] / 1e3:g}KB p{pmax * 100:g}%"
-    if kind == "step":
-        return f"step {aqm['k'] / 1e3:g}KB"
-    return str(kind)
+def _of_kind(summary: pd.DataFrame, kinds: pd.Series, kind: str) -> pd.DataFrame:
+    if summary.empty or not (kinds == kind).any():
+        return pd.DataFrame()
+    rows = summary[kinds == kind].dropna(axis=1, how="all").drop(columns=["kind"])
+    return rows.reset_index(drop=True)
 
 
-def _network(resolved: dict[str, Any], backend: str | None, mtu: int) -> dict[str, Any]:
-    """What the analysis shows about a run's network: its first WAN link's forward direction
-    (a scenario with several links has all of them in ``resolved``; a multipath link shows its
-    first path) and its TCP settings;
-    ``aqm_at``: where a marking profile decided on the run's ``backend``; the goodput ceiling
-    from the run's interface ``mtu`` (1450 where cables crossed machines)."""
+def _tcp(resolved: dict[str, Any]) -> dict[str, Any]:
+    """The run's congestion control(s) and ECN, every cluster's override included."""
     out: dict[str, Any] = {}
     tcp = resolved.get("tcp") or {}
     ccs = [tcp.get("congestion")]
@@ -284,30 +275,15 @@ def _network(resolved: dict[str, Any], backend: str | None, mtu: int) -> dict[st
     ccs = [c for c in dict.fromkeys(ccs[1:] or ccs) if c]
     out["congestion"] = "/".join(ccs) if ccs else None
     out["ecn"] = any(bool(e) for e in ecns)
-    wan = (resolved.get("wan") or [None])[0]
-    if wan and wan.get("paths"):
-        wan = wan["paths"][0]
-    if wan:
-        rev = wan.get("reverse") or {}
-        rate = wan.get("rate")
-        out["wan_rate_bps"] = rate
-        out["wan_goodput_bps"] = rate * goodput_factor(mtu) if rate else None
-        out["wan_delay_s"] = wan.get("delay")
-        back = rev.get("delay") if rev.get("delay") is not None else wan.get("delay")
-        out["rtt_s"] = (wan.get("delay") or 0.0) + (back or 0.0)
-        out["wan_loss"] = wan.get("loss")
-        out["aqm"] = (wan.get("aqm") or {}).get("kind") or "droptail"
-        out["aqm_profile"] = _aqm_label(wan.get("aqm"))
-        aqm = wan.get("aqm") or {}
-        if aqm.get("kind") in ("red", "step") and backend:
-            out["aqm_at"] = marking_point(aqm.get("at"), backend)
-        buffer = wan.get("buffer")
-        if isinstance(buffer, list | tuple) and len(buffer) == 2:
-            out["buffer"] = f"{buffer[1]:g}bdp" if buffer[0] == "bdp" else f"{buffer[1]:.0f}B"
     return out
 
 
-def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float]]) -> pd.DataFrame:
+def _runs_frame(
+    source: str,
+    runs: dict[str, Any],
+    si: dict[str, dict[Any, float]],
+    network: pd.DataFrame | None,
+) -> pd.DataFrame:
     rows = []
     extra: list[str] = []
     for run_id, run in runs.items():
@@ -334,7 +310,8 @@ def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float
                 "world_size": run.get("world_size"),
                 "cpu_busy_mean": run.get("cpu_busy_mean"),
                 "cpu_saturated": bool(run.get("cpu_saturated", False)),
-                **_network(resolved, run.get("backend"), run.get("interface_mtu") or MTU),
+                **_tcp(resolved),
+                **reference(_rows_of(network, run_id), run.get("backend")),
                 "skipped_combinations": len(run.get("skipped_combinations") or []),
                 "trace_warnings": "; ".join(run.get("trace_warnings") or []),
                 **params,
@@ -343,6 +320,12 @@ def _runs_frame(source: str, runs: dict[str, Any], si: dict[str, dict[Any, float
     frame = pd.DataFrame(rows, columns=list(dict.fromkeys([*RUN_COLUMNS, *extra])))
     # Manifests of older versions lack some keys: the columns exist anyway (as None).
     return frame.astype({"cpu_saturated": bool}) if rows else frame
+
+
+def _rows_of(frame: pd.DataFrame | None, run_id: str) -> pd.DataFrame:
+    if frame is None or frame.empty or "run_id" not in frame:
+        return pd.DataFrame()
+    return frame[frame["run_id"] == run_id]
 
 
 def short_value(value: Any) -> str:

@@ -145,6 +145,8 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         )
     if not res.training_summary.empty:
         out.append(_training_section(res, csv))
+    for kind, rows in res.kind_summaries.items():
+        out.append(_kind_section(res, kind, rows, csv))
     if res.has("events"):
         out.append(_faults_section(res, csv))
     if res.has("dcqcn"):
@@ -337,6 +339,20 @@ def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         p for p in (TP.plot_loss(res), TP.plot_time_to_loss(res), TP.plot_wan_bytes(res)) if p
     ]
     return sec
+
+
+def _kind_section(
+    res: Results, kind: str, rows: pd.DataFrame, csv: dict[str, pd.DataFrame]
+) -> Section:
+    """The summary rows of a workload kind without a section of its own, as its kind wrote them."""
+    shown = rows.drop(columns=["results"]) if res.runs["results"].nunique() < 2 else rows
+    csv[kind] = shown
+    return Section(
+        kind,
+        f"Workload: {kind}",
+        f"The summary rows of the `{kind}` workload kind, one per row its kind summarised.",
+        tables=[("", T.formatted(shown))],
+    )
 
 
 FAULT_SHOWN = [

@@ -46,15 +46,19 @@ import pandas as pd
 from analysis import dcqcn
 from analysis.faults import summarize_faults
 from analysis.model import Link, Topology
+from analysis.network import reference
 from analysis.operations import rank_operations
 from analysis.routing import failover_metrics
+from analysis.upgrade import upgrade
 from testbed.config.expect import Check, check
 from testbed.config.scenario import Scenario
 from testbed.config.sweep import RunSpec
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError, TestbedError, UnsupportedError
+from testbed.core.results import DYNAMICS_TABLES, FORMAT_VERSION, TRACE_TABLES
 from testbed.plan.model import NetworkPlan
 from testbed.plan.ranks import RankSlot, place_ranks
+from testbed.plan.resolved import network_rows
 from testbed.plan.timeline import Timeline, build_timeline
 from testbed.run.events import EventRunner, OriginClock
 from testbed.run.flows import Flows
@@ -71,8 +75,6 @@ from testbed.trace.run_traces import RunTraces, with_wan_counters
 from traffic.exit_codes import EXIT_WRONG
 
 FINAL = ("ok", "failed", "skipped")
-TRACE_TABLES = ("tcp", "queues", "flows", "flowpaths", "routing")
-DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx")
 # s: until every rank has joined (torch's import, then the join's own timeout,
 # traffic.context.SETUP_TIMEOUT_S = 120 s, whatever the operations' timeout).
 # TESTBED_SETUP_DEADLINE overrides it: in a TCG guest (`testbed vm`, no KVM) with one vCPU, two
@@ -135,6 +137,8 @@ class RunResult:
     rows: list[dict] = field(default_factory=list)  # rank-iteration rows
     skips: list[dict] = field(default_factory=list)
     links: list[dict] = field(default_factory=list)
+    network: list[dict] = field(default_factory=list)  # the WAN as built, per direction
+    ranks: list[dict] = field(default_factory=list)  # where each rank ran
     delayline: list[dict] = field(default_factory=list)
     traces: dict[str, list[dict]] = field(default_factory=dict)  # tcp, queues, flows
     dynamics: dict[str, list[dict]] = field(default_factory=dict)  # events, flows_goodput
@@ -265,7 +269,8 @@ def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     workload = spec.scenario.workload
     ops = kind_of(workload).operations(rows) if workload is not None else rank_operations(rows)
     sc = spec.scenario
-    rtt = sum(sc.wan[0].direction(rev)["delay"] for rev in (False, True)) if sc.wan else 0.0
+    # the run's reference direction as built, the same the report reads (analysis.network)
+    network = reference(result.network)
     tables = {
         name: (pd.DataFrame(rows) if rows else None)
         for name, rows in (
@@ -274,7 +279,14 @@ def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
             ("goodput", result.dynamics.get("flows_goodput", [])),
         )
     }
-    metrics = summarize_faults(pd.DataFrame(events), ops, sc.model_dump(mode="json"), rtt, **tables)
+    metrics = summarize_faults(
+        pd.DataFrame(events),
+        ops,
+        sc.model_dump(mode="json"),
+        network.get("rtt_s") or 0.0,
+        **tables,
+        rate_bps=network.get("wan_rate_bps"),
+    )
     if routing := result.traces.get("routing"):
         metrics |= failover_metrics(pd.DataFrame(events), pd.DataFrame(routing))
     return metrics
@@ -483,6 +495,11 @@ def execute(
                 }
             checks = check_links(tb, duration=selfcheck_seconds, pings=20)
             result.links = [{"run_id": spec.run_id, **c.row()} for c in checks]
+            floors = {c.direction: c.floor_s for c in tb.compensation}
+            result.network = [
+                {"run_id": spec.run_id, **row, "floor_s": floors.get(row["direction"])}
+                for row in network_rows(tb.plan, sc)
+            ]
             workload = sc.rank_workload
             dynamics = RunDynamics(tb, sc, run_dir, source, result)
             routing = (
@@ -500,6 +517,7 @@ def execute(
                 problems = tb.problems() + dynamics.errors
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
+                result.ranks = [{"run_id": spec.run_id, **r.as_dict()} for r in ranks]
                 master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
                 kind = kind_of(workload)
                 keys, module = kind.spec_keys(workload), kind.rank_module
@@ -620,11 +638,18 @@ class Experiment:
             for name in (
                 *dict.fromkeys(k.rows_table for k in KINDS.values()),
                 "links",
+                "network",
+                "ranks",
                 "delayline",
                 *TRACE_TABLES,
                 *DYNAMICS_TABLES,
             )
         }
+        if resume:  # a directory of an older format: its summaries and network as they are now
+            network = pd.DataFrame(self.tables["network"])
+            self.manifest, upgraded = upgrade(self.manifest, {"network": network})
+            self.tables["network"] = upgraded["network"].to_dict("records")
+        self.manifest["format_version"] = FORMAT_VERSION
         self.summaries: list[dict] = list(self.manifest.get("summary", []))
 
     def _load_table(self, name: str) -> list[dict]:
@@ -648,6 +673,8 @@ class Experiment:
                 for row in result.rows
             ]
         self.tables["links"] += [{**params, **row} for row in result.links]
+        self.tables["network"] += [{**params, **row} for row in result.network]
+        self.tables["ranks"] += [{**params, **row} for row in result.ranks]
         self.tables["delayline"] += [{**params, **row} for row in result.delayline]
         for name in TRACE_TABLES:
             self.tables[name] += [{**params, **row} for row in result.traces.get(name, [])]
@@ -658,15 +685,19 @@ class Experiment:
             if kind is not None
             else []
         )
+        for s in summary:
+            s["kind"] = kind.name if kind is not None else "traffic"
         faults = fault_summary(spec, result) | dcqcn_summary(spec, result) | bulk_summary(result)
         if faults and not summary:  # every operation failed: the fault metrics still count
-            summary = [dict(params)]
+            summary = [{**params, "kind": "traffic"}]
         for s in summary:
             s.update(run_id=spec.run_id, repeat=spec.repeat, **faults)
         self.summaries = [s for s in self.summaries if s.get("run_id") != spec.run_id] + summary
         if kind is not None:
             kind.finish(self.summaries, self.tables[kind.rows_table], list(spec.params))
-        info = {k: v for k, v in result.info.items() if k != "topology"}
+        info = dict(result.info)
+        if isinstance(info.get("topology"), Topology):  # the model's input, kept with the run
+            info["topology"] = asdict(info["topology"])
         self.manifest["runs"][spec.run_id] = {
             "params": params,
             "repeat": spec.repeat,

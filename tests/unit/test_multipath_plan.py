@@ -227,9 +227,14 @@ def test_frr_configuration_text():
 
 
 def test_the_analysis_shows_a_multipath_links_first_path():
-    from analysis.loader import _network
+    """As built (network.parquet) and as an older directory's resolved scenario gives it."""
+    from analysis.network import reference
+    from analysis.upgrade import network_from_resolved
+    from testbed.plan.resolved import network_rows
 
-    resolved = parse_scenario(multipath()).model_dump(mode="json")
-    net = _network(resolved, None, 1500)
-    assert net["wan_rate_bps"] == 1e9
-    assert net["rtt_s"] == pytest.approx(0.040)
+    sc = parse_scenario(multipath())
+    built = network_rows(build_plan(sc, "mctbx", 5), sc)
+    older = network_from_resolved(sc.model_dump(mode="json"), 1500)
+    for net in (reference(built), reference(older)):
+        assert net["wan_rate_bps"] == 1e9
+        assert net["rtt_s"] == pytest.approx(0.040)

@@ -47,6 +47,7 @@ def test_wires_crossing_machines_become_cables_and_the_mtu_drops():
 
 def test_the_analysis_reads_a_placed_runs_ceiling_at_its_interface_mtu():
     from analysis.loader import _runs_frame
+    from analysis.upgrade import upgrade
 
     sc = parse_scenario(placed({"east": "a", "west": "b", "north": "a"}))
     plan = build_plan(sc, "mctbx", 5)
@@ -55,7 +56,8 @@ def test_the_analysis_reads_a_placed_runs_ceiling_at_its_interface_mtu():
         "p0": {"resolved": resolved, "interface_mtu": plan.interface_mtu},
         "p1": {"resolved": resolved},
     }
-    frame = _runs_frame("r", runs, {}).set_index("run_id")
+    _, tables = upgrade({"runs": runs}, {})  # directories without network.parquet
+    frame = _runs_frame("r", runs, {}, tables["network"]).set_index("run_id")
     assert frame.loc["p0", "wan_goodput_bps"] == pytest.approx(1e9 * 1398 / 1464)
     assert frame.loc["p1", "wan_goodput_bps"] == pytest.approx(1e9 * 1448 / 1514)  # one machine
 

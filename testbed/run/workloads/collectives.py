@@ -1,0 +1,124 @@
+"""The ``collectives`` workload kind: nccl-tests-style timed collectives on every rank
+(traffic.rank), one row per rank x timed iteration in collectives.parquet, and a summary row per
+collective x algorithm x size with the α-β model's prediction and its terms beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from rich.markup import escape
+from rich.table import Table
+
+from analysis.model import TERMS, predict_terms, unsupported
+from analysis.operations import rank_operations
+from analysis.summary import SUMMARY_COLUMNS, summary_rows
+from testbed.core.units import format_duration, format_size
+from testbed.run.workloads.base import RunRows, WorkloadKind
+
+
+class Collectives(WorkloadKind):
+    name = "collectives"
+    rank_module = "traffic.rank"
+    rows_table = "collectives"
+    metrics = tuple(SUMMARY_COLUMNS)
+    marker = "collective"
+
+    def spec_keys(self, workload: Any) -> dict[str, Any]:
+        return {
+            "collectives": list(workload.collectives),
+            "algorithms": list(workload.algorithms),
+            "sizes": list(workload.sizes),
+            "dtype": workload.dtype,
+            "warmup": workload.warmup,
+            "iterations": workload.iterations,
+        }
+
+    def summarize(self, run: RunRows) -> list[dict]:
+        return summarize(run.rows, run.info, run.params)
+
+    def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
+        return rank_operations(rows)
+
+    def table(self, summaries: list[dict], params: list[str]) -> Table | None:
+        rows = [s for s in summaries if "collective" in s]  # not: every operation failed
+        if not rows:
+            return None
+        t = Table(title="collectives (time = slowest rank per iteration)")
+        for col in (
+            *params,
+            "collective",
+            "algorithm",
+            "size",
+            "n",
+            "p50",
+            "p95",
+            "algbw",
+            "busbw",
+            "predicted",
+            "meas/pred",
+            "flags",
+        ):
+            t.add_column(col, justify="right")
+        for s in rows:
+            flags = []
+            if s.get("cpu_saturated"):
+                flags.append("CPU-saturated")
+            if not s.get("correct", True):
+                flags.append("WRONG")
+            pred = s.get("predicted")
+            ratio = s.get("measured_over_predicted")
+            t.add_row(
+                *(escape(str(s.get(p, ""))) for p in params),
+                escape(str(s["collective"])),
+                escape(str(s["algorithm"])),
+                format_size(s["size"]),
+                str(s["ranks"]),
+                format_duration(s["time_p50"]),
+                format_duration(s["time_p95"]),
+                f"{s['algbw'] / 1e6:.1f} MB/s",
+                f"{s['busbw'] / 1e6:.1f} MB/s",
+                format_duration(pred) if pred else "-",
+                f"{ratio:.2f}" if ratio else "-",
+                " ".join(flags),
+            )
+        return t
+
+
+def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) -> list[dict]:
+    """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
+    p50/p95, algbw/busbw at p50, the model's prediction), its terms as ``model_<term>`` columns
+    (analysis.model.predict_terms), the sweep ``params`` in front and the run's CPU verdict
+    behind. Operations that failed (``outcome`` error|timeout) are not timings: left out."""
+    rows = [r for r in rows if r.get("outcome", "ok") == "ok" and r.get("iteration", 0) >= 0]
+    if not rows:
+        return []
+    n = info.get("world_size") or len({r["rank"] for r in rows})
+    topo = info.get("topology")
+
+    cache: dict[tuple[str, str, int], dict[str, float] | None] = {}
+
+    def split(coll: str, algo: str, size: int) -> dict[str, float] | None:
+        """The prediction's terms (analysis.model.predict_terms; they sum to predict), once per
+        point: replaying gloo's ring is the costly part."""
+        if (coll, algo, size) not in cache:
+            ok = topo is not None and unsupported(coll, algo, topo) is None
+            cache[(coll, algo, size)] = predict_terms(coll, algo, size, topo) if ok else None
+        return cache[(coll, algo, size)]
+
+    def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
+        got = split(coll, algo, size)
+        return sum(got.values()) if got else None
+
+    def terms(row: dict) -> dict[str, float | None]:
+        got = split(row["collective"], row["algorithm"], int(row["size"]))
+        return {f"model_{t}": got[t] if got else None for t in TERMS}
+
+    saturated = bool(info.get("cpu_saturated", False))
+    return [
+        {**params, **row, **terms(row), "cpu_saturated": saturated}
+        for row in summary_rows(rows, ranks=n, predict=model)
+    ]
+
+
+KIND = Collectives()

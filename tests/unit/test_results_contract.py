@@ -1,0 +1,90 @@
+"""The results directory is the one contract between running and analysing: what the runner
+summarised from a run and what the report computes from the directory it wrote are the same
+numbers, also where the network's facts are not the link-level fields (a multipath link)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import analysis
+from analysis.faults import analyse
+from testbed.config.sweep import load_runs
+from testbed.plan.resolved import network_rows
+from testbed.plan.topology import build_plan
+from testbed.run.experiment import Experiment, RunResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fixture_runs():
+    """The hand-built faults fixture's generator: a blackhole under a 16 MiB all-reduce."""
+    path = ROOT / "tests" / "fixtures" / "make_faults_results.py"
+    spec = importlib.util.spec_from_file_location("make_faults_results", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_multipath_runs_fault_prediction_is_one_number_in_the_run_and_the_report(
+    tmp_path: Path,
+) -> None:
+    """scenarios/multipath-failover.yaml: two 100 Mbit/s, 10 ms paths; the link-level fields are
+    defaults (delay 0, 1 Gbit/s) that no packet sees. The stall the runner predicted (its summary,
+    which `expect` tests and `testbed run` prints) must be the report's."""
+    fx = _fixture_runs()
+    data = fx.run(0, "2s", 2.0)
+    spec = load_runs(str(ROOT / "scenarios" / "multipath-failover.yaml"))[0]
+    exp = Experiment([spec], str(ROOT / "scenarios" / "multipath-failover.yaml"), tmp_path, False)
+    rows = [{k: v for k, v in r.items() if k not in ("run_id", "repeat")} for r in data["ops"]]
+    events = [{**e, "run_id": spec.run_id} for e in data["events"]]
+    result = RunResult(spec.run_id, "ok", rows=rows, dynamics={"events": events})
+    # what the runner records once the network is up: the WAN as built
+    plan = build_plan(spec.scenario, "t", 1)
+    result.network = [{"run_id": spec.run_id, **r} for r in network_rows(plan, spec.scenario)]
+    result.info.update(world_size=2, backend="userspace")
+    summary = exp.record(spec, result)
+    run_side = summary[0]["fault_stall_over_predicted"]
+    assert run_side == run_side and run_side is not None  # a number, not NaN
+
+    res = analysis.load(exp.results.path)
+    faults = analyse(res).faults
+    report_side = faults["stall_over_predicted"].dropna()
+    assert len(report_side) == 1
+    assert run_side == pytest.approx(float(report_side.iloc[0]), rel=1e-9)
+    # and the report's run columns are the first path's, 20 ms RTT, 100 Mbit/s
+    run = res.runs.iloc[0]
+    assert run["rtt_s"] == pytest.approx(0.020)
+    assert run["wan_rate_bps"] == pytest.approx(100e6)
+    assert isinstance(pd.DataFrame(summary), pd.DataFrame)
+
+
+def test_docs_results_documents_every_table_and_declared_column() -> None:
+    """docs/results.md lists every table of testbed.core.results and each declared column."""
+    from testbed.core.results import TABLES
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    listing = text.split("```", 2)[1]  # the directory listing at the top
+    for table in TABLES:
+        assert f"{table.name}.parquet" in listing, table.name
+        for column in table.columns:
+            assert f"`{column}`" in text, f"{table.name}.{column}"
+
+
+def test_every_committed_fixture_loads_as_the_current_format() -> None:
+    """The fixtures are version 1: they upgrade (summary kinds, network rows from the resolved
+    scenario) and their run columns are what version 1's reader gave."""
+    from testbed.core.results import FORMAT_VERSION
+
+    fixtures = ROOT / "tests" / "fixtures" / "results"
+    for d in sorted(p for p in fixtures.iterdir() if (p / "manifest.json").exists()):
+        res = analysis.load(d)
+        manifest = next(iter(res.manifests.values()))
+        assert manifest["format_version"] == FORMAT_VERSION
+        assert all(s.get("kind") for s in manifest.get("summary") or []), d.name
+        assert not res.network.empty, d.name
+        assert res.runs["rtt_s"].notna().all(), d.name
