@@ -1,4 +1,4 @@
-"""The scenario's DCQCN fields (issue 16): a flow's variant and parameters as a user writes them,
+"""The scenario's DCQCN fields: a flow's variant and parameters as a user writes them,
 checked and turned into :class:`testbed.core.dcqcn.DcqcnParams`.
 
     params: {T: 55us, K: 55us, N: 50us, g: 1/256, F: 5, B: 10MB, rai: 40mbit, rhai: 200mbit}
@@ -11,11 +11,19 @@ default; ``B: off`` turns the byte counter off.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from testbed.config.fields import Duration, FieldError, Fraction, Rate, Size, Strict
+from testbed.config.fields import (
+    Duration,
+    FieldError,
+    Fraction,
+    Rate,
+    Size,
+    Strict,
+    WorkloadModel,
+)
 from testbed.core.dcqcn import DcqcnParams, Variant, defaults, dilate
 
 
@@ -121,11 +129,12 @@ class DcqcnTraffic(DcqcnSettings):
     _d = field_validator("duration")(lambda cls, v: _positive_duration(v))
 
 
-class DcqcnWorkload(DcqcnSettings):
+class DcqcnWorkload(DcqcnSettings, WorkloadModel):
     """``workload: kind: dcqcn``: DCQCN flows alone, each from its ``start`` to ``duration``
     (no ranks: a traffic-only run)."""
 
     kind: Literal["dcqcn"]
+    ranks: ClassVar[bool] = False
     flows: list[DcqcnFlowSpec] = Field(min_length=1)
     duration: Duration
 

@@ -3,7 +3,7 @@ the edge), the strict base model, and the error a cross-field check raises to na
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -37,6 +37,16 @@ Buffer = Annotated[tuple[str, float], BeforeValidator(parse_buffer)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadModel(Strict):
+    """What every workload kind's schema has: its ``kind`` (the registry's key,
+    testbed.config.workloads.WORKLOAD_KINDS) and whether it runs torch ranks."""
+
+    kind: str
+    # the ranks run it (a rank workload: placed on hosts, launched, summarised by its kind);
+    # False: flows alone, no ranks (a traffic-only run)
+    ranks: ClassVar[bool] = True
 
 
 class FieldError(ValueError):

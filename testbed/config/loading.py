@@ -14,7 +14,7 @@ from testbed.config.clusters import Cluster
 from testbed.config.dynamics import FAULT_KINDS, Fault
 from testbed.config.fields import FieldError
 from testbed.config.scenario import TRAFFIC_KINDS, Scenario
-from testbed.config.workloads import WORKLOAD_KINDS, Workload
+from testbed.config.workloads import DEFAULT_KIND, WORKLOAD_KINDS, Workload
 from testbed.core.errors import ScenarioError
 from testbed.core.paths import format_path
 
@@ -25,10 +25,8 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
     return format_path([p for p in loc if not str(p).startswith(tags)]) or "(top level)"
 
 
-def _without_workload_tag(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """pydantic puts the union's tag after ``workload`` (``workload.training.steps``)."""
-    if len(loc) > 1 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
-        return (loc[0], *loc[2:])
+def _without_union_tag(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """pydantic puts a union's tag after the field (``faults[0].blackhole.x``)."""
     if len(loc) > 2 and loc[0] == "faults" and loc[2] in FAULT_KINDS:  # faults[0].blackhole.x
         return (*loc[:2], *loc[3:])
     if len(loc) > 2 and loc[0] == "traffic" and loc[2] in TRAFFIC_KINDS:  # traffic[0].bulk.x
@@ -41,7 +39,7 @@ def _describe(error: dict[str, Any]) -> tuple[str, str]:
     ctx = error.get("ctx") or {}
     inner = ctx.get("error")
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
-    loc = _without_workload_tag(loc)
+    loc = _without_union_tag(loc)
     path = _loc_to_path(loc)
     if isinstance(inner, FieldError):  # its path is relative to the model that raised it
         if loc and not inner.path.startswith(path):
@@ -83,11 +81,12 @@ def _with_allowed_keys(path: str, message: str, model: type[BaseModel] | None) -
     return message
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The model whose keys apply at the parent of ``loc`` (for 'allowed keys' hints)."""
+def _model_at(loc: tuple[Any, ...], workload_kind: Any) -> type[BaseModel] | None:
+    """The model whose keys apply at the parent of ``loc`` (for 'allowed keys' hints);
+    under ``workload``, the schema of the scenario's ``workload_kind``."""
     model: Any = Scenario
-    if len(loc) > 2 and loc[0] == "workload" and loc[1] in WORKLOAD_KINDS:
-        model, loc = WORKLOAD_KINDS[loc[1]], loc[2:]
+    if len(loc) > 1 and loc[0] == "workload" and workload_kind in WORKLOAD_KINDS:
+        model, loc = WORKLOAD_KINDS[workload_kind], loc[1:]
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
@@ -116,6 +115,11 @@ def _first_model(annotation: Any) -> Any:
     return None
 
 
+def _workload_kind(data: dict[str, Any]) -> Any:
+    workload = data.get("workload")
+    return workload.get("kind", DEFAULT_KIND) if isinstance(workload, dict) else None
+
+
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate already-loaded YAML data. Raises ScenarioError naming ``source`` and the field."""
     if not isinstance(data, dict):
@@ -126,7 +130,8 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         lines = []
         for error in exc.errors():
             path, message = _describe(error)
-            message = _with_allowed_keys(path, message, _model_at(tuple(error["loc"])))
+            model = _model_at(tuple(error["loc"]), _workload_kind(data))
+            message = _with_allowed_keys(path, message, model)
             lines.append(f"{source}: {path}: {message}")
         raise ScenarioError("\n".join(dict.fromkeys(lines))) from None
 

@@ -1,20 +1,28 @@
 """What a scenario's ranks run: the collectives benchmark (:class:`Workload`), real torch
-training (:class:`TrainingWorkload`, with each algorithm's options) or DCQCN flows, as one union
-told apart by ``kind``.
+training (:class:`TrainingWorkload`, with each algorithm's options) or DCQCN flows, told apart
+by ``kind``.
 
-Every kind lives here beside :data:`WORKLOAD_KINDS` (kind -> model), so that a new kind is one
-model and one entry. The names a field allows are ``Literal`` types (pydantic and type checkers
-need the literal strings); unit tests hold them equal to ``testbed.core.vocab``'s tuples.
+:data:`WORKLOAD_KINDS` (kind -> schema) is the one registry the scenario's ``workload`` field
+validates through: a new kind is its schema (a :class:`WorkloadModel`) and one
+:func:`register_workload` call. The names a field allows are ``Literal`` types (pydantic and
+type checkers need the literal strings); unit tests hold them equal to ``testbed.core.vocab``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializeAsAny,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from testbed.config.dcqcn import DcqcnWorkload
-from testbed.config.fields import Duration, FieldError, Size, Strict
+from testbed.config.fields import Duration, FieldError, Size, Strict, WorkloadModel
 
 # testbed.core.vocab's COLLECTIVES, ALGORITHMS, RANK_PLACEMENTS, SERVER_PLACEMENTS and
 # TRAINING_ALGORITHMS, as the types of the fields that take them
@@ -27,7 +35,7 @@ TrainingAlgorithm = Literal[
 ]
 
 
-class Workload(Strict):
+class Workload(WorkloadModel):
     """What the ranks run. Sizes follow nccl-tests (see docs/results.md)."""
 
     kind: Literal["collectives"] = "collectives"
@@ -108,7 +116,7 @@ class ParameterServerOptions(Strict):
     staleness: int = Field(0, ge=0, le=1000)  # 0: synchronous; k: a worker runs <= k steps ahead
 
 
-class TrainingWorkload(Strict):
+class TrainingWorkload(WorkloadModel):
     """Real torch training on every rank (docs/training.md)."""
 
     kind: Literal["training"]
@@ -172,17 +180,34 @@ class TrainingWorkload(Strict):
         return self
 
 
-def _workload_kind(v: Any) -> str | None:
-    if isinstance(v, dict):
-        return v.get("kind", "collectives")
-    return getattr(v, "kind", None)
+WORKLOAD_KINDS: dict[str, type[WorkloadModel]] = {
+    "collectives": Workload,
+    "training": TrainingWorkload,
+    "dcqcn": DcqcnWorkload,
+}
+DEFAULT_KIND = "collectives"  # a workload that names no kind
 
 
-AnyWorkload = Annotated[
-    Annotated[Workload, Tag("collectives")]
-    | Annotated[TrainingWorkload, Tag("training")]
-    | Annotated[DcqcnWorkload, Tag("dcqcn")],
-    Discriminator(_workload_kind),
-]
-WORKLOAD_KINDS = {"collectives": Workload, "training": TrainingWorkload, "dcqcn": DcqcnWorkload}
+def register_workload(kind: str, schema: type[WorkloadModel]) -> None:
+    """Make ``workload: kind: <kind>`` validate as ``schema`` (a later call replaces it)."""
+    WORKLOAD_KINDS[kind] = schema
+
+
+def _by_kind(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate a workload as the schema its ``kind`` names (the registry, not a fixed union,
+    so that a registered kind is accepted like a built-in one)."""
+    if isinstance(value, WorkloadModel):
+        return value
+    if not isinstance(value, dict):
+        return handler(value)  # pydantic's own message for a value that is not a mapping
+    kind = value.get("kind", DEFAULT_KIND)
+    schema = WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
+    if schema is None:
+        allowed = ", ".join(repr(k) for k in WORKLOAD_KINDS)
+        raise FieldError("workload.kind", f"{kind!r} is not allowed; allowed: {allowed}")
+    return schema.model_validate(value)
+
+
+# the scenario's ``workload`` field: serialised as the kind's own schema
+AnyWorkload = Annotated[SerializeAsAny[WorkloadModel], WrapValidator(_by_kind)]
 RankWorkload = Workload | TrainingWorkload
