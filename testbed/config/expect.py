@@ -29,90 +29,23 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from testbed.config.workloads import WORKLOAD_KINDS
+from testbed.core.metrics import RUN_METRICS, unknown_metric
 from testbed.core.paths import MISSING, get_path
 from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
 
-# Summary columns an expectation may test: a collective's, a training run's, then a run's faults.
-Metric = Literal[
-    "time_p50",
-    "time_p95",
-    "algbw",
-    "busbw",
-    "predicted",
-    "measured_over_predicted",
-    "final_loss",
-    "time_to_loss",
-    "wan_bytes_per_step",
-    "step_time_p50",
-    "step_time_p95",
-    "compute_utilisation",
-    "comm_per_step",
-    "comm_measured_over_predicted",
-    # a changing WAN (analysis.faults.summarize_faults, added to every summary row of the run;
-    # the worst over its faults): seconds to the first error, stall beyond the no-fault
-    # operation, the bulk flows' stall (traffic:), stall / RTO-series
-    # prediction, fault end to the first successful operation,
-    # 1.0 when every fault was survived, events applied > 20 ms late
-    "fault_detect",
-    "fault_stall",
-    "fault_flow_stall",
-    "fault_stall_over_predicted",
-    "fault_recover",
-    "fault_survived",
-    "events_late",
-    "trace_correlation",
-    # a fault on one path of a multipath link (analysis.routing, the run's first such fault):
-    # fault start to the first BFD/BGP session down on the path, to every gateway's route
-    # without the path; fault end to the routes with the path again
-    "failover_detect_s",
-    "failover_moved_s",
-    "failover_restored_s",
-    # DCQCN flows (analysis.dcqcn): measured over the settled half, the fluid model's
-    # prediction (dcqcn_pred_*) and measured / predicted
-    "dcqcn_rate_mean_bps",
-    "dcqcn_jain",
-    "dcqcn_utilisation",
-    "dcqcn_convergence_s",
-    "dcqcn_cuts",
-    "dcqcn_cnps",
-    "dcqcn_cut_interval_s",
-    "dcqcn_cut_depth_bps",
-    "dcqcn_queue_mean_bytes",
-    "dcqcn_queue_p5_bytes",
-    "dcqcn_queue_p95_bytes",
-    "dcqcn_queue_amplitude_bytes",
-    "dcqcn_lost",
-    "dcqcn_lossy",
-    "dcqcn_pred_rate_mean_bps",
-    "dcqcn_pred_jain",
-    "dcqcn_pred_utilisation",
-    "dcqcn_pred_convergence_s",
-    "dcqcn_pred_cut_interval_s",
-    "dcqcn_pred_cut_depth_bps",
-    "dcqcn_pred_queue_mean_bytes",
-    "dcqcn_pred_queue_amplitude_bytes",
-    "dcqcn_queue_mean_over_predicted",
-    "dcqcn_cut_interval_over_predicted",
-    "dcqcn_cut_depth_over_predicted",
-    "dcqcn_convergence_over_predicted",
-    "dcqcn_utilisation_over_predicted",
-    # bulk TCP flows through the first one's bottleneck (the comparison with DCQCN)
-    "bulk_flows",
-    "bulk_rate_mean_bps",
-    "bulk_jain",
-    "bulk_utilisation",
-    "bulk_convergence_s",
-    "bulk_queue_mean_bytes",
-    "bulk_queue_p5_bytes",
-    "bulk_queue_p95_bytes",
-    "bulk_queue_amplitude_bytes",
-    "bulk_dropped",
-]
-METRICS = get_args(Metric)
+
+def known_metrics() -> tuple[str, ...]:
+    """Every summary column an expectation may test: each registered workload kind's (its
+    schema's ``metrics``), then the run metrics (testbed.core.metrics)."""
+    kinds = [m.name for schema in WORKLOAD_KINDS.values() for m in schema.metrics]
+    return tuple(dict.fromkeys([*kinds, *(m.name for m in RUN_METRICS)]))
+
+
 # A training sweep's algorithm is the scenario field workload.algorithm and the summary column
 # algorithm: comparing on one must let the other differ too.
 ALGORITHM_KEYS = {"algorithm", "workload.algorithm"}
@@ -134,10 +67,17 @@ class Expectation(BaseModel):
     where: dict[str, Any] = {}
     compare_to: dict[str, Any] | None = None
     when: dict[str, Any] = {}
-    metric: Metric
+    metric: str
     relation: Literal["<", "<=", ">", ">=", "==", "!="]
     value: float | None = None
     factor: float = 1.0
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, v: str) -> str:
+        if v not in known_metrics():
+            raise ValueError(unknown_metric(v, known_metrics()))
+        return v
 
     @model_validator(mode="after")
     def _one_reference(self) -> Expectation:

@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from testbed.core.metrics import Metric
 from testbed.core.units import parse_buffer, parse_duration, parse_percent, parse_rate, parse_size
 
 
@@ -47,6 +48,8 @@ class WorkloadModel(Strict):
     # the ranks run it (a rank workload: placed on hosts, launched, summarised by its kind);
     # False: flows alone, no ranks (a traffic-only run)
     ranks: ClassVar[bool] = True
+    # the summary columns its kind offers to ``expect``
+    metrics: ClassVar[tuple[Metric, ...]] = ()
 
 
 class FieldError(ValueError):

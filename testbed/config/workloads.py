@@ -23,6 +23,7 @@ from pydantic import (
 
 from testbed.config.dcqcn import DcqcnWorkload
 from testbed.config.fields import Duration, FieldError, Size, Strict, WorkloadModel
+from testbed.core.metrics import Metric
 
 # testbed.core.vocab's COLLECTIVES, ALGORITHMS, RANK_PLACEMENTS, SERVER_PLACEMENTS and
 # TRAINING_ALGORITHMS, as the types of the fields that take them
@@ -39,6 +40,14 @@ class Workload(WorkloadModel):
     """What the ranks run. Sizes follow nccl-tests (see docs/results.md)."""
 
     kind: Literal["collectives"] = "collectives"
+    metrics = (
+        Metric("time_p50", "s", "median over iterations of the slowest rank's time"),
+        Metric("time_p95", "s", "95th percentile of the slowest rank's time"),
+        Metric("algbw", "B/s", "size / time p50 (nccl-tests)"),
+        Metric("busbw", "B/s", "algbw x the collective's bus factor (nccl-tests)"),
+        Metric("predicted", "s", "the α-β model's time (docs/model.md)"),
+        Metric("measured_over_predicted", "ratio", "time p50 / predicted"),
+    )
     ranks_per_host: int = Field(1, ge=1, le=16)
     placement: RankPlacement = "by-cluster"
     collectives: list[Collective] = Field(["all_reduce"], min_length=1)
@@ -120,6 +129,16 @@ class TrainingWorkload(WorkloadModel):
     """Real torch training on every rank (docs/training.md)."""
 
     kind: Literal["training"]
+    metrics = (
+        Metric("final_loss", "loss", "mean validation loss after the last step"),
+        Metric("time_to_loss", "s", "wall clock until the validation loss reached the target"),
+        Metric("wan_bytes_per_step", "B", "both WAN directions' bytes per step"),
+        Metric("step_time_p50", "s", "median step time of the slowest rank"),
+        Metric("step_time_p95", "s", "95th percentile step time"),
+        Metric("compute_utilisation", "ratio", "compute time / step time"),
+        Metric("comm_per_step", "s", "time blocked in communication per step"),
+        Metric("comm_measured_over_predicted", "ratio", "comm per step / the α-β model's"),
+    )
     ranks_per_host: int = Field(1, ge=1, le=16)
     placement: RankPlacement = "by-cluster"
     model: Literal["char-mlp", "char-mlp-large", "teacher-mlp"] = "char-mlp"
