@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import dcqcn as D
-from analysis import plots as P
 from analysis.loader import Results
+from analysis.plots import style as P
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.units import format_size
 

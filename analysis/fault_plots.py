@@ -19,10 +19,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from analysis import plots as P
 from analysis.events import applied_events, pair_outages, per_direction
 from analysis.faults import FaultResults, clock_origins
 from analysis.loader import Results
+from analysis.plots import style as P
 from analysis.trace_replay import goodput_by_direction
 
 PLOT_NAMES = ("wan_timeline",)

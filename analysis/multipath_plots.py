@@ -12,10 +12,10 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import plots as P
 from analysis.events import applied_events
 from analysis.loader import Results
 from analysis.multipath import flow_paths, operation_windows, path_throughput
+from analysis.plots import style as P
 from testbed.core.direction import Direction
 
 PLOT_NAMES = ("path_timeline",)

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from analysis import plots as P
 from analysis.loader import Results, short_value
+from analysis.plots import style as P
 from analysis.tables import point_label
 from testbed.core.units import format_size
 
