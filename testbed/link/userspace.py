@@ -1,21 +1,16 @@
 """The userspace backend: the delay line (one process per wire namespace) behind HTB, started,
 watched and stopped like a real component.
 
-All lines come from one Python start-up: one launcher in the initial namespace forks a line per
-wire namespace and reports each one's pid when it is READY (:mod:`testbed.link.delayline.launch`),
-then exits. The lines outlive it (and a `testbed up`): they are watched and stopped by pid (with
-its start time, never a stranger), and PID 1 reaps them.
-
-Order matters (FIELD-NOTES): the process binds its queues *before* any iptables rule sends
-packets to it (each line applies its own rules once bound, then prints READY); at shutdown the
-rules go *before* the process, because the kernel drops whatever a dying listener held. There is
-no ``--queue-bypass``: if the process dies, packets of its directions are dropped, never passed
-through undelayed, and ``problems()`` reports the link failed.
+All lines come from one Python start-up (:mod:`testbed.link.delayline.launch`); they outlive the
+launcher and are watched and stopped by pid (with its start time, never a stranger). Order
+matters: a line binds its queues before any iptables rule sends packets to it, and at shutdown the
+rules go before the process; there is no ``--queue-bypass``, so a dead line drops its directions'
+packets and ``problems()`` reports the link failed (docs/delayline.md).
 
 A direction with an ``aqm`` or a trace has no kernel shaper on this backend: its line *is* the
-bottleneck (rate, drop-tail buffer, marking profile), so that it knows the queue it marks on and
-can hold it through a trace's zero-rate bins. CE marks are set
-by the verdict's skb mark plus one mangle rule (``TOS --set-tos 0x03/0x03``) on the wire's egress.
+bottleneck (rate, drop-tail buffer, marking profile), so it knows the queue it marks on and can
+hold it through a trace's zero-rate bins. CE marks are set by the verdict's skb mark plus one
+mangle rule (``TOS --set-tos 0x03/0x03``) on the wire's egress.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """``TestbedLink``: the project's links as a Mininet link class, for a user's own Mininet script.
 
 ``Mininet(topo, link=TestbedLink, controller=None)`` (or ``net.addLink(a, b, cls=TestbedLink,
-bw=10, delay="10ms")``) gives every link TCLink's keywords - ``bw`` (Mbit/s), ``delay``,
-``jitter`` (duration strings), ``loss`` (percent), ``max_queue_size`` (packets) - plus the
-project's ``buffer`` (``1bdp``, ``4MiB``), ``reorder`` (percent), ``aqm``, ``reverse`` (a dict of
-these keywords for the second->first direction) and ``backend`` (auto | kernel | userspace).
-They are validated by the scenario schema (an error names the keyword and what is allowed) and
-emulated by the project's backends, per direction, on any kernel: with no ``sch_netem`` the
-userspace delay line delays, where TCLink prints an error and runs with no delay at all; rates
-above 1 Gbit/s are kept; the bottleneck buffer is a byte-limited queue of its own, not netem's
-store of delayed packets.
+bw=10, delay="10ms")``) gives every link TCLink's keywords (``bw``, ``delay``, ``jitter``,
+``loss``, ``max_queue_size``) plus the project's ``buffer``, ``reorder``, ``aqm``, ``reverse`` and
+``backend``, validated by the scenario schema and emulated by the project's backends, per
+direction, on any kernel (docs/mininet.md says how this differs from TCLink).
 
-Each link is a wire namespace between its two nodes (:mod:`testbed.plan.bridged`): the nodes'
-interfaces are veths whose peers are bridge ports in the wire, so the link stays a layer-2 link
-(hosts on one subnet, switches) and nothing is added to the nodes themselves. The wires of one
-Python process belong to one registry record (``mininet-<pid>``): ``net.stop()`` removes each
-link (its rules, its delay line, its namespace), and if the script dies first, ``testbed clean``
-finds the wires and the delay lines by that record's prefix and recorded pids.
-
-The delay line adds its own floor (about 0.1 ms per direction on an idle machine); unlike
-``testbed up``, a TestbedLink does not measure and subtract it.
+Each link is a wire namespace between its two nodes (:mod:`testbed.plan.bridged`), so the link
+stays a layer-2 link and nothing is added to the nodes themselves. The wires of one Python process
+belong to one registry record (``mininet-<pid>``): ``net.stop()`` removes each link, and if the
+script dies first, ``testbed clean`` finds the wires and delay lines by that record. Unlike
+``testbed up``, a TestbedLink does not measure and subtract the delay line's floor.
 """
 
 from __future__ import annotations

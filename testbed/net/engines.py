@@ -2,20 +2,14 @@
 
 * ``native``: one ``ip -batch`` in the initial namespace (``netns add``, ``link add ... type
   veth``), the fastest way (benchmarks/setup_speed.py).
-* ``mininet``: every namespace is a Mininet node (``mininet.node.Node``, a shell started by
-  ``mnexec`` in a network namespace of its own, ``controller=None``) and every veth pair a
-  Mininet ``Link`` with the plan's interface names. Each node's namespace is then given the
-  plan's name (``ip netns attach``), so everything after it - bridges, addresses, routes,
-  sysctls, the link backends' qdiscs and processes, tracers, ``testbed exec``, teardown and
-  ``clean`` - is the native build's, unchanged. A cluster's bridge is the plan's ``br0`` in its
-  gateway node, as on the native engine: Mininet's own switches live in the initial namespace,
-  where the testbed puts nothing. Node names are the plan's labels with ``_`` for ``-``
-  (``east_h0``: Mininet's CLI reads ``east-h0`` as ``east``).
+* ``mininet``: every namespace is a Mininet node and every veth pair a Mininet ``Link`` with the
+  plan's interface names; each node's namespace is then given the plan's name (``ip netns
+  attach``), so everything after it is the native build's, unchanged (docs/mininet.md). Node
+  names are the plan's labels with ``_`` for ``-`` (Mininet's CLI reads ``east-h0`` as ``east``).
 
 Mininet is imported only here, and only when the engine is used. Its ``mn`` script,
 ``Mininet.cleanup()`` and ``net.iperf()`` kill processes host-wide by name and are never called;
-the nodes' shells are recorded in the registry (their pids), so a crashed testbed's ``clean``
-finds them like any process it started.
+the nodes' shells are recorded in the registry, so ``clean`` finds them like any process.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """The readiness handshake of helper processes: start, read until the ready line, stop.
 
-A helper the testbed starts (a self-check server, tcpdump, a delay line) is only useful once it
-says it is ready: it prints one line (``READY`` for the project's own helpers, tcpdump's
-``listening on ...``) after it has bound what it needs. This module owns waiting for that line:
+A helper the testbed starts (a self-check server, tcpdump, a delay line) is useful once it prints
+its ready line (``READY``, tcpdump's ``listening on ...``). :func:`wait_ready` reads the raw file
+descriptor *byte by byte* (``select``) up to the end of that line and no further, so whatever the
+process writes after it stays in the pipe for the caller; it returns at the line, at EOF, when the
+process exited or at the timeout, and never raises or kills. :func:`ready` is the context manager
+over it: a process that did not get ready raises :class:`~testbed.core.errors.NetError` with its
+reason and output, and the process is killed and reaped on the way out.
 
-* :func:`wait_ready` reads the stream *byte by byte* from the raw file descriptor, with
-  ``select``, up to the end of the ready line and no further, so whatever the process writes
-  after it stays in the pipe for the caller (``communicate()``, a JSON result line, tcpdump's
-  closing statistics). It returns when the line came, at EOF (the process closed the stream:
-  it exited), when the process exited, or at the timeout. It never raises for these and never
-  kills: the caller decides.
-* :func:`ready` is the context manager over it: the process is ready inside the ``with``, a
-  process that did not get ready raises :class:`~testbed.core.errors.NetError` naming it, the
-  reason and its output, and the process is killed and reaped on the way out.
-
-The stream must not have been read through its buffered file object before (its buffer would
-hold bytes this module cannot see); after :func:`wait_ready` either way of reading is fine.
+The stream must not have been read through its buffered file object before (its buffer would hold
+bytes this module cannot see); after :func:`wait_ready` either way of reading is fine.
 """
 
 from __future__ import annotations

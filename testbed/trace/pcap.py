@@ -10,30 +10,8 @@ not parse the files: ``analysis.flows`` does, without importing the network laye
         ...                      # traffic
     cap.stats                    # [{label, path, packets, dropped_by_kernel, bytes, truncated}]
 
-Why the size cap is a packet count (``-c N``, N = max_bytes // (snaplen + 16)): tcpdump's own
-size limit ``-C`` rotates files, and with ``-W`` it overwrites the oldest one, i.e. it keeps the
-*end* of a run and drops its beginning (slow start, the first collective). A packet count keeps
-the beginning, and because every record is at most ``snaplen`` bytes plus a 16-byte record header,
-``N`` records can never exceed ``max_bytes`` (plus the 24-byte file header). When the cap is hit
-tcpdump exits by itself and the capture reports ``truncated=True``.
-
-Other choices, and why:
-* ``-s SNAPLEN`` (128 by default): Ethernet 14 + IPv4 up to 60 + TCP up to 60 bytes fit in 134, and
-  in practice (no IP options, TCP with timestamps: 14+20+32 = 66) 128 is plenty; lengths are taken
-  from the IP header by the analysis, never from the captured bytes.
-* ``--immediate-mode``: without it libpcap (TPACKET_V3) hands packets over in blocks that retire
-  on a 1 s timeout, and a SIGINT discards the block being filled: the last second of a run was
-  lost ("9 received by filter, 0 captured" on a short ping). Immediate mode delivers each packet
-  at once; the rate on an emulated WAN (GSO super-packets of up to 64 KB) is low enough for that.
-* ``-U``: flush after each packet, so a file read while the capture runs (or after a crash) is
-  complete up to the last packet.
-* ``--time-stamp-precision=nano``: nanosecond records. veth offers only the ``host`` time stamp
-  type (``tcpdump -J``), i.e. the kernel's software clock, which is the same CLOCK_REALTIME that
-  ``time.time()`` reads: the project's single clock.
-* ``-Z root``: Debian's tcpdump drops to user ``tcpdump`` before opening the output file, which
-  then could not be written in a results directory owned by root.
-* One process per interface, started as ``ip netns exec NS tcpdump ...`` (argument lists, never a
-  shell). ``ip netns exec`` execs tcpdump in place, so the pid we record and signal *is* tcpdump.
+The size cap is a packet count (``-c N``), which keeps a run's beginning where tcpdump's ``-C``
+would keep its end; why that and each other tcpdump option: docs/traces.md, "Packet capture".
 """
 
 from __future__ import annotations

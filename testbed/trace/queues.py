@@ -4,22 +4,10 @@ Where a direction's queue lives depends on the backend (docs/congestion.md): in 
 leaf qdisc under HTB on the sending gateway's egress (``bfifo`` for drop-tail, ``red`` for a
 marking profile); on the userspace backend with an ``aqm``, inside the delay line, which writes its
 own samples (JSONL, see :mod:`testbed.link.delayline`). This module samples the former
-(:class:`QdiscSampler`, one rtnetlink dump per direction per period) and reads
-the latter (:func:`testbed.link.userspace.line_trace_rows`), both into the same columns:
-
-======================  =========================================================================
-``time``                unix seconds (``time.time()``), the clock of every trace table
-``direction``           ``east->west``
-``source``              ``qdisc:bfifo``, ``qdisc:red`` or ``delayline``
-``backlog_bytes``       bytes queued at the bottleneck now (the line counts wire bytes, as HTB)
-``backlog_packets``     packets queued (a GSO packet counts once)
-``packets``            cumulative (qdisc: dequeued; line: arrived, dropped ones too)
-``bytes``              cumulative wire bytes that left the bottleneck (qdisc: dequeued; line:
-                        served by its emulated queue, as HTB would have dequeued them)
-``dropped``             cumulative drops at the bottleneck (overflow, AQM and, for the line,
-                        random loss)
-``marked``              cumulative CE marks (red qdisc or line); None for bfifo
-======================  =========================================================================
+(:class:`QdiscSampler`, one rtnetlink dump per direction per period) and reads the latter
+(:func:`testbed.link.userspace.line_trace_rows`), both into the same columns (docs/results.md,
+``queues.parquet``): time, direction, source, backlog_bytes, backlog_packets, packets, bytes,
+dropped, marked.
 """
 
 from __future__ import annotations
@@ -44,7 +32,7 @@ from testbed.net.netlink import (
 )
 from testbed.trace.sampler import PeriodicSampler
 
-LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of testbed.render
+LEAF_HANDLE = 0x00100000  # "10:" (tc reads handles as hex): the HTB leaf of testbed.plan.render
 
 # rtnetlink, linux/rtnetlink.h and linux/gen_stats.h
 NETLINK_ROUTE = 0
@@ -70,7 +58,7 @@ class QdiscReader:
     processes per socket, which a sampler started once per run must not leave behind."""
 
     def __init__(self, ifname: str) -> None:
-        # Call inside the namespace (testbed.netns.run_in).
+        # Call inside the namespace (testbed.net.netns.run_in).
         self.index = socket.if_nametoindex(ifname)
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
         self.sock.bind((0, 0))

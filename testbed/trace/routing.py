@@ -1,20 +1,12 @@
 """Routing events of one run: the gateways' FIB changes, BFD and BGP session changes.
 
 Recorded for a run whose network has a multipath link or BGP routing (``routing.parquet``, one
-row per event, the clock of every table: unix seconds):
-
-* ``fib``: the kernel's routes to the other clusters in each gateway, from ``ip -ts monitor
-  route`` started in the gateway for the run: each change lists the paths (WAN directions
-  ``east->west/1``) the route then has (``paths``, ``n_paths``; a deleted route has none). The
-  kernel itself dropping a dead nexthop (static routing, a port down) makes no such event: its
-  routes stay, the nexthop is skipped;
-* ``bfd``: a BFD session going down or up (bfdd's ``debug bfd peer`` log), with its reason;
-* ``bgp``: a BGP session down or up (``log-neighbor-changes``), a route to another cluster
-  withdrawn or announced by a peer (``debug bgp updates``).
-
-Each row names the gateway, the peer (a BGP peer port) and the WAN path (``link``: the
-session's path, ``east-west/1``) where it has one. FRR's logs are read from the gateways'
-directories before the testbed goes down; only lines from the run's start on are kept.
+row per event, unix seconds): ``fib`` (a gateway's route to another cluster changed its paths,
+from ``ip -ts monitor route``), ``bfd`` (a session down or up, bfdd's ``debug bfd peer`` log) and
+``bgp`` (a session down or up, a route withdrawn or announced). Each row names the gateway, the
+peer and the WAN path where it has one; the columns and what makes no event: docs/results.md.
+FRR's logs are read from the gateways' directories before the testbed goes down; only lines from
+the run's start on are kept.
 """
 
 from __future__ import annotations

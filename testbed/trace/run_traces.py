@@ -1,16 +1,10 @@
 """The traces of one run: what to sample, started around the workload and turned into tables.
 
 ``trace:`` in the scenario says what is recorded (all off by default); this module starts the
-samplers just before the ranks and stops them just after:
-
-* ``tcp_info``: every TCP socket in the ranks' host namespaces (:mod:`testbed.trace.tcp`);
-* ``queues``: each WAN direction's bottleneck, from its qdisc (:mod:`testbed.trace.queues`) or,
-  where the link backend holds the queue (the userspace delay line), from its own samples;
-* on a multipath link, always: which path each TCP flow took and when it moved, from sampled
-  headers on each path (:mod:`testbed.trace.flowpaths`, ``flowpaths.parquet``);
-* ``pcap``: headers only, on the wire's egress of each direction (:mod:`testbed.trace.pcap`),
-  where a packet has been shaped, delayed and, if so, CE-marked; ``analysis.flows`` makes
-  ``flows.parquet`` of it.
+samplers just before the ranks and stops them just after: ``tcp_info`` (:mod:`testbed.trace.tcp`),
+``queues`` (:mod:`testbed.trace.queues`, or the delay line's own samples where it holds the
+queue), ``pcap`` on the wire's egress of each direction (:mod:`testbed.trace.pcap`) and, on a
+multipath link always, which path each TCP flow took (:mod:`testbed.trace.flowpaths`).
 
 Whatever the settings, the congestion control and ECN *in effect* on the ranks' sockets are read
 from tcp_info (one light sample per second when ``tcp_info`` tracing is off) and recorded per run.

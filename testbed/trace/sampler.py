@@ -1,19 +1,10 @@
 """The one periodic sampler thread: every trace that polls the kernel (tcp_info, qdisc statistics,
 the machine's CPU) is a :class:`PeriodicSampler` that only says how to open, sample and close.
 
-The drift rule, the same for all of them:
-
-* ticks are on the grid ``t0 + k * period`` of the monotonic clock, ``t0`` being the start (the
-  first sample is taken at ``t0``, or at ``t0 + period`` for a sampler whose first sample needs a
-  previous one, ``immediate = False``); waiting is for the next grid point, so the sampling
-  does not drift by the time each sample takes;
-* a sample that overruns one or more grid points does not cause a burst of catch-up samples: the
-  missed ticks are skipped, the next sample is on the next grid point still ahead, and every
-  skipped tick is counted in ``missed_ticks`` (so a trace's gaps are visible, not guessed);
-* the thread never raises: an exception from ``sample`` becomes a message in ``errors`` (each
-  distinct message once) and sampling goes on at the same period.
-
-``sample_seconds`` holds the thread CPU time of each sample, so the cost of tracing can be shown.
+One drift rule for all of them (docs/traces.md, "Sampling"): ticks on the grid ``t0 + k *
+period`` of the monotonic clock, overrun ticks skipped and counted in ``missed_ticks`` (never a
+burst of catch-up samples), and a thread that never raises (an exception becomes a message in
+``errors``). ``sample_seconds`` holds each sample's thread CPU time: the cost of tracing.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """``testbed vm``: run one command inside a throwaway QEMU guest booted with a stock kernel.
 
-For kernels without ``sch_netem``, ``fq``, ``red`` or ``tcp_dctcp`` (the project's development VM,
-many container hosts): the guest runs a distribution kernel that has them all as modules, while
-its userland is this machine's own filesystem, so the same venv, scenarios and paths work inside.
-The host's filesystem is shared read-only, so nothing the guest does touches the host, except in
-the read-write shares: the current directory (results) and any ``--share`` directory.
+For kernels without ``sch_netem``, ``fq``, ``red`` or ``tcp_dctcp``: the guest runs a
+distribution kernel that has them all as modules, while its userland is this machine's own
+filesystem (shared read-only), so the same venv, scenarios and paths work inside; only the current
+directory and any ``--share`` directory are writable.
 
-The package, in the order a run needs it (docs/vm.md tells the story):
-
-* ``kernel``: resolve, fetch, unpack, index and cache a distribution kernel package; ``elf``
-  reads just enough ELF to find its PVH entry and the vmlinux inside a bzImage;
-* ``initramfs``: static busybox or this machine's programs, modules in load order, ``/init``
-  (``guest/init.sh``), written as a cpio archive and cached;
-* ``job``: the command, its environment and shares as stage 2 (``guest/stage2.sh``);
-* ``qemu``: QEMU's argv, starting it, and the accelerator (KVM only when a real guest boots
-  on it; ``kvm_probe`` is the one-instruction guest run as a separate program);
-* ``console``: the guest console split into boot log, the command's output and its exit code;
-* ``runner``: one run from start to end; ``cli``: the verb's options (``python -m testbed.vm``).
-
-virtme-ng (``vng``) was measured as a replacement for the boot half and not adopted: on a host
-without udev it loses the command's exit code (benchmarks/RESULTS.md, docs/vm.md).
+The package, in the order a run needs it (docs/vm.md tells the story): ``kernel`` and ``elf``
+(fetch, cache and read a distribution kernel), ``initramfs`` (busybox or this machine's programs,
+modules, ``/init``), ``job`` (the command as stage 2), ``qemu`` (argv, start, accelerator;
+``kvm_probe``), ``console`` (boot log, output, exit code), ``runner`` (one run) and ``cli``.
 """
 
 from __future__ import annotations

@@ -1,34 +1,17 @@
 """One Python start-up for many delay lines: fork one line process per wire namespace.
 
 ``python -m testbed.link.delayline --line NS CONFIG LOG [--line ...] [--rules NS FILE ...]``
-runs in the initial namespace. It has imported the delay line once; each ``--line`` gets a forked
-child that sends its stderr to ``LOG``, enters ``NS`` (``setns``: the child has one thread, so
-the whole process moves and ``/proc/net/netfilter/nfnetlink_queue`` shows that namespace's
-counters), loads ``CONFIG`` and runs the :class:`~testbed.link.delayline.loop.DelayLine` exactly
-as a line started with ``ip netns exec NS python -m testbed.link.delayline --config CONFIG``
-would. One process per wire still: all cores are used and a dead line fails only its own links.
+runs in the initial namespace, having imported the delay line once; each ``--line`` gets a
+forked child that logs to ``LOG``, enters ``NS`` (``setns``: the child has one thread, so the whole
+process moves) and runs the :class:`~testbed.link.delayline.loop.DelayLine` as ``ip netns exec NS
+python -m testbed.link.delayline --config CONFIG`` would. One process per wire still: all cores
+are used and a dead line fails only its own links. ``--wait`` holds the forks until a line on
+stdin, so the start-up overlaps the build; ``--rules`` has each line apply its iptables rules once
+its queues are bound, before READY.
 
-With ``--wait`` the launcher, once it has imported everything, waits for a line on stdin before
-it forks (EOF instead: it exits 1, forking nothing): the supervisor starts it before the
-namespaces exist and lets it go once they do, so the interpreter's start-up overlaps the build.
-
-With ``--rules NS FILE`` the line in ``NS``, once its queues are bound and before it says READY,
-applies ``FILE`` with ``iptables-restore --noflush -w`` (:func:`~.rules.restore_command`; the
-input is :func:`~.rules.restore_input`) from inside its namespace: the rules still come after the
-queues are listening, without an ``ip netns exec`` per namespace, and while the testbed is still
-being built. Removing them (before SIGTERM) stays the supervisor's.
-
-Protocol on stdout (the supervisor's, :mod:`testbed.link.userspace`), one line per child in the
-order the children get there:
-
-* ``READY NS PID``: the line in ``NS`` (process ``PID``) has bound its queues;
-* ``FAILED NS PID CODE``: it exited before READY with ``CODE`` (2: bad config, 1: a queue or the
-  socket could not be set up, 3: the namespace could not be entered, 4: its rules failed); the
-  reason is in its LOG.
-
-The launcher then exits (0 if every line got ready, else 1) and the lines live on, re-parented
-to PID 1; stopping them (SIGTERM after their rules are gone) is the supervisor's, by pid. Each
-child reports its READY through a pipe of its own, so the launcher knows which child failed.
+Protocol on stdout (the supervisor's, :mod:`testbed.link.userspace`): ``READY NS PID`` or ``FAILED
+NS PID CODE`` per child, each child reporting through a pipe of its own; then the launcher exits
+(0 if every line got ready) and the lines live on. Exit codes and the rest: docs/delayline.md.
 """
 
 from __future__ import annotations
