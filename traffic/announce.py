@@ -1,23 +1,16 @@
 """Iteration announcements: rank 0 tells the runner, on a UNIX datagram socket, when each measured
-iteration (collectives) or step (training) starts, so that the event runner (testbed.run.events)
-can place schedule steps and faults on the workload's clock.
+iteration (collectives) or step (training) starts, so that the event runner
+(testbed.experiment.events) can place schedule steps and faults on the workload's clock.
 
 This module owns the message format, both ways (:func:`format_start`, :func:`format_end`,
-:func:`parse`) and the sender (:class:`Announcer`). Standard library only: the ranks import it
-before torch, the runner imports it to read the messages.
+:func:`parse`: one ASCII datagram ``iteration K start UNIX MONO`` or ``end UNIX MONO``) and the
+sender (:class:`Announcer`). Standard library only: the ranks import it before torch, the runner
+imports it to read the messages.
 
-One datagram per message, ASCII::
-
-    iteration K start UNIX MONO     K: the index of the measured operation in the run (0 = the
-                                    first timed one), UNIX = time.time(), MONO = time.monotonic()
-    end UNIX MONO                   the workload is over (done or failed)
-
-A path socket is used (not an abstract one) because a path is reachable from every network
-namespace: the ranks run in the hosts' namespaces, the runner in the root one. Sending never
-blocks and never fails the rank: nobody listening (no file, or a closed socket) and a full
-receive queue are ignored, because an announcement is a service to the runner, not part of the
-workload. ``CLOCK_MONOTONIC`` is one clock for every process of the machine (no time namespaces
-are used), so MONO compares directly with the runner's ``time.monotonic()``.
+A path socket (not an abstract one) is reachable from every network namespace. Sending never
+blocks and never fails the rank (nobody listening and a full receive queue are ignored): an
+announcement is a service to the runner, not part of the workload. ``CLOCK_MONOTONIC`` is one
+clock for every process of the machine, so MONO compares directly with the runner's.
 """
 
 from __future__ import annotations

@@ -6,23 +6,13 @@ scenario's `traffic:` flows.
                                 [--congestion cubic]
     python -m traffic.bulk sink --port 5201 --out FILE [--interval 0.1]       # READY, samples
 
-``sink`` is the receiver of a scenario's ``traffic:`` flows (testbed.run.flows): it accepts
-one connection and writes, every ``interval`` seconds until EOF, one JSON line
-``{"t": unix time at the end of the window, "seconds": window, "bytes": read in it,
-"goodput_bps"}`` to FILE (flushed as written), then prints a summary line. ``send
---congestion`` sets the flow's algorithm (TCP_CONGESTION) before it connects.
-
-The receiver accepts one connection, counts bytes until EOF and prints goodput over the time after
-``warmup`` seconds (so slow start does not count) and over the whole transfer. Standard library
-only, zero-copy friendly: ``recv_into`` a preallocated buffer, ``sendall`` of one memoryview.
-
-``--buffer`` fixes both socket buffers (SO_RCVBUFFORCE / SO_SNDBUFFORCE, as root) instead of
-letting autotuning grow them one round trip at a time: on a long fat link the receive window
-would otherwise, not the link, hold the flow back for seconds. ``mark_buffered_bytes`` is what
-sat in the receive buffer, unread, at the mark (counting it in the window read up to 108%).
-
-The window starts at the lowest-reading of ``MARKS`` candidate marks ``--spacing`` apart (each
-one reported under ``marks`` with the kernel's out-of-order packet count): see ``serve``.
+``serve`` counts one connection's bytes until EOF and reports goodput after ``warmup`` (so slow
+start does not count) and over the whole transfer; ``sink`` (testbed.experiment.flows) writes one
+JSON line per ``interval`` window. ``--buffer`` fixes both socket buffers instead of letting
+autotuning grow them a round trip at a time, so the link, not the receive window, holds the flow
+back. Standard library only, zero-copy friendly (``recv_into``, ``sendall`` of a memoryview).
+The window starts at the lowest-reading of ``MARKS`` candidate marks ``--spacing`` apart (see
+``serve``); ``mark_buffered_bytes`` is what sat unread in the receive buffer at the mark.
 """
 
 from __future__ import annotations

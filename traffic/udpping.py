@@ -3,21 +3,14 @@
     python -m traffic.udpping serve --port 5300            # prints READY, echoes until killed
     python -m traffic.udpping probe --host west-h0 --port 5300 --count 200 --interval 0.01
 
-The prober prints one JSON line: ``rtts`` in seconds (lost probes omitted), ``sent``, ``lost``
-and ``reordered`` (replies that arrived after a later probe's reply). Each probe carries its
-sequence number and send time, so late replies are matched correctly. All namespaces share one
-clock, so the server's receive stamp also splits each RTT into one-way delays (``forward``,
-``reverse``), which is how asymmetric links are checked.
-
-``one_way`` is the same probe without the echo, for a caller that holds both ends: sockets it
-made inside the two namespaces (``testbed.run.calibrate`` measures every WAN direction's floor
-that way at bring-up, all directions at once, in its own process).
+The prober prints one JSON line: ``rtts`` in seconds (lost probes omitted), ``sent``, ``lost``,
+``reordered``, and the one-way split (``forward``, ``reverse``: all namespaces share one clock).
+``one_way`` is the same probe without the echo, for a caller holding both ends' sockets
+(``testbed.live.calibrate`` measures every WAN direction's floor that way at bring-up).
 
 What is timed is the network, not the two Python processes: both ends take the *kernel's*
-receive timestamp (SO_TIMESTAMPNS), and the echo server reports how long the packet sat with it
-(kernel receive to its own send), which is subtracted, as NTP does. Without that, two process
-wake-ups (their cost on the development VM: benchmarks/RESULTS.md) would be counted as link
-delay.
+receive timestamp (SO_TIMESTAMPNS), and the echo server reports how long the packet sat with it,
+which is subtracted, as NTP does; otherwise two process wake-ups would count as link delay.
 """
 
 from __future__ import annotations

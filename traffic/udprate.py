@@ -3,18 +3,12 @@
     python -m traffic.udprate serve --port 5297 --skip 0.2 --window 1.0  # READY, one JSON line
     python -m traffic.udprate send --host west-h0 --port 5297 --rate 105e6 --duration 1.5
 
-The sender paces full-size datagrams (``--payload`` bytes on both ends: the interface MTU less
-28) at ``--rate`` bit/s of Ethernet frames, slightly above the
-link's rate, so the shaper is always backlogged and drops the excess (expected). The receiver
-counts what arrives: from ``skip`` seconds after the first datagram (the shaper's initial burst
-and the probe's start-up stay outside) for ``window`` seconds, both edges taken from the
-*kernel's* receive timestamps (SO_TIMESTAMPNS), so the receiving process's scheduling does not
-move them. The rate is the frame bytes of every counted arrival but the last over the time from
-the first to the last (an arrival's timestamp is that of its first datagram).
-
-Sends are UDP GSO (UDP_SEGMENT: one 64 KB send = 44 datagrams) and the receiver asks for UDP
-GRO, so both ends make a few thousand system calls per second even at 5 Gbit/s. The receiver
-reports the socket's own drops (SO_RXQ_OVFL): non-zero means the probe, not the link, lost data.
+The sender paces full-size datagrams (the interface MTU less 28) slightly above the link's rate,
+so the shaper is always backlogged and drops the excess. The receiver counts the frame bytes that
+arrive from ``skip`` seconds after the first datagram for ``window`` seconds, both edges from the
+*kernel's* receive timestamps (SO_TIMESTAMPNS), so its own scheduling does not move them. Sends
+are UDP GSO and the receiver asks for GRO, so both ends make few system calls even at Gbit/s
+rates; the receiver reports the socket's own drops (SO_RXQ_OVFL: the probe, not the link, lost).
 """
 
 from __future__ import annotations

@@ -2,28 +2,15 @@
 receiver the notification point (NP).
 
     python -m traffic.dcqcn.flow recv --bind ADDR --port P --params JSON --out DIR   # READY
-    python -m traffic.dcqcn.flow send --to ADDR --port P --flow I --line-rate BPS \\
+    python -m traffic.dcqcn.flow send --to ADDR --port P --flow I --line-rate BPS \
         --duration S --params JSON --out DIR [--size 1400] [--tick 0.0002]
 
-``--params`` is :class:`testbed.core.dcqcn.DcqcnParams` as JSON (already in emulated units).
-
-Sender: datagrams of ``--size`` bytes marked ECT(0) (``IP_TOS`` 0x02), paced in userspace at the
-RP's current rate (no fq/etf qdisc here; no UDP GSO, so the bottleneck marks each datagram on
-its own): every tick it reads the CNPs that came back on its socket (``on_cnp``), lets the RP's
-timers catch up (``advance``), and sends what is due (``on_sent`` per datagram), sleeping to the
-next departure or tick. A catch-up after a late wake-up is limited to one tick's worth, so a
-stalled sender does not burst. Each datagram carries (flow, sequence, send time).
-
-Receiver: ``IP_RECVTOS`` gives each datagram's TOS; CE (ECN bits 11) goes to the NP, which says
-when to send a CNP (a 16-byte datagram back to the sender's address); deferred CNPs are polled.
-Bytes, datagrams and CE marks are counted per flow in ``INTERVAL`` windows.
-
-Files in DIR: ``rp-<flow>.jsonl`` (every RP event: t, kind, stage, rc, rt, alpha),
-``rp-<flow>-sends.npy`` and ``rp-<flow>-cnps.npy`` (the monotonic times the RP was given: the
-offline replay's input, traffic.dcqcn.replay), ``np.jsonl`` (every CNP sent), ``rx.jsonl`` (per
-flow windows). Times are this host's CLOCK_MONOTONIC (one clock for all namespaces) plus, in
-each file's first line, the unix time of monotonic zero (and for the RP its start ``t0`` and line
-rate, what a replay needs besides the two arrays).
+``--params`` is :class:`testbed.core.dcqcn.DcqcnParams` as JSON (already in emulated units). The
+sender paces ECT(0) datagrams in userspace at the RP's rate (no UDP GSO, so the bottleneck marks
+each datagram), reading CNPs and advancing the RP's timers every tick; the receiver hands each CE
+to the NP and sends the CNPs it asks for. Both write their events to DIR (``rp-<flow>.jsonl``,
+the replay's ``.npy`` inputs, ``np.jsonl``, ``rx.jsonl``) on this host's CLOCK_MONOTONIC, with
+the unix time of monotonic zero in each file's first line (docs/congestion.md, "DCQCN").
 """
 
 from __future__ import annotations

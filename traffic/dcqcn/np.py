@@ -1,20 +1,14 @@
 """DCQCN's notification point (NP, the receiver NIC's CNP generator) as a pure state machine.
 
-This module owns when a receiver sends CNPs (../../shared/notes/dcqcn.md §1.2). The paper: "If a
-marked packet arrives for a flow, and no CNP has been sent for the flow in last N microseconds, a
-CNP is sent immediately. Then, the NIC generates at most one CNP packet every N microseconds for
-the flow, if any packet that arrives within that time window was marked" (htsim's DCQCNSink does
-the same with a timer). NVIDIA's ``min_time_between_cnps`` counts per *port*
-(``params.cnp_per_port``): one N shared by all flows the receiver sees.
+This module owns when a receiver sends CNPs: a marked packet gets a CNP at once if none was sent
+for its flow in the last N, else at most one CNP per N while marks arrive (the paper, htsim's
+DCQCNSink); NVIDIA's ``min_time_between_cnps`` counts N per *port* (``params.cnp_per_port``).
 
-No clock is read: :meth:`NotificationPoint.on_packet` is called per arriving packet with its
-time and says whether to send a CNP for that flow now; a CE that arrived inside the window leaves
-a deferred CNP that falls due N after the previous one, which the receiver loop collects with
-:meth:`NotificationPoint.due` (and :meth:`NotificationPoint.next_due` tells it how long it may
-sleep). A CNP's time is when it is actually sent, so the spacing is >= N however late the loop
-polls. Per port, deferred CNPs go out one per N in the order their flows were first marked;
-a CE that arrives when the port's window is open gets its CNP at once all the same (the
-paper's "immediately"), so a flow waiting in ``due`` can be passed once by a newer mark.
+No clock is read: :meth:`NotificationPoint.on_packet` takes each arriving packet's time and says
+whether to send a CNP now; a CE inside the window leaves a deferred CNP due N after the previous
+one, collected with :meth:`NotificationPoint.due` (:meth:`NotificationPoint.next_due`: how long
+the loop may sleep). A CNP's time is when it is sent, so the spacing is >= N however late the
+loop polls; per port, deferred CNPs go out one per N in the order their flows were first marked.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Offline replay of a DCQCN sender: logged sends and CNP arrivals through a fresh RP.
 
 This module owns the proof that a live run's rate trace follows from its logged sends and CNP
-arrivals alone: fed offline into a fresh RP, they reproduce it exactly. It shares the live path:
-the live sender drives a :class:`~traffic.dcqcn.rp.ReactionPoint`, whose ``calls`` list is the
-log, and :func:`replay_calls` makes exactly those calls again through
-:meth:`ReactionPoint.apply`. Because
-``advance`` never changes the result (timer events are applied in time order whenever they fall
-due), the sends and CNPs alone determine the trace: :func:`replay` merges them by time, a CNP
-before a send at the same instant (the sender drains its CNP socket before it sends in a tick).
+arrivals alone: fed offline into a fresh :class:`~traffic.dcqcn.rp.ReactionPoint`, they
+reproduce it exactly. :func:`replay_calls` makes the live RP's ``calls`` again through
+:meth:`ReactionPoint.apply`; :func:`replay` merges sends and CNPs by time, a CNP before a send at
+the same instant (the sender drains its CNP socket before it sends in a tick).
 
-What the live sender must do for the replay to be exact: pass the RP the very times it logs
-(one monotonic clock, never earlier than its previous call: a CNP is stamped when it is read,
-not with an earlier kernel timestamp), call ``on_sent`` once per datagram (ns3's byte budget
-counts datagrams), and at equal times either drain CNPs first or keep ``rp.calls`` and use
-:func:`replay_calls`.
+For the replay to be exact the live sender passes the RP the very times it logs (one monotonic
+clock, never earlier than its previous call), calls ``on_sent`` once per datagram and, at equal
+times, drains CNPs first (or keeps ``rp.calls`` for :func:`replay_calls`).
 """
 
 from __future__ import annotations

@@ -5,19 +5,8 @@ ranks follow it to decide when to talk, and the runner uses the same function to
 communication and to account the bytes each sync puts on the wire. Steps count from 0; a sync
 "at step s" is issued after step s's local update.
 
-* ``ddp``: every step all-reduces the gradients over the world (DDP buckets; a hook changes the
-  payload: fp16/bf16 halve it, PowerSGD sends the low-rank factors).
-* ``localsgd``: local steps; every ``H`` steps the parameters are averaged over the world.
-* ``diloco``: ``H`` inner steps; then the pseudo-gradient (previous global parameters minus the
-  local ones) is averaged over the world and the outer optimizer (SGD, Nesterov) applies it.
-* ``streaming-diloco``: the same, but the model is cut into ``F`` fragments (tensor ``i`` belongs to
-  fragment ``i mod F``, i.e. strided over layers); one fragment syncs every ``H/F`` steps, its
-  all-reduce is issued ``overlap`` steps before it is applied (the inner steps in between overlap
-  it) and the result is merged with the local fragment with weight ``alpha``.
-* ``hierarchical``: DDP inside each cluster every step, DiLoCo across clusters every ``H`` steps
-  among the leaders (then a broadcast inside the cluster).
-* ``parameter-server``: every step each worker pushes its gradient to the servers and pulls the
-  new parameters (point to point).
+The algorithms (``ddp``, ``localsgd``, ``diloco``, ``streaming-diloco``, ``hierarchical``,
+``parameter-server``) and what each one synchronises when: docs/training.md.
 """
 
 from __future__ import annotations
