@@ -2,6 +2,24 @@
 
     python -m traffic.rank --spec SPEC.json --rank R
 
+The spec, its output rows and the exit status: ``HELP`` (``--help`` prints it after this).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO, Any
+
+from testbed.core.stats import quantile
+from traffic import collectives as C
+from traffic.announce import Announcer
+from traffic.context import RankContext, setup, teardown
+from traffic.entry import exit_on_error, log, rank_args, rank_start
+from traffic.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_WRONG
+
+# The command's help after the docstring (argparse prints both).
+HELP = """\
 The spec (one JSON file shared by all ranks, written by the runner)::
 
     {"master_addr": "10.64.0.10", "master_port": 29500, "world_size": 4, "timeout_s": 300,
@@ -42,19 +60,6 @@ combination named on stderr); 1 any exception (traceback on stderr prefixed ``ra
 the process leaves with ``os._exit`` so a hung gloo thread cannot keep it alive).
 ``SIGUSR1`` dumps every thread's stack to stderr (for hangs).
 """
-
-from __future__ import annotations
-
-import json
-import sys
-from typing import IO, Any
-
-from testbed.core.stats import quantile
-from traffic import collectives as C
-from traffic.announce import Announcer
-from traffic.context import RankContext, setup, teardown
-from traffic.entry import exit_on_error, log, rank_args, rank_start
-from traffic.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_WRONG
 
 
 def _write(out: IO[str], record: dict[str, Any]) -> None:
@@ -160,7 +165,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = rank_args("python -m traffic.rank", __doc__, argv)
+    args = rank_args("python -m traffic.rank", f"{__doc__}\n{HELP}", argv)
     label = f"rank {args.rank}"
     out: IO[str] | None = None
     announcer = Announcer(None)

@@ -3,6 +3,34 @@
     python -m traffic.user_rank --spec SPEC.json --rank R
 
 This module owns the rank side of ``RankTestbed.run_ranks`` (the pytest plugin's way of running
+user communication code on every rank). The spec, the files it writes and the exit status:
+``HELP`` (``--help`` prints it after this).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import pickle
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+from testbed.core.files import atomic_write_bytes
+from traffic.announce import Announcer
+from traffic.entry import log_lines, rank_args, rank_start
+from traffic.exit_codes import EXIT_ERROR, EXIT_OK
+
+# The command's help after the docstring (argparse prints both).
+HELP = """\
+This module owns the rank side of ``RankTestbed.run_ranks`` (the pytest plugin's way of running
 user communication code on every rank). The spec carries what :mod:`traffic.rank` reads
 (``master_addr``, ``master_port``, ``world_size``, ``ranks``, ``timeout_s``, ``out_dir``) plus::
 
@@ -42,27 +70,6 @@ Exit status: 0 ok; 1 an exception anywhere (traceback in the result and on stder
 alive). ``SIGUSR1`` dumps every thread's stack to stderr: the launcher sends it to a rank that
 did not finish in time before killing it, so the log shows where it hung.
 """
-
-from __future__ import annotations
-
-import contextlib
-import importlib
-import importlib.util
-import json
-import os
-import pickle
-import sys
-import time
-import traceback
-from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import Any
-
-from testbed.core.files import atomic_write_bytes
-from traffic.announce import Announcer
-from traffic.entry import log_lines, rank_args, rank_start
-from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 
 class _Failure(Exception):
@@ -210,7 +217,7 @@ def _format(failure: _Failure) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = rank_args("python -m traffic.user_rank", __doc__, argv)
+    args = rank_args("python -m traffic.user_rank", f"{__doc__}\n{HELP}", argv)
     label = f"rank {args.rank}"
     files: _Files | None = None
     result: dict[str, Any] = {"rank": args.rank, "status": "error"}
