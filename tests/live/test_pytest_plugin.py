@@ -1,4 +1,4 @@
-"""The pytest plugin (testbed.pytest_plugin) seen from a user's test suite, run with pytester in a
+"""The pytest plugin (testbed.testing.plugin) seen from a user's test suite, run with pytester in a
 subprocess each (real namespaces and rank processes), plus pure tests of what run_ranks accepts.
 
 Scenarios are tiny (2 clusters x 1 host, 100 Mbit/s, 5 ms): most of a case's time is the rank

@@ -1,4 +1,4 @@
-"""The network plan (testbed.plan) and its iproute2 rendering (testbed.render).
+"""The network plan (testbed.plan) and its iproute2 rendering (testbed.plan.render).
 
 Pure tests: a scenario dict goes through ``parse_scenario`` and ``build_plan``; nothing touches
 the kernel. The route walk below simulates IPv4 forwarding over the plan's addresses, routes,

@@ -1,4 +1,4 @@
-"""Scenario schema (testbed.scenario): defaults, overrides and the exact user-facing errors.
+"""Scenario schema (testbed.config): defaults, overrides and the exact user-facing errors.
 
 Every error names the file, the field path (``wan[0].delay``), the bad value and what is allowed,
 one line per problem. Pure tests: no root, no kernel.

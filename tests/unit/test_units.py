@@ -1,4 +1,5 @@
-"""Unit parsing (testbed.units): the one place where "25ms", "1gbit", "4MiB", "0.1%" become numbers.
+"""Unit parsing (testbed.core.units), the one place where "25ms", "1gbit", "4MiB", "0.1%" become
+numbers.
 
 Pure tests: good values map to SI numbers (bit/s, seconds, bytes, fractions); bad values raise
 ``ValueError`` whose text shows the bad value and examples of good ones.
