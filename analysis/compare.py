@@ -75,7 +75,7 @@ class Comparison:
         return bool((self.table["verdict"] == "regressed").any())
 
     def counts(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.table["verdict"].value_counts().items()}
+        return {str(k): int(v) for k, v in self.table["verdict"].value_counts().items()}
 
 
 def _kind(base: Results, new: Results) -> _Kind:

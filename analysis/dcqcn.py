@@ -76,7 +76,7 @@ def convergence(
     if not ok[-1]:
         return math.nan
     bad = np.flatnonzero(~ok)
-    at = smooth.index[bad[-1] + 1] if bad.size else smooth.index[0]
+    at = smooth.index[int(bad[-1]) + 1] if bad.size else smooth.index[0]
     return float(at - since)
 
 

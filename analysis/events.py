@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, SupportsInt, cast
 
 import pandas as pd
 
@@ -35,6 +35,7 @@ def applied_times(events: pd.DataFrame) -> pd.Series:
     applied = events.get("applied_unix", None)
     scheduled = events.get("scheduled_unix", None)
     if applied is None:
+        assert scheduled is not None  # a column every events table has (testbed.core.results)
         return scheduled.astype(float)
     return applied.astype(float).fillna(scheduled) if scheduled is not None else applied
 
@@ -45,7 +46,7 @@ def directions_of(value: Any) -> list[str]:
         return []
     if isinstance(value, str):
         return [d.strip() for d in value.split(",") if d.strip()]
-    return [str(d) for d in value]
+    return [str(d) for d in cast(Iterable[Any], value)]  # a list or an array
 
 
 def applied_events(events: pd.DataFrame) -> pd.DataFrame:
@@ -80,9 +81,10 @@ def fault_windows(events: pd.DataFrame, specs: dict[int, Any] | None = None) -> 
     ev = applied_events(events)
     ev = ev[ev["fault"].notna()].assign(_t=lambda d: applied_times(d))
     rows = []
-    for (results, run_id, fault), g in ev.sort_values("_t", kind="stable").groupby(
+    for key, g in ev.sort_values("_t", kind="stable").groupby(
         ["results", "run_id", "fault"], sort=False
     ):
+        results, run_id, fault = cast(tuple[str, str, SupportsInt], key)
         spec = (specs or {}).get(int(fault))
         spec = spec if isinstance(spec, dict) else {"kind": spec} if spec else {}
         actions = list(g["action"])
@@ -169,7 +171,10 @@ def by_run(events: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
         return []
     if "results" not in events:
         events = events.assign(results="")
-    return list(events.groupby(["results", "run_id"], sort=False))
+    return cast(
+        list[tuple[tuple[str, str], pd.DataFrame]],
+        list(events.groupby(["results", "run_id"], sort=False)),
+    )
 
 
 def run_rows(df: pd.DataFrame | None, results: str, run_id: str) -> pd.DataFrame:
@@ -192,7 +197,8 @@ def lateness_table(events: pd.DataFrame) -> pd.DataFrame:
         ev = ev[ev["status"] != "undone"]
     skipped = _count_status(events, "skipped")
     rows = []
-    for (results, run_id), g in ev.groupby(["results", "run_id"], sort=False):
+    for key, g in ev.groupby(["results", "run_id"], sort=False):
+        results, run_id = cast(tuple[str, str], key)
         late = g["late_s"].dropna().astype(float).tolist()
         errors = g["error"].fillna("").astype(str).str.len().gt(0).sum() if "error" in g else 0
         rows.append(
@@ -218,4 +224,4 @@ def _count_status(events: pd.DataFrame, status: str) -> dict[tuple[str, str], in
     mine = ev[ev["status"] == status]
     if "event" in mine:
         mine = mine.drop_duplicates(["results", "run_id", "event"])
-    return mine.groupby(["results", "run_id"]).size().to_dict()
+    return cast(dict[tuple[str, str], int], mine.groupby(["results", "run_id"]).size().to_dict())

@@ -12,7 +12,7 @@ operation's start (else its first event: analysis.faults.clock_origins).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -94,7 +94,8 @@ def plot_timeline(res: Results, fr: FaultResults) -> P.Plot | None:
     if ev.empty:
         return None
     panels: list[tuple[str, str, str, dict[str, Any]]] = []
-    for (results, run_id), _ in ev.groupby(["results", "run_id"], sort=False):
+    for key, _ in ev.groupby(["results", "run_id"], sort=False):
+        results, run_id = cast(tuple[str, str], key)
         run = ((res.manifests.get(results) or {}).get("runs") or {}).get(run_id) or {}
         for link, dirs in base_settings(run.get("resolved") or {}).items():
             panels.append((results, run_id, link, dirs))
@@ -174,9 +175,11 @@ def _timeline(
     _outages(ev, link, origin, end, (rate_ax, delay_ax, ops_ax))
     shown = applied_events(ev)
     for e in shown[shown["source"].isin(["schedule", "fault"])].itertuples(index=False):
-        if e.link not in (None, link) and not pd.isna(e.link):
+        event_link = cast(str | float | None, e.link)  # NaN where the row names none
+        if event_link not in (None, link) and not pd.isna(event_link):
             continue
-        x = (e.applied_unix if pd.notna(e.applied_unix) else e.scheduled_unix) - origin
+        applied, scheduled = cast(float, e.applied_unix), cast(float, e.scheduled_unix)
+        x = (applied if pd.notna(applied) else scheduled) - origin
         colour = "tab:red" if e.source == "fault" else "0.4"
         for ax in (delay_ax, ops_ax):
             ax.axvline(x, color=colour, ls="--", lw=0.8, alpha=0.7)
@@ -184,10 +187,10 @@ def _timeline(
     for op in ops.itertuples(index=False):
         ops_ax.barh(
             0,
-            op.duration,
-            left=op.start - origin,
+            cast(float, op.duration),
+            left=cast(float, op.start) - origin,
             height=0.6,
-            color=OUTCOME_COLOURS.get(op.outcome, "0.5"),
+            color=OUTCOME_COLOURS.get(cast(str, op.outcome), "0.5"),
             edgecolor="white",
             lw=0.5,
         )

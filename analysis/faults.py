@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -70,7 +70,7 @@ def fault_table(
     for key, faults in windows.groupby(["results", "run_id"], sort=False):
         run_ops = table[(table["results"] == key[0]) & (table["run_id"] == key[1])]
         rank_rows = ops[(ops["results"] == key[0]) & (ops["run_id"] == key[1])]
-        ctx = context.get(key)
+        ctx = context.get(cast(tuple[str, str], key))
         faults = faults.sort_values("start")
         next_start = [*list(faults["start"].iloc[1:]), math.inf]
         spans = [
@@ -88,7 +88,8 @@ def _baseline(run_ops: pd.DataFrame, spans: list[tuple[float, float]]) -> dict[s
         not any(s <= end and start <= e for s, e in spans)
         for start, end in zip(ok["start"], ok["end"], strict=True)
     ]
-    return ok[np.array(clear, dtype=bool)].groupby("arm")["duration"].median().to_dict()
+    medians = ok[np.array(clear, dtype=bool)].groupby("arm")["duration"].median()
+    return cast(dict[str, float], medians.to_dict())
 
 
 def _one_fault(
@@ -357,8 +358,7 @@ def summarize_faults(
         q = pd.DataFrame() if queues is None else queues.assign(results="", run_id=run_id)
         g = None if goodput is None else goodput.assign(results="", run_id=run_id)
         dark = [
-            (f.start, f.end if f.end is not None and not pd.isna(f.end) else math.inf)
-            for f in faults.itertuples(index=False)
+            (start, _until(end)) for start, end in zip(faults["start"], faults["end"], strict=True)
         ]
         table = trace_table(achieved_rates(bins, q, g), {("", run_id): dark})
         if table["correlation"].notna().any():
@@ -367,6 +367,11 @@ def summarize_faults(
 
 
 DROP_SHOWN = ["fault_dropped_packets", "fault_reset_packets", "queue_dropped_packets"]
+
+
+def _until(end: float | None) -> float:
+    """A fault's end, infinity where it never ended (None or NaN)."""
+    return end if end is not None and not pd.isna(end) else math.inf
 
 
 def drop_table(manifests: dict[str, dict[str, Any]], queues: pd.DataFrame) -> pd.DataFrame:
@@ -397,9 +402,11 @@ def clock_origins(operations: pd.DataFrame, events: pd.DataFrame) -> dict[tuple[
     out: dict[tuple[str, str], float] = {}
     if not events.empty:
         ev = events if "results" in events else events.assign(results="")
-        out.update(ev.groupby(["results", "run_id"])["scheduled_unix"].min().to_dict())
+        first = ev.groupby(["results", "run_id"])["scheduled_unix"].min()
+        out.update(cast(dict[tuple[str, str], float], first.to_dict()))
     if not operations.empty:
-        out.update(operations.groupby(["results", "run_id"])["start"].min().to_dict())
+        first = operations.groupby(["results", "run_id"])["start"].min()
+        out.update(cast(dict[tuple[str, str], float], first.to_dict()))
     return out
 
 
@@ -407,7 +414,7 @@ def clock_origins(operations: pd.DataFrame, events: pd.DataFrame) -> dict[tuple[
 STALLED = 0.25  # a goodput sample below this share of the pre-fault level is a stalled flow
 
 
-def _crosses(direction: str, where: str) -> bool:
+def _crosses(direction: str, where: str | None) -> bool:
     """Whether a flow's ``a->b`` direction crosses the fault's links (``east-west, east-south``)
     or touches its cluster (a gateway crash)."""
     flow = Direction.parse(direction)
@@ -446,13 +453,15 @@ def flow_stalls(
         if mine.empty or ctx is None:
             continue
         for w in windows.itertuples(index=False):
-            if not w.intervals:
+            intervals = cast(list[tuple[float, float | None, bool]], w.intervals)
+            if not intervals:
                 continue
-            flows = mine[[_crosses(d, w.link) for d in mine["direction"]]]
+            start = cast(float, w.start)
+            flows = mine[[_crosses(d, cast(str | None, w.link)) for d in mine["direction"]]]
             per_t = flows.groupby("t")["goodput_bps"].sum().sort_index()
             width = float(flows["seconds"].median()) if "seconds" in flows else 0.0
-            before = per_t[(per_t.index >= w.start - 2.0) & (per_t.index < w.start)]
-            after = per_t[per_t.index > w.start]
+            before = per_t[(per_t.index >= start - 2.0) & (per_t.index < start)]
+            after = per_t[per_t.index > start]
             if before.empty or after.empty or before.median() <= 0:
                 continue
             low = after < STALLED * before.median()
@@ -461,8 +470,8 @@ def flow_stalls(
                 first_low = low.idxmax()
                 back = after[(after.index > first_low) & ~low]
                 if not back.empty:
-                    stall = float(back.index[0] - width - w.start)
-            rel = [(s - w.start, None if e is None else e - w.start, i) for s, e, i in w.intervals]
+                    stall = float(back.index[0] - width - start)
+            rel = [(s - start, None if e is None else e - start, i) for s, e, i in intervals]
             rows.append(
                 (
                     key[0],
@@ -548,9 +557,10 @@ def analyse(res: Any) -> FaultResults:
     if not bins.empty:
         bins = achieved_rates(bins, res.queues, res.flows_goodput)
     dark: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for f in faults.itertuples(index=False):
-        stop = f.end if f.end is not None and not pd.isna(f.end) else math.inf
-        dark.setdefault((f.results, f.run_id), []).append((f.start, stop))
+    for results, run_id, start, end in zip(
+        faults["results"], faults["run_id"], faults["start"], faults["end"], strict=True
+    ):
+        dark.setdefault((results, run_id), []).append((start, _until(end)))
     return FaultResults(
         faults=faults,
         drops=drop_table(res.manifests, res.queues),

@@ -16,6 +16,7 @@ import socket
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -59,7 +60,10 @@ def _records(path: Path) -> Iterator[tuple[bytes, int, int, int]]:
     reader = RawPcapReader(str(path))  # the metaclass falls back to RawPcapNgReader by magic
     try:
         if isinstance(reader, RawPcapNgReader):
-            for data, meta in reader:
+            # scapy types the iterator it inherits with RawPcapReader's metadata; it yields
+            # RawPcapNgReader's
+            blocks = cast(Iterable[tuple[bytes, RawPcapNgReader.PacketMetadata]], reader)
+            for data, meta in blocks:
                 if meta.tshigh is None:
                     continue  # a Simple Packet Block: no time stamp, so no bin
                 ts = (meta.tshigh << 32) | meta.tslow

@@ -16,6 +16,8 @@ A direction of a multipath link is named ``east->west/j``; ``a->b`` is its ``bas
 
 from __future__ import annotations
 
+from typing import Any, SupportsFloat, SupportsInt, cast
+
 import numpy as np
 import pandas as pd
 
@@ -95,7 +97,7 @@ def flow_paths(flowpaths: pd.DataFrame, tcp: pd.DataFrame | None = None) -> pd.D
     sent = _tcp_sent(tcp)
     rows = []
     for key, g in fp.groupby(cols, sort=False, dropna=False):
-        row = dict(zip(cols, key, strict=True))
+        row: dict[str, Any] = dict(zip(cols, key, strict=True))
         paths = g["path"].astype(int).tolist()
         moved_at = [
             (a + b) / 2
@@ -109,7 +111,7 @@ def flow_paths(flowpaths: pd.DataFrame, tcp: pd.DataFrame | None = None) -> pd.D
             first=float(g["time_from"].min()),
             last=float(g["time_to"].max()),
             bytes=int(g["bytes"].sum()),
-            bytes_by_path=_by_path_text(by_path.to_dict()),
+            bytes_by_path=_by_path_text(cast(dict[int, float], by_path.to_dict())),
             tcp_bytes_by_path=None,
         )
         series = sent.get((row["results"], row["run_id"], f"{row['src']}:{row['sport']}",
@@ -138,7 +140,10 @@ def _tcp_sent(tcp: pd.DataFrame | None) -> dict[tuple[str, str, str, str], tuple
         return {}
     t = _run_keys(tcp).dropna(subset=["bytes_sent"]).sort_values("time")
     return {
-        key: (g["time"].to_numpy(float), g["bytes_sent"].to_numpy(float))
+        cast(tuple[str, str, str, str], key): (
+            g["time"].to_numpy(float),
+            g["bytes_sent"].to_numpy(float),
+        )
         for key, g in t.groupby([*RUN, "local", "peer"], sort=False)
     }
 
@@ -177,12 +182,15 @@ def path_utilisation(
     if fp is not None:
         fp = fp.assign(base=split_direction(fp["direction"])[0])
     spans: list[tuple[str, str, str, float, float]] = []
-    for (results, run_id), g in q.groupby(RUN, sort=False):
+    for key, g in q.groupby(RUN, sort=False):
+        results, run_id = cast(tuple[str, str], key)
         spans.append((results, run_id, "run", float(g["time"].min()), float(g["time"].max())))
     if windows is not None and not windows.empty:
         for w in _run_keys(windows).itertuples(index=False):
             name = f"{w.collective} {w.algorithm} {w.size}"
-            spans.append((w.results, w.run_id, name, float(w.start), float(w.end)))
+            results, run_id = cast(str, w.results), cast(str, w.run_id)
+            start, end = cast(SupportsFloat, w.start), cast(SupportsFloat, w.end)
+            spans.append((results, run_id, name, float(start), float(end)))
     rows = []
     for results, run_id, name, start, end in spans:
         run_q = q[(q["results"] == results) & (q["run_id"] == run_id)]
@@ -191,7 +199,7 @@ def path_utilisation(
             for path, s in g.sort_values("time").groupby("path"):
                 times, counter = s["time"].to_numpy(float), s["bytes"].to_numpy(float)
                 got = _bytes_at(times, counter, end) - _bytes_at(times, counter, start)
-                per_path[int(path)] = max(0.0, got)
+                per_path[int(cast(SupportsInt, path))] = max(0.0, got)
             total = sum(per_path.values())
             shares = {p: (b / total if total else 0.0) for p, b in per_path.items()}
             row = {

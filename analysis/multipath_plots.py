@@ -9,6 +9,8 @@ sessions down: routing.parquet) as purple lines. Same conventions as :mod:`analy
 
 from __future__ import annotations
 
+from typing import cast
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -40,14 +42,17 @@ def _routing_marks(
             label = f"{e.source} down {e.link}"
         else:
             continue
-        P.mark_event(ax, e.time - origin, label, "tab:purple", y=0.6)
+        P.mark_event(ax, cast(float, e.time) - origin, label, "tab:purple", y=0.6)
 
 
 def plot_path_timeline(res: Results) -> P.Plot | None:
     tp = path_throughput(res.queues)
     if tp.empty:
         return None
-    panels = list(tp.groupby(["results", "run_id", "base"], sort=False))
+    panels = cast(
+        list[tuple[tuple[str, str, str], pd.DataFrame]],
+        list(tp.groupby(["results", "run_id", "base"], sort=False)),
+    )
     shown = panels[:MAX_PANELS]
     windows = operation_windows(res.collectives)
     ev = applied_events(res.events) if not res.events.empty else res.events
@@ -70,10 +75,11 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
                 )
             w = windows[(windows["results"] == results) & (windows["run_id"] == run_id)]
             for i, row in enumerate(w.itertuples(index=False)):
-                ax.axvspan(row.start - origin, row.end - origin, color="0.85", alpha=0.5, lw=0)
+                start, end = cast(float, row.start), cast(float, row.end)
+                ax.axvspan(start - origin, end - origin, color="0.85", alpha=0.5, lw=0)
                 ax.annotate(
                     f"{row.algorithm}",
-                    (row.start - origin, 1.0 - 0.08 * (i % 2)),
+                    (start - origin, 1.0 - 0.08 * (i % 2)),
                     xycoords=("data", "axes fraction"),
                     va="top",
                     fontsize=6,
@@ -83,7 +89,8 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
                 mine = ev[(ev["results"] == results) & (ev["run_id"] == run_id)]
                 mine = mine[mine["source"].isin(["schedule", "fault"])]
                 for e in mine.itertuples(index=False):
-                    t = e.applied_unix if pd.notna(e.applied_unix) else e.scheduled_unix
+                    applied, scheduled = cast(float, e.applied_unix), cast(float, e.scheduled_unix)
+                    t = applied if pd.notna(applied) else scheduled
                     colour = "tab:red" if e.source == "fault" else "0.4"
                     P.mark_event(ax, t - origin, str(e.what), colour, y=0.98)
             if not moves.empty:

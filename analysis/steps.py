@@ -33,6 +33,7 @@ include waiting for the leaders, so they are not that phase's cost.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import pandas as pd
 
@@ -70,7 +71,8 @@ def wan_step_starts(
         s = s.reset_index(drop=True)
         grew = s["bytes_sent"].diff().fillna(0) > 0
         for step in steps[steps["run_id"] == run_id].itertuples(index=False):
-            start, end = step.start, step.start + step.seconds
+            start = cast(float, step.start)  # itertuples: the row's values, untyped
+            end = start + cast(float, step.seconds)
             inside = s[(s["time"] >= start) & (s["time"] <= end)]
             moving = inside[grew[inside.index]]
             if moving.empty:

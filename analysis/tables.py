@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsInt, cast
 
 import pandas as pd
 
@@ -139,7 +139,12 @@ def host_clusters(res: Results) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
     if res.has("collectives") and {"host", "cluster"} <= set(res.collectives.columns):
         pairs = res.collectives[["results", "host", "cluster"]].drop_duplicates()
-        out = {(r.results, r.host): r.cluster for r in pairs.itertuples()}
+        out = {
+            (results, host): cluster
+            for results, host, cluster in zip(
+                pairs["results"], pairs["host"], pairs["cluster"], strict=True
+            )
+        }
     return out
 
 
@@ -280,7 +285,9 @@ def warnings_table(res: Results) -> pd.DataFrame:
     off by more than their tolerance, trace problems, truncated captures."""
     rows: list[dict[str, Any]] = []
 
-    def add(kind: str, source: str, run_id: str, label: str, message: str) -> None:
+    # kind, source, run_id, label and message: text, most of it cells of itertuples rows
+    # (which pandas types as any scalar)
+    def add(kind: Any, source: Any, run_id: Any, label: Any, message: Any) -> None:
         rows.append(
             {"kind": kind, "results": source, "run_id": run_id, "label": label, "message": message}
         )
@@ -316,8 +323,8 @@ def warnings_table(res: Results) -> pd.DataFrame:
                 s.results,
                 s.run_id,
                 labels.get((s.results, s.run_id), ""),
-                f"{s.collective} {s.algorithm} {int(s.size)} B: a rank's result was not the "
-                "exact expected value",
+                f"{s.collective} {s.algorithm} {int(cast(SupportsInt, s.size))} B: a rank's "
+                "result was not the exact expected value",
             )
     if res.has("links") and "ok" in res.links:
         for lk in res.links[res.links["ok"] == False].itertuples():  # noqa: E712

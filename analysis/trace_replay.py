@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -69,7 +69,8 @@ def achieved_rates(
     the HTB rate."""
     out = targets.copy()
     out["achieved_bps"] = np.nan
-    for (results, run_id, d), idx in out.groupby(["results", "run_id", "direction"]).groups.items():
+    for key, idx in out.groupby(["results", "run_id", "direction"]).groups.items():
+        results, run_id, d = cast(tuple[str, str, str], key)
         bins = out.loc[idx]
         q = run_rows(queues, results, run_id)
         if not q.empty and "direction" in q:
@@ -168,7 +169,9 @@ def per_second(bins: pd.DataFrame, exclude: Iterable[tuple[float, float]] = ()) 
         lo, hi = t0 + k, t0 + k + 1
         if any(s < hi and lo < e for s, e in spans):
             continue
-        w = (np.minimum(bins["end"], hi) - np.maximum(bins["start"], lo)).clip(lower=0)
+        # a Series (numpy's ufuncs on a Series return one; numpy types them as arrays)
+        w = np.minimum(bins["end"], hi) - np.maximum(bins["start"], lo)
+        w = cast(pd.Series, w).clip(lower=0)
         if w.sum() <= 0:
             continue
         ach = bins["achieved_bps"]
@@ -193,10 +196,11 @@ def zero_rate_spans(bins: pd.DataFrame) -> list[tuple[float, float]]:
     for b in bins.sort_values("start").itertuples(index=False):
         if b.target_bps != 0:
             continue
-        if spans and abs(spans[-1][1] - b.start) < 1e-6:
-            spans[-1] = (spans[-1][0], b.end)
+        start, end = cast(float, b.start), cast(float, b.end)
+        if spans and abs(spans[-1][1] - start) < 1e-6:
+            spans[-1] = (spans[-1][0], end)
         else:
-            spans.append((b.start, b.end))
+            spans.append((start, end))
     return spans
 
 
@@ -210,7 +214,8 @@ def trace_table(
     cols = ["results", "run_id", "direction", "bins", "seconds", "target_mean_bps",
             "achieved_mean_bps", "achieved_over_target", "correlation"]  # fmt: skip
     rows = []
-    for (results, run_id, d), g in bins.groupby(["results", "run_id", "direction"], sort=False):
+    for key, g in bins.groupby(["results", "run_id", "direction"], sort=False):
+        results, run_id, d = cast(tuple[str, str, str], key)
         sec = per_second(g, (exclude or {}).get((results, run_id), ())).dropna()
         corr = None
         if len(sec) >= 3 and sec["target_bps"].std() > 0 and sec["achieved_bps"].std() > 0:

@@ -162,7 +162,10 @@ def route(topo: Topology, where: Where, edge: Edge) -> tuple[float, list[tuple[t
     if (ca, ha) == (cb, hb):
         return 0.0, [(("loop", edge[0]), topo.host_bw_bps)]  # each sending process copies
     latency = topo.fabric_delay_s.get(ca, 0.0) + topo.fabric_delay_s.get(cb, 0.0)
-    resources = [(("up", ca, ha), _fabric_bw(topo, ca)), (("down", cb, hb), _fabric_bw(topo, cb))]
+    resources: list[tuple[tuple, float]] = [
+        (("up", ca, ha), _fabric_bw(topo, ca)),
+        (("down", cb, hb), _fabric_bw(topo, cb)),
+    ]
     for link in wan_path(topo, ca, cb):
         latency += link.delay_s
         resources.append((("wan", link.src, link.dst), link.goodput_bps))
