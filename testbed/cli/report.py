@@ -70,7 +70,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     res = _load(args.results)
     report = write_report(res, args.out)
     # Paths are printed unwrapped, so they can be copied from any terminal width.
-    say = {"highlight": False, "soft_wrap": True}
+    say: dict[str, Any] = {"highlight": False, "soft_wrap": True}
     out.print(f"report: {report.html}", **say)
     out.print(f"        {report.markdown}", **say)
     names = f" ({', '.join(p.stem for p in report.pngs)})" if report.pngs else ""

@@ -47,9 +47,11 @@ def get_path(data: Any, path: str, default: Any = None) -> Any:
         if isinstance(step, int):
             if not isinstance(here, list) or step >= len(here):
                 return default
-        elif not isinstance(here, dict) or step not in here:
-            return default
-        here = here[step]
+            here = here[step]
+        else:
+            if not isinstance(here, dict) or step not in here:
+                return default
+            here = here[step]
     return here
 
 
@@ -75,6 +77,8 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     if isinstance(last, int):
         if not isinstance(here, list) or last >= len(here):
             raise ValueError(f"{path}: there is no {path}")
-    elif not isinstance(here, dict):
-        raise ValueError(f"{path}: {format_path(steps[:-1])} is not a mapping")
-    here[last] = copy.deepcopy(value)
+        here[last] = copy.deepcopy(value)
+    else:
+        if not isinstance(here, dict):
+            raise ValueError(f"{path}: {format_path(steps[:-1])} is not a mapping")
+        here[last] = copy.deepcopy(value)

@@ -176,7 +176,7 @@ class FaultOps:
                 if d.impairment.ns != wire:
                     continue
                 port = d.impairment.ingress_if
-                sums = dict.fromkeys(DROP_FIELDS, 0)
+                sums: dict[str, int] = dict.fromkeys(DROP_FIELDS, 0)
                 for (table, rules), cols in zip(
                     (BLACKHOLE_RULES, RESET_RULES), DROP_COLUMNS, strict=True
                 ):

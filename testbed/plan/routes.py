@@ -38,7 +38,7 @@ def wan_port(peer: str, path: int | None) -> str:
 
 def cluster_next_hops(scenario: Scenario) -> dict[tuple[str, str], str]:
     """(from cluster, to cluster) -> next cluster on a shortest WAN path (ties by link order)."""
-    return next_hops(list(scenario.clusters), [tuple(link.between) for link in scenario.wan])
+    return next_hops(list(scenario.clusters), [link.between for link in scenario.wan])
 
 
 def cluster_distances(scenario: Scenario) -> dict[tuple[str, str], int]:
