@@ -56,7 +56,7 @@ class TcpSettings(Strict):
     slow_start_after_idle: bool = True
     # net.ipv4.tcp_retries2: how many RTO backoffs before an established connection with
     # unacknowledged data gives up (None: the kernel's, 15, about 924 s).
-    retries2: int | None = Field(None, ge=1, le=255)
+    retries2: int | None = Field(default=None, ge=1, le=255)
     # TCP_USER_TIMEOUT on every TCP socket a rank holds (gloo sets none): how long sent data may
     # stay unacknowledged before the connection fails with ETIMEDOUT. 0: the kernel's (off).
     user_timeout: Duration = 0.0
@@ -75,7 +75,7 @@ class TcpOverride(Strict):
     rmem: AutoSize | None = None
     wmem: AutoSize | None = None
     slow_start_after_idle: bool | None = None
-    retries2: int | None = Field(None, ge=1, le=255)
+    retries2: int | None = Field(default=None, ge=1, le=255)
     user_timeout: Duration | None = None
 
     _congestion_name = field_validator("congestion")(

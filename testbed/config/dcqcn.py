@@ -62,7 +62,7 @@ class DcqcnParamsSpec(Strict):
     K: Duration | None = None  # α timer
     T: Duration | None = None  # rate-increase timer
     B: Annotated[Size | None, BeforeValidator(_off_or_size)] = None  # byte counter; off
-    F: int | None = Field(None, ge=1, le=100)  # fast-recovery steps
+    F: int | None = Field(default=None, ge=1, le=100)  # fast-recovery steps
     g: Ratio | None = None
     alpha0: Ratio | None = None
     rai: Rate | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def expand(
-    data: dict[str, Any], source: str = "<scenario>", overrides: list[tuple[str, Any]] = ()
+    data: dict[str, Any], source: str = "<scenario>", overrides: Sequence[tuple[str, Any]] = ()
 ) -> list[RunSpec]:
     """Raw scenario data (+ ``--set`` overrides) -> one validated RunSpec per point x repeat."""
     if not isinstance(data, dict):
@@ -123,5 +124,5 @@ def _label(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_show(v)}" for k, v in params.items() if v is not None)
 
 
-def load_runs(path: str, overrides: list[tuple[str, Any]] = ()) -> list[RunSpec]:
+def load_runs(path: str, overrides: Sequence[tuple[str, Any]] = ()) -> list[RunSpec]:
     return expand(load_yaml(path), str(path), overrides)
