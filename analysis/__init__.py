@@ -13,10 +13,13 @@ fault verdicts, RTO-series predictions and trace replay: :mod:`analysis.faults`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analysis.compare import Comparison, compare
 from analysis.loader import Results, ResultsError, load
+
+if TYPE_CHECKING:  # imported on first use below (it loads matplotlib)
+    from analysis.report import write_report
 
 __all__ = ["Comparison", "Results", "ResultsError", "compare", "load", "write_report"]
 
