@@ -22,7 +22,7 @@ from testbed.core.errors import TestbedError, UsageError
 from testbed.core.units import format_duration
 from testbed.net import build as net
 from testbed.net import registry
-from testbed.net.engines import node_name
+from testbed.net.engines import MininetEngine, node_name
 
 if TYPE_CHECKING:
     from testbed.run.testbed import Testbed
@@ -31,6 +31,7 @@ out = make_console()
 
 
 def _print_hosts(tb: Testbed) -> None:
+    assert tb.record is not None  # claimed by up()
     t = Table(title=f"testbed {tb.name} (prefix {tb.record.prefix}, backend {tb.record.backend})")
     t.add_column("host")
     t.add_column("address")
@@ -65,6 +66,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             _announce(tb)
             _print_hosts(tb)
             out.print("Mininet CLI: nodes are named like east_h0; `exit` tears the testbed down")
+            assert isinstance(tb.engine, MininetEngine)  # the scenario's engine is mininet
             CLI(tb.engine.net)
         return 0
     if args.foreground:
@@ -82,8 +84,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _announce(tb: Testbed) -> None:
+    assert tb.backend is not None and tb.plan is not None  # chosen and built by up()
     out.print(f"backend: [bold]{tb.backend.name}[/] ({escape(tb.backend.reason)})")
-    floors = [c.floor_s for c in tb.compensation if c.compensation_s]
+    # a direction is compensated only where its floor was measured
+    floors = [c.floor_s for c in tb.compensation if c.compensation_s and c.floor_s is not None]
     if floors:
         out.print(
             f"RTT compensation: measured floors of {format_duration(min(floors))} to "

@@ -87,6 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             )
         )
     if plan.machines:
+        assert sc.placement is not None  # the plan's machines come from it
         by_machine: dict[str, list[str]] = {}
         for cluster, machine in plan.machines.items():
             by_machine.setdefault(machine, []).append(cluster)
@@ -248,7 +249,7 @@ def _dcqcn_table(sc: Scenario, plan: NetworkPlan) -> Table:
         return f"{format_rate(x)} [{format_rate(x * s)}]" if s != 1 else format_rate(x)
 
     for i, f in enumerate(sc.flows):
-        if getattr(f, "kind", "") != "dcqcn":
+        if f.kind != "dcqcn":
             continue
         u = dcqcn_setup(f, plan, s)
         p = u["params"]
@@ -327,7 +328,7 @@ def _faults_table(sc: Scenario, timeline: Timeline) -> Table:
         if f.kind == "partition":
             where = ", ".join(dict.fromkeys(e.link for e in events if e.link))
         else:
-            where = getattr(f, "link", None) or f.cluster
+            where = f.cluster if f.kind == "gateway_crash" else f.link
         what = first.what
         if f.kind == "flap":
             what = f"{f.count} x (down {format_duration(f.down)}, up {format_duration(f.up)})"
@@ -339,8 +340,11 @@ def _queue_text(aqm: Aqm | None) -> str:
     if aqm is None:
         return "drop-tail (bfifo)"
     if aqm.kind == "red":
+        # Aqm's validator requires the fields of its kind
+        assert aqm.kmin is not None and aqm.kmax is not None and aqm.pmax is not None
         text = f"red {format_size(aqm.kmin)}..{format_size(aqm.kmax)} p {format_percent(aqm.pmax)}"
     elif aqm.kind == "step":
+        assert aqm.k is not None
         text = f"step > {format_size(aqm.k)}"
     else:
         return "drop-tail"
