@@ -1,6 +1,6 @@
 """The nccl-tests style summary of measured collectives. PURE: this is its one home.
 
-The runner (``testbed.run.experiment``) calls it after every run to write ``manifest.json``'s
+The runner (``testbed.experiment.sweep``) calls it after every run to write ``manifest.json``'s
 ``summary``; the loader calls it for results whose manifest has none. Both therefore give the same
 numbers for the same rows.
 

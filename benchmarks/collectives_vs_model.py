@@ -38,9 +38,10 @@ from analysis.tcp import window_at_step_start
 from benchmarks._results import write_section
 from testbed.config.sweep import RunSpec, expand
 from testbed.core.units import parse_rate, parse_size
+from testbed.experiment.execute import model_topology
+from testbed.experiment.sweep import Experiment
 from testbed.plan.ranks import place_ranks
 from testbed.plan.topology import build_plan
-from testbed.run.experiment import Experiment, model_topology
 
 DELAY = "10ms"
 INTRA = ("cluster_reduce", "cluster_broadcast")

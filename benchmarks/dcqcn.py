@@ -24,8 +24,8 @@ from pathlib import Path
 from benchmarks._results import Tee, heading, write_section
 from testbed.config.scenario import Scenario
 from testbed.core.dcqcn import defaults, dilate
+from testbed.live.network import Network
 from testbed.net import procs
-from testbed.run.testbed import Testbed
 from traffic.dcqcn.flow import params_to_json
 
 RATES = [50e6, 100e6, 200e6, 400e6, 800e6]
@@ -54,7 +54,7 @@ def main() -> None:
     params = params_to_json(dilate(defaults("paper"), 100))
     print("| asked | achieved | sent/s | received/s | arrived | sent below 95% of asked? |")
     print("|---|---|---|---|---|---|")
-    with Testbed(sc, name="bench-dcqcn") as tb, tempfile.TemporaryDirectory() as tmp:
+    with Network(sc, name="bench-dcqcn") as tb, tempfile.TemporaryDirectory() as tmp:
         dst = tb.plan.host("west-h0")
         for i, rate in enumerate(RATES):
             out = Path(tmp) / f"c{i}"

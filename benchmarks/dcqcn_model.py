@@ -22,7 +22,7 @@ from pathlib import Path
 from benchmarks._results import cell, section
 from testbed.config.sweep import load_runs
 from testbed.core.units import format_duration, format_rate, format_size
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = {

@@ -30,7 +30,7 @@ import time
 from benchmarks._results import section
 from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
-from testbed.run.testbed import Testbed
+from testbed.live.network import Network
 
 CLUSTERS = ["east", "west", "north", "south"]
 HOSTS = 8
@@ -93,7 +93,7 @@ def build_times(repeat: int) -> dict[str, tuple[list[float], list[float]]]:
     }
     for i in range(repeat):
         for engine in ("native", "mininet"):
-            tb = Testbed(parse_scenario(mesh(engine)), name=f"bench-eng-{os.getpid()}-{i}")
+            tb = Network(parse_scenario(mesh(engine)), name=f"bench-eng-{os.getpid()}-{i}")
             t0 = time.perf_counter()
             tb.up()
             t1 = time.perf_counter()
@@ -132,7 +132,7 @@ def fidelity_testbed(engine: str, rate: str) -> tuple[float, float]:
         "wan": [{"between": ["east", "west"], "rate": rate, "delay": "25ms"}],
         "engine": engine,
     }
-    with Testbed(parse_scenario(data), name=f"bench-fid-{os.getpid()}") as tb:
+    with Network(parse_scenario(data), name=f"bench-fid-{os.getpid()}") as tb:
         ping = tb.run("east-h0", ["ping", "-c", "20", "-i", "0.1", "west-h0"]).stdout
         rate_bps = goodput(
             lambda argv: tb.popen("west-h0", argv, stdout=open(os.devnull, "w")),  # noqa: SIM115

@@ -14,8 +14,8 @@ from pathlib import Path
 from benchmarks._results import section
 from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
-from testbed.run.selfcheck import check_direction
-from testbed.run.testbed import Testbed
+from testbed.live.network import Network
+from testbed.live.selfcheck import check_direction
 from testbed.testing.clients import (
     flent,
     iperf2_udp_server,
@@ -41,7 +41,7 @@ def scenario(engine: str) -> dict:
 
 def measure(engine: str, tmp: Path) -> dict[str, str]:
     got: dict[str, str] = {}
-    with Testbed(parse_scenario(scenario(engine)), name=f"bench-clients-{engine}") as tb:
+    with Network(parse_scenario(scenario(engine)), name=f"bench-clients-{engine}") as tb:
         fwd = tb.plan.wan[0]
         check = check_direction(tb, fwd, duration=3.0)
         got["self-check RTT p50"] = f"{check.rtt_median_s * 1e3:.2f} ms"

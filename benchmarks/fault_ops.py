@@ -27,10 +27,10 @@ from collections.abc import Callable
 from benchmarks._results import Tee, write_section
 from testbed.config.loading import parse_scenario
 from testbed.core.stats import quantile
+from testbed.live.network import Network
 from testbed.net.batches import run_batches
 from testbed.net.faults import FaultOps, restore_text, run_restore
 from testbed.plan.render import rate_change_lines
-from testbed.run.testbed import Testbed
 
 SCENARIO = {
     "name": "fault-ops",
@@ -48,7 +48,7 @@ def cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def operations(tb: Testbed) -> dict[str, Callable[[bool], object]]:
+def operations(tb: Network) -> dict[str, Callable[[bool], object]]:
     """Name -> apply(state): each alternates between two states of one link."""
     ops = FaultOps(tb.plan)
     ops.prepare()  # as the event runner does before the clock origin
@@ -89,7 +89,7 @@ def main() -> int:
     args = p.parse_args()
     out = io.StringIO()
     tee = Tee(sys.stdout, out)
-    with Testbed(
+    with Network(
         parse_scenario(SCENARIO, "fault-ops"), name=f"bench-faultops-{time.time_ns() % 10**6}"
     ) as tb:
         ops = operations(tb)

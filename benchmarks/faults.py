@@ -46,7 +46,7 @@ from benchmarks._results import Tee, write_section
 from testbed.config.sweep import expand
 from testbed.core.stats import quantile
 from testbed.core.units import format_duration
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 AT = {"after": {"iteration": 2, "offset": "100ms"}}
 FAULTS = {

@@ -35,10 +35,10 @@ import time
 
 from benchmarks._results import Tee, write_section
 from testbed.config.loading import parse_scenario
+from testbed.live.network import Network
+from testbed.live.selfcheck import measure_rtt
 from testbed.net import probe as kernel
 from testbed.net import procs
-from testbed.run.selfcheck import measure_rtt
-from testbed.run.testbed import Testbed
 
 PORT = 5301
 CONGESTION = ("cubic", "bbr")
@@ -54,7 +54,7 @@ def scenario(rate: str, delay: str, congestion: str, backend: str) -> dict:
     }
 
 
-def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> tuple[float, int]:
+def iperf(tb: Network, seconds: int = 8, omit: int = 3) -> tuple[float, int]:
     """Receiver-side goodput of one iperf3 flow east-h0 -> west-h0 (bit/s) and the segments the
     sender retransmitted (a bbr flow stuck in STARTUP overflows a 1-BDP buffer: thousands)."""
     # --forceflush: iperf3 block-buffers its stdout into a pipe, and "Server listening" would
@@ -83,7 +83,7 @@ def iperf(tb: Testbed, seconds: int = 8, omit: int = 3) -> tuple[float, int]:
         return float(end["sum_received"]["bits_per_second"]), int(end["sum_sent"]["retransmits"])
 
 
-def cpu_percent(tb: Testbed) -> float | None:
+def cpu_percent(tb: Network) -> float | None:
     rows = tb.link_stats()
     values = [r.get("process_cpu_percent_avg") for r in rows if r.get("process_cpu_percent_avg")]
     return max(values) if values else None
@@ -111,7 +111,7 @@ def run_rtt(backends: list[str], delays: list[str]) -> list[str]:
 
 
 def rtt_row(sc, backend: str, compensate: bool) -> str:
-    with Testbed(sc, name=f"bench-rtt-{backend}", compensate_rtt=compensate) as tb:
+    with Network(sc, name=f"bench-rtt-{backend}", compensate_rtt=compensate) as tb:
         samples = measure_rtt(tb, "east-h0", "west-h0", 200, interval=0.01)
         problems = tb.problems()
     conf = 2 * sc.wan[0].delay
@@ -141,14 +141,14 @@ def run_goodput(backends: list[str], rates: list[str], delays: list[str]) -> lis
         ceilings = {}
         for cc in CONGESTION:
             sc = parse_scenario(scenario(rate, "0ms", cc, "auto"))
-            with Testbed(sc, name="bench-ceil") as tb:
+            with Network(sc, name="bench-ceil") as tb:
                 ceilings[cc] = iperf(tb)[0]
         for delay in delays:
             for cc in CONGESTION:
                 ceiling = ceilings[cc]
                 for backend in backends:
                     sc = parse_scenario(scenario(rate, delay, cc, backend))
-                    with Testbed(sc, name=f"bench-gp-{backend}") as tb:
+                    with Network(sc, name=f"bench-gp-{backend}") as tb:
                         goodput, retransmits = iperf(tb)
                         cpu = cpu_percent(tb)
                         problems = tb.problems()

@@ -42,7 +42,7 @@ from analysis.multipath import operation_windows, path_utilisation
 from analysis.routing import failover_table
 from benchmarks._results import section
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 BFD = {"interval": "50ms", "multiplier": 3}
 FAILOVER_CASES = {

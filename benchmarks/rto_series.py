@@ -30,7 +30,7 @@ from pathlib import Path
 from analysis.tcp import linux_rto, predict_stall, tlp_timeout
 from benchmarks._results import Tee, write_section
 from testbed.config.loading import parse_scenario
-from testbed.run.testbed import Testbed
+from testbed.live.network import Network
 
 PORT = 5999
 RECEIVER = r"""
@@ -66,7 +66,7 @@ def scenario() -> dict:
     }
 
 
-def one(tb: Testbed, d: float, work: Path) -> dict:
+def one(tb: Network, d: float, work: Path) -> dict:
     path = work / f"recv-{d:g}.json"
     west = tb.hosts["west-h0"]
     recv = tb.popen(
@@ -118,7 +118,7 @@ def main() -> int:
     args = ap.parse_args()
     out = io.StringIO()
     tee = Tee(sys.stdout, out)
-    tb = Testbed(parse_scenario(scenario(), "bench-rto"))
+    tb = Network(parse_scenario(scenario(), "bench-rto"))
     with tempfile.TemporaryDirectory() as tmp:
         try:
             tb.up()

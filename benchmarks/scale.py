@@ -15,7 +15,7 @@ import time
 
 from benchmarks._results import write_section
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 CLUSTERS = ["east", "west", "north", "south"]
 

@@ -27,7 +27,7 @@ import time
 
 from benchmarks._results import section
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 RATES = ["50mbit", "100mbit", "150mbit", "200mbit", "250mbit", "300mbit", "350mbit", "400mbit"]
 
@@ -43,7 +43,7 @@ def scenario(points: int) -> dict:
 
 
 def sweep(points: int, out: str, address: str | None) -> tuple[float, bool]:
-    from testbed.run.ray_sweep import run_on_ray
+    from testbed.distributed.ray_sweep import run_on_ray
 
     exp = Experiment(expand(scenario(points), "bench"), "bench", out, resume=False)
     t0 = time.monotonic()
@@ -86,9 +86,9 @@ def span_scenario(rate: str, delay: str, placed: bool) -> dict:
 
 def span() -> None:
     from testbed.config.loading import parse_scenario
-    from testbed.run.selfcheck import check_links
-    from testbed.run.spanned import SpannedTestbed
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
+    from testbed.live.selfcheck import check_links
+    from testbed.live.spanned import SpannedNetwork
     from testbed.testing.machines import stand_in_machines
 
     print("| link | direction | where | bring-up | RTT (configured) | capacity | goodput | ok |")
@@ -98,7 +98,7 @@ def span() -> None:
         for rate, delay in SPAN_CASES:
             for placed in (False, True):
                 sc = parse_scenario(span_scenario(rate, delay, placed), "bench")
-                tb = SpannedTestbed(sc, address=address) if placed else Testbed(sc)
+                tb = SpannedNetwork(sc, address=address) if placed else Network(sc)
                 t0 = time.monotonic()
                 tb.up()
                 up = time.monotonic() - t0

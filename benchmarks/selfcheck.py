@@ -30,14 +30,14 @@ import time
 
 from benchmarks._results import Tee, write_section
 from testbed.config.loading import parse_scenario
-from testbed.run.selfcheck import (
+from testbed.live.network import Network
+from testbed.live.selfcheck import (
     check_direction,
     configured_goodput,
     initial_window,
     measure_goodput,
     size_probes,
 )
-from testbed.run.testbed import Testbed
 
 GOAL_LOW, GOAL_HIGH, GOAL_SECONDS = 0.97, 1.01, 5.0
 
@@ -79,7 +79,7 @@ def run(cases) -> list[str]:
     worst = []
     for label, topo, passes in cases:
         sc = parse_scenario({"name": "bench-selfcheck", "tcp": {"congestion": "cubic"}, **topo})
-        with Testbed(sc, name="bench-selfcheck") as tb:
+        with Network(sc, name="bench-selfcheck") as tb:
             for k in range(passes):
                 for d in tb.plan.wan:
                     c = check_direction(tb, d)
@@ -114,7 +114,7 @@ def window_starts(repeats: int) -> None:
     head = "candidate starts: t (s) / goodput read / out-of-order packets so far"
     print(f"\n| flow | {head} | kept |")
     print("|---|---|---|")
-    with Testbed(sc, name="bench-selfcheck") as tb:
+    with Network(sc, name="bench-selfcheck") as tb:
         d = tb.plan.wan[0]
         sizes = size_probes(d.rate, 2 * d.delay)
         ceiling = configured_goodput(tb.plan, d)

@@ -8,7 +8,7 @@ line per link). For each, ``testbed up FILE --name N`` and ``testbed down N`` ru
 interleaved, as a user types them; "CLI start-up" is ``testbed --help`` (interpreter + imports
 of the command), and "net" is a verb's median minus that median. Goals (issue 13): 4 x 8 with
 delays up <= 0.5 s and down <= 0.2 s net of CLI start-up; 8 x 16 with delays up <= 1 s net.
-The in-process ``Testbed.up()`` / ``down()`` times (no interpreter start-up at all) are printed
+The in-process ``Network.up()`` / ``down()`` times (no interpreter start-up at all) are printed
 beside them unless ``--no-inprocess``.
 
 "up CPU" is the CPU seconds (user + system) that ``testbed up`` cost: the CLI process and every
@@ -35,8 +35,8 @@ import yaml
 
 from benchmarks._results import write_section
 from testbed.config.loading import parse_scenario
+from testbed.live.network import Network
 from testbed.net import registry
-from testbed.run.testbed import Testbed
 
 CLUSTER_NAMES = ["east", "west", "north", "south", "alpha", "beta", "gamma", "delta"]
 # (clusters, hosts per cluster, WAN delay) -> goals (up, down) net of CLI start-up, s
@@ -120,7 +120,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
-    p.add_argument("--no-inprocess", action="store_true", help="skip Testbed.up()/down() times")
+    p.add_argument("--no-inprocess", action="store_true", help="skip Network.up()/down() times")
     args = p.parse_args()
     load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,7 +153,7 @@ def main() -> None:
                 sc = parse_scenario(scenario_data(clusters, hosts, delay))
                 u, d, ucpu = [], [], []
                 for i in range(args.repeat):
-                    tb = Testbed(sc, name=f"bench-inproc-{os.getpid()}-{i}")
+                    tb = Network(sc, name=f"bench-inproc-{os.getpid()}-{i}")
                     c0 = children_cpu() + process_cpu(os.getpid())
                     t0 = time.perf_counter()
                     tb.up()

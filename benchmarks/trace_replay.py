@@ -41,7 +41,7 @@ from analysis.loader import load
 from analysis.trace_replay import achieved_rates, per_second, trace_targets, zero_rate_spans
 from benchmarks._results import Tee, heading, write_section
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNTHETIC = ROOT / "scenarios" / "traces" / "steps-60s.csv"

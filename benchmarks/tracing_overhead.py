@@ -22,7 +22,7 @@ from contextlib import redirect_stdout
 
 from benchmarks._results import write_section
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 VARIANTS = {
     "off": {},

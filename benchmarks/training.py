@@ -38,9 +38,9 @@ from benchmarks._results import Tee, write_section
 from testbed.config.loading import load_yaml, parse_scenario
 from testbed.config.sweep import expand
 from testbed.core.units import format_duration, format_size
-from testbed.run.experiment import Experiment
-from testbed.run.ranks import rank_env
-from testbed.run.testbed import Testbed
+from testbed.experiment.sweep import Experiment
+from testbed.live.network import Network
+from testbed.live.processes import rank_env
 
 REPO = Path(__file__).resolve().parents[1]
 OVERHEAD_STEPS = 100
@@ -162,7 +162,7 @@ OVERHEAD_SCENARIO = {
 
 
 def on_testbed_hosts() -> float:
-    with Testbed(parse_scenario(OVERHEAD_SCENARIO)) as tb:
+    with Network(parse_scenario(OVERHEAD_SCENARIO)) as tb:
         hosts = ["east-h0", "east-h1", "west-h0", "west-h1"]
         return plain_step_p50(lambda r: tb.command(hosts[r], []), tb.hosts[hosts[0]])
 

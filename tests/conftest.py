@@ -19,8 +19,8 @@ import pytest
 from helpers import RUN_TAG, unique_name
 
 from testbed.config.loading import parse_scenario
+from testbed.live.network import Network
 from testbed.net import registry
-from testbed.run.testbed import Testbed
 
 TIERS = ("unit", "live", "guest", "acceptance")
 HERE = Path(__file__).resolve().parent
@@ -40,11 +40,11 @@ def root() -> None:
 
 
 @pytest.fixture
-def make_testbed(root: None) -> Iterator[Callable[..., Testbed]]:
-    made: list[Testbed] = []
+def make_testbed(root: None) -> Iterator[Callable[..., Network]]:
+    made: list[Network] = []
 
-    def make(data: dict[str, Any], **kwargs: Any) -> Testbed:
-        tb = Testbed(parse_scenario(data, "test"), name=unique_name(), **kwargs)
+    def make(data: dict[str, Any], **kwargs: Any) -> Network:
+        tb = Network(parse_scenario(data, "test"), name=unique_name(), **kwargs)
         made.append(tb)
         return tb.up()
 

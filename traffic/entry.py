@@ -1,6 +1,7 @@
 """The start every rank entry point shares: its arguments (``--spec FILE --rank N``, as the
-launcher ``testbed.run.ranks`` passes them), the spec, the rank's label and output directory, and
-how it logs. No torch here: a rank reports that it is starting before torch is imported."""
+launcher ``testbed.experiment.ranks`` passes them), the spec, the rank's label and output
+directory, and how it logs. No torch here: a rank reports that it is starting before torch is
+imported."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ class RankStart:
 
 
 def rank_args(prog: str, description: str | None, argv: list[str] | None) -> argparse.Namespace:
-    """``--spec FILE --rank N`` (as the launcher, testbed.run.ranks, passes them); SIGUSR1 then
-    dumps every thread's stack, which the launcher asks for before it kills a hung rank."""
+    """``--spec FILE --rank N`` (as the launcher, testbed.experiment.ranks, passes them); SIGUSR1
+    then dumps every thread's stack, which the launcher asks for before it kills a hung rank."""
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -3,8 +3,8 @@ host's namespace.
 
     python -m traffic.train_rank --spec SPEC.json --rank R
 
-The spec is the launcher's (testbed.run.ranks) plus ``"training"``: the workload's keys as the
-scenario resolved them (model, data, steps, batch, lr, seed, algorithm, ddp, diloco, streaming,
+The spec is the launcher's (testbed.experiment.ranks) plus ``"training"``: the workload's keys as
+the scenario resolved them (model, data, steps, batch, lr, seed, algorithm, ddp, diloco, streaming,
 localsgd, parameter_server, eval_every). The launcher sets ``GLOO_SOCKET_IFNAME`` and
 ``OMP_NUM_THREADS=1``.
 

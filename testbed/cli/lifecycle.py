@@ -1,9 +1,9 @@
 """The live verbs of testbeds on this machine: ``up`` (build one and leave it running, or in the
 foreground, or under Mininet's CLI), ``exec`` (a command in one of its hosts), ``ls``, ``down``
 and ``clean`` (what crashed testbeds left behind). Thin printing over :mod:`testbed.net` and
-:class:`~testbed.run.testbed.Testbed`.
+:class:`~testbed.live.network.Network`.
 
-The scenario schema and ``testbed.run`` are imported inside ``up`` and ``exec``: ``ls``,
+The scenario schema and ``testbed.live`` are imported inside ``up`` and ``exec``: ``ls``,
 ``down`` and ``clean`` need only the registry, and that import is most of the CLI's start-up.
 """
 
@@ -25,12 +25,12 @@ from testbed.net import registry
 from testbed.net.engines import MininetEngine, node_name
 
 if TYPE_CHECKING:
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
 
 out = make_console()
 
 
-def _print_hosts(tb: Testbed) -> None:
+def _print_hosts(tb: Network) -> None:
     assert tb.record is not None  # claimed by up()
     t = Table(title=f"testbed {tb.name} (prefix {tb.record.prefix}, backend {tb.record.backend})")
     t.add_column("host")
@@ -47,7 +47,7 @@ def _print_hosts(tb: Testbed) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from testbed.config.loading import load_scenario
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
 
     need_root("up")
     sc = load_scenario(args.file)
@@ -56,7 +56,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.cli and sc.engine != "mininet":
         raise UsageError("--cli is Mininet's CLI: use it with --engine mininet")
     foreground = args.foreground or args.cli
-    tb = Testbed(sc, name=args.name or sc.name, persistent=not foreground, source=args.file)
+    tb = Network(sc, name=args.name or sc.name, persistent=not foreground, source=args.file)
     if args.cli:
         from mininet.cli import CLI
         from mininet.log import setLogLevel
@@ -83,7 +83,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _announce(tb: Testbed) -> None:
+def _announce(tb: Network) -> None:
     assert tb.backend is not None and tb.plan is not None  # chosen and built by up()
     out.print(f"backend: [bold]{tb.backend.name}[/] ({escape(tb.backend.reason)})")
     # a direction is compensated only where its floor was measured
@@ -98,10 +98,10 @@ def _announce(tb: Testbed) -> None:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
 
     need_root("exec")
-    tb = Testbed.attach(args.name)
+    tb = Network.attach(args.name)
     argv = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     if not argv:
         raise TestbedError("nothing to run: testbed exec NAME HOST -- CMD [ARGS...]")

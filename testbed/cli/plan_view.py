@@ -232,7 +232,7 @@ def _tcp_table(sc: Scenario, plan: NetworkPlan) -> Table:
 def _dcqcn_table(sc: Scenario, plan: NetworkPlan) -> Table:
     """The DCQCN flows with what they run with in the testbed's units and, dilated, the real
     ones they stand for (times / s, rates x s)."""
-    from testbed.run.flows import dcqcn_setup
+    from testbed.experiment.flows import dcqcn_setup
 
     s = sc.dilation
     real = f" (real: / {s:g} for times, x {s:g} for rates)" if s != 1 else ""

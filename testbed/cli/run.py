@@ -101,9 +101,9 @@ def ray_start_argv(
 ) -> list[str]:
     """``ray start`` for a testbed machine: no CPUs for Ray's tasks (points take none and a
     measuring machine runs nothing else), the custom resource a point or a topology's part
-    needs, no dashboard; its name and underlay address as node labels (testbed.run.spanned)."""
+    needs, no dashboard; its name and underlay address as node labels (testbed.live.spanned)."""
     from testbed.config.placement import MACHINE_NAME
-    from testbed.run.spanned import MACHINE_LABEL, UNDERLAY_LABEL
+    from testbed.live.spanned import MACHINE_LABEL, UNDERLAY_LABEL
 
     argv = [ray, "start", "--num-cpus", "0", "--disable-usage-stats"]
     argv += ["--head", "--port", str(port), "--include-dashboard", "false"] if head else []
@@ -150,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from testbed.config.sweep import load_runs, parse_override
-    from testbed.run.experiment import Experiment
+    from testbed.experiment.sweep import Experiment
 
     overrides = [parse_override(s) for s in args.set]
     if args.engine:
@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.emit_slurm_array:
         import sys
 
-        from testbed.run.slurm import slurm_array
+        from testbed.distributed.slurm import slurm_array
 
         sets = [*args.set, *([f"engine={args.engine}"] if args.engine else [])]
         me = Path(sys.argv[0]) if sys.argv else Path("testbed")
@@ -188,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     need_root("run")
     if args.ray:
-        from testbed.run.ray_common import require_ray
+        from testbed.live.ray_common import require_ray
 
         require_ray()  # before a results directory is made
     exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
@@ -221,7 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         try:
             if args.ray and not spanned:
-                from testbed.run.ray_sweep import run_on_ray
+                from testbed.distributed.ray_sweep import run_on_ray
 
                 ok = run_on_ray(exp, args.ray, args.selfcheck, on_start, on_done)
             else:
@@ -250,7 +250,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def print_summary(exp) -> None:
-    from testbed.run.workloads import kind_of
+    from testbed.experiment.workloads import kind_of
 
     links = exp.tables.get("links") or []
     if links:

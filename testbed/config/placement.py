@@ -13,7 +13,7 @@ MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$")
 
 
 class Placement(Strict):
-    """Clusters on machines (``testbed.run.spanned`` builds them): ``machines`` maps every
+    """Clusters on machines (``testbed.live.spanned`` builds them): ``machines`` maps every
     cluster to a machine (a Ray node label or address); only WAN wires cross machines, over
     VXLAN cables. ``underlay_mtu``: the MTU between the machines; below 1550 every testbed
     interface gets 1450 (the cable's 50 bytes)."""

@@ -60,6 +60,7 @@ TABLES: tuple[Table, ...] = (
 )
 TABLE_NAMES = tuple(t.name for t in TABLES)
 BY_NAME = {t.name: t for t in TABLES}
-# sampled alongside the workload (testbed.trace) / recorded around it (testbed.run.events, flows)
+# sampled alongside the workload (testbed.trace) / recorded around it (testbed.experiment.events,
+# flows)
 TRACE_TABLES = ("tcp", "queues", "flows", "flowpaths", "routing")
 DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx")

@@ -84,7 +84,7 @@ class MininetEngine(Engine):
             )
 
     def create(self, plan: NetworkPlan, rec: Record) -> None:
-        # Testbed.up ran check() before claiming the registry: Mininet's tools are there
+        # Network.up ran check() before claiming the registry: Mininet's tools are there
         from mininet.link import TCLink
         from mininet.log import setLogLevel
         from mininet.net import Mininet

@@ -69,7 +69,7 @@ class Record:
     processes: list[tuple[int, int | None, str]] = field(default_factory=list)  # pid, start, what
     hosts: dict[str, str] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
-    # One machine's part of a topology over several (testbed.run.spanned): its machine name.
+    # One machine's part of a topology over several (testbed.live.spanned): its machine name.
     # A part owns exactly its recorded namespaces (another part may share the kernel, in tests).
     machine: str = ""
 

@@ -6,7 +6,7 @@ crossings and a bridge per side, the gateways' forwarding) and, on the userspace
 delay line's pass (NFQUEUE hand-off, the line's wake-up, the verdict). Measured on the
 development VM: about 0.09 ms one way without a line and 0.16 ms with one (benchmarks/RESULTS.md,
 link_fidelity). At bring-up the testbed measures each direction's one-way delay host to host
-(``testbed.run.calibrate``) with the emulator set to the configured delay, and the excess over
+(``testbed.live.calibrate``) with the emulator set to the configured delay, and the excess over
 that is the direction's *floor*; the emulator then gets ``configured - floor``.
 
 This module owns that arithmetic and its rules:

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from testbed.net import procs
 
 if TYPE_CHECKING:
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
 
 PORT = 5211
 FLENT = str(Path(sys.executable).with_name("flent"))
 
 
-def iperf3_goodput(tb: Testbed, src: str, dst: str, seconds: int, omit: int = 0) -> float:
+def iperf3_goodput(tb: Network, src: str, dst: str, seconds: int, omit: int = 0) -> float:
     """One iperf3 TCP flow's goodput at the receiver (bit/s), the first ``omit`` s left out."""
     argv = ["iperf3", "-s", "-1", "-p", str(PORT), "--forceflush"]
     server = tb.popen(dst, argv, stdout=subprocess.PIPE, text=True)
@@ -40,7 +40,7 @@ def iperf3_goodput(tb: Testbed, src: str, dst: str, seconds: int, omit: int = 0)
     return float(data["end"]["sum_received"]["bits_per_second"])
 
 
-def udp_delivered(tb: Testbed, src: str, dst: str, rate: str, seconds: int) -> float:
+def udp_delivered(tb: Network, src: str, dst: str, rate: str, seconds: int) -> float:
     """The share of UDP datagrams sent at ``rate`` that arrived, as the iperf2 server counts
     them (iperf3 cannot set up a UDP test through heavy loss: its one set-up datagram is lost)."""
     with iperf2_udp_server(tb, dst, PORT) as server:
@@ -56,7 +56,7 @@ def udp_delivered(tb: Testbed, src: str, dst: str, rate: str, seconds: int) -> f
     raise AssertionError(f"the iperf server on {dst} reported no Lost/Total line")
 
 
-def iperf2_udp_server(tb: Testbed, host: str, port: int = 5001) -> Any:
+def iperf2_udp_server(tb: Network, host: str, port: int = 5001) -> Any:
     """``with iperf2_udp_server(tb, host) as proc:`` an iperf2 UDP server on ``host`` (line
     buffered: its reports can be read as they come); flent's udp_flood uses the default port."""
     argv = ["stdbuf", "-oL", "iperf", "-s", "-u", "-p", str(port)]
@@ -64,14 +64,14 @@ def iperf2_udp_server(tb: Testbed, host: str, port: int = 5001) -> Any:
     return procs.ready(proc, f"iperf server on {host}", "Server listening", substring=True)
 
 
-def irtt_server(tb: Testbed, host: str) -> Any:
+def irtt_server(tb: Network, host: str) -> Any:
     """``with irtt_server(tb, host):`` an irtt server listening on ``host``'s address."""
     argv = ["irtt", "server", "-b", tb.hosts[host]]
     proc = tb.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return procs.ready(proc, f"irtt server on {host}", "starting IPv4 listener", substring=True)
 
 
-def irtt(tb: Testbed, src: str, dst: str, out: Path, seconds: int = 3) -> dict[str, float]:
+def irtt(tb: Network, src: str, dst: str, out: Path, seconds: int = 3) -> dict[str, float]:
     """irtt every 10 ms for ``seconds``: median RTT, send (src -> dst) and receive (dst -> src)
     delay, in ms."""
     with irtt_server(tb, dst):
@@ -83,7 +83,7 @@ def irtt(tb: Testbed, src: str, dst: str, out: Path, seconds: int = 3) -> dict[s
     return {k: stats[v]["median"] / 1e6 for k, v in keys.items()}
 
 
-def flent(tb: Testbed, src: str, dst: str, test: str, out: Path, seconds: int = 5) -> dict:
+def flent(tb: Network, src: str, dst: str, test: str, out: Path, seconds: int = 5) -> dict:
     """A flent test from ``src`` to ``dst`` (its servers must run); its data file (gzip JSON).
     Raises ``AssertionError`` with flent's ``ERROR:`` lines when it failed."""
     argv = [FLENT, test, "-H", tb.hosts[dst], "-l", str(seconds), "-s", "0.2", "-d", "1"]

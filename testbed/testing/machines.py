@@ -2,10 +2,10 @@
 benchmark, trying ``placement:`` out): a network namespace per machine, all joined by a veth
 underlay (MTU 1500, like a plain Ethernet between machines), and a real Ray cluster on this
 machine with one node per stand-in, labelled with its name, its underlay address and the
-namespace that stands for it (testbed.run.spanned makes its cables there).
+namespace that stands for it (testbed.live.spanned makes its cables there).
 
     with stand_in_machines(["node-a", "node-b"]) as (address, namespaces):
-        tb = SpannedTestbed(scenario, address=address).up()
+        tb = SpannedNetwork(scenario, address=address).up()
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def stand_in_machines(names: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from testbed.run.spanned import MACHINE_LABEL, NETNS_LABEL, UNDERLAY_LABEL
+    from testbed.live.spanned import MACHINE_LABEL, NETNS_LABEL, UNDERLAY_LABEL
 
     if len(names) != 2:
         raise ValueError("stand-in machines come in a pair (one veth between them)")

@@ -230,7 +230,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         return
     report = outcome.get_result()
     if call.excinfo is not None:
-        from testbed.run.testbed import Terminated
+        from testbed.live.network import Terminated
 
         if call.excinfo.errisinstance(Terminated):
             # SIGTERM (a CI job's timeout): this network is torn down by the fixture; do not

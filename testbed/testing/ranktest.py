@@ -11,9 +11,9 @@ tracebacks, problems, the link self-check and α-β predictions). The pytest plu
         print(res.time.p50, res.predicted("all_reduce", "flat"))
 
 Each ``run_ranks`` call starts one ``python -m traffic.user_rank`` process per rank inside its
-host namespace (started, watched and stopped by :class:`testbed.run.ranks.RankLaunch`, the one
-launcher, which :mod:`testbed.run.experiment` uses too), waits, and reads the files the ranks
-wrote. Two clocks bound a call: ``setup_timeout`` until every rank has joined
+host namespace (started, watched and stopped by :class:`testbed.experiment.ranks.RankLaunch`, the
+one launcher, which :mod:`testbed.experiment.execute` uses too), waits, and reads the files the
+ranks wrote. Two clocks bound a call: ``setup_timeout`` until every rank has joined
 torch.distributed (Python start, torch import and gloo's rendezvous: seconds each on a small
 machine), then ``timeout`` for the iterations themselves, so a short ``timeout`` tests the
 user's code, not the machine's import speed. A rank still running at its deadline gets SIGUSR1
@@ -41,11 +41,12 @@ from testbed.config.loading import with_faults
 from testbed.core.errors import ScenarioError, TestbedError
 from testbed.core.stats import quantile
 from testbed.core.units import format_duration, format_rate, parse_duration
+from testbed.experiment.clock import OriginClock
+from testbed.experiment.events import EventRunner
+from testbed.experiment.ranks import STACK_HEAD, RankLaunch, RankSpec
+from testbed.live.network import Network
 from testbed.plan.ranks import RankSlot, place_ranks
 from testbed.plan.timeline import Timeline, build_timeline
-from testbed.run.events import EventRunner, OriginClock
-from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec
-from testbed.run.testbed import Testbed
 from testbed.trace.queues import QdiscSampler, QdiscTarget
 from testbed.trace.run_traces import COUNTER_PERIOD, with_wan_counters
 
@@ -462,7 +463,7 @@ def _caller_sys_path() -> list[str]:
 class RankTestbed:
     """A live network with ranks placed on it, running user functions on every rank.
 
-    Attributes once up: ``testbed`` (:class:`testbed.api.Testbed`), ``plan`` (its NetworkPlan),
+    Attributes once up: ``testbed`` (:class:`testbed.api.Network`), ``plan`` (its NetworkPlan),
     ``ranks`` (list of :class:`testbed.layout.RankSlot`), ``links`` (the link self-check rows,
     :class:`testbed.selfcheck.LinkCheck`, empty with ``selfcheck=False``), ``results`` (every
     RankResults so far).
@@ -470,7 +471,7 @@ class RankTestbed:
 
     def __init__(
         self,
-        testbed: Testbed,
+        testbed: Network,
         *,
         ranks_per_host: int | None = None,
         placement: str | None = None,
@@ -512,7 +513,7 @@ class RankTestbed:
         scenario = runs[0].scenario
         # WAN byte counters for RankResults.wan_bytes, also from a delay line holding a queue
         scenario = scenario.model_copy(update={"trace": with_wan_counters(scenario.trace)})
-        return cls(Testbed(scenario, name=name, source=str(path)), **kwargs)
+        return cls(Network(scenario, name=name, source=str(path)), **kwargs)
 
     @property
     def plan(self) -> Any:
@@ -524,7 +525,7 @@ class RankTestbed:
 
     # -- lifecycle -------------------------------------------------------------------------
     def up(self) -> RankTestbed:
-        """Build the network (SIGTERM tears it down, as with ``with Testbed``), place the ranks,
+        """Build the network (SIGTERM tears it down, as with ``with Network``), place the ranks,
         run the link self-check."""
         self.testbed.__enter__()
         try:
@@ -533,7 +534,7 @@ class RankTestbed:
             if self.out_dir is None:
                 self.out_dir = Path(tempfile.mkdtemp(prefix=f"testbed-{self.name}-"))
             if self.selfcheck:
-                from testbed.run.selfcheck import check_links
+                from testbed.live.selfcheck import check_links
 
                 self.links = check_links(self.testbed, duration=self.selfcheck_seconds, pings=20)
         except BaseException:
@@ -584,7 +585,7 @@ class RankTestbed:
         return "\n".join(lines)
 
     def _topology(self) -> Any:
-        from testbed.run.experiment import model_topology
+        from testbed.experiment.execute import model_topology
 
         assert self.testbed.plan is not None
         return model_topology(self.testbed.plan, self.ranks, self.placement, self.ranks_per_host)
@@ -713,10 +714,11 @@ class RankTestbed:
 
 class _Launch:
     """One call's rank processes (started, watched and stopped by the one launcher,
-    :class:`testbed.run.ranks.RankLaunch`) and what they left behind, read back as outcomes."""
+    :class:`testbed.experiment.ranks.RankLaunch`) and what they left behind, read back as
+    outcomes."""
 
     def __init__(
-        self, tb: Testbed, ranks: list[RankSlot], spec: RankSpec, run_dir: Path, function: str
+        self, tb: Network, ranks: list[RankSlot], spec: RankSpec, run_dir: Path, function: str
     ) -> None:
         self.ranks = ranks
         self.run_dir = run_dir

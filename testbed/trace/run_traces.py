@@ -30,7 +30,7 @@ FLOWPATH_PERIOD = 0.1  # s: draining the path taps (their samples carry the kern
 
 
 class TracedNetwork(Protocol):
-    """What the traces need of a live network (``testbed.run.testbed.Testbed`` is one)."""
+    """What the traces need of a live network (``testbed.live.network.Network`` is one)."""
 
     plan: NetworkPlan | None
     record: Record | None

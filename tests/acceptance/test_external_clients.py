@@ -1,6 +1,6 @@
 """External clients over the emulated WAN, on both engines: flent (PyPI), irtt and iperf3 measure
 the link, and must agree with its configuration within the project's own self-check tolerances
-(testbed.run.selfcheck: RTT median within 10% or 1 ms, TCP goodput at least 90% of the ceiling).
+(testbed.live.selfcheck: RTT median within 10% or 1 ms, TCP goodput at least 90% of the ceiling).
 
 flent's exit code says nothing (it logs a failed runner and exits 0): its stderr is checked for
 ``ERROR:`` and its data file (gzip JSON) for the series. flent's TCP tests (tcp_1up, tcp_nup,
@@ -19,9 +19,10 @@ from helpers import skip_without_mininet, unique_name
 
 from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
+from testbed.core.vocab import SELFCHECK_TOLERANCE as TOLERANCE
+from testbed.live.network import Network
+from testbed.live.selfcheck import rtt_within_tolerance
 from testbed.net import procs
-from testbed.run.selfcheck import TOLERANCE, rtt_within_tolerance
-from testbed.run.testbed import Testbed
 from testbed.testing.clients import (
     flent,
     iperf2_udp_server,
@@ -54,7 +55,7 @@ def tb(request, tmp_path_factory):
                  "reverse": {"delay": "30ms"}}],
         "engine": request.param,
     }  # fmt: skip
-    testbed = Testbed(parse_scenario(data, "test"), name=unique_name("clients"))
+    testbed = Network(parse_scenario(data, "test"), name=unique_name("clients"))
     testbed.up()
     yield testbed
     testbed.down()

@@ -23,8 +23,8 @@ import pytest
 from helpers import skip_without_mininet, unique_name
 
 from testbed.config.loading import parse_scenario
+from testbed.live.network import Network
 from testbed.net import probe
-from testbed.run.testbed import Testbed
 from testbed.testing.clients import iperf3_goodput, udp_delivered
 
 ENGINES = ["native", "mininet"]
@@ -48,9 +48,9 @@ def backend(request, root) -> str:
 
 @pytest.fixture
 def testbeds():
-    made: list[Testbed] = []
+    made: list[Network] = []
 
-    def make(engine: str, backend: str, wan: list[dict], clusters: int = 2) -> Testbed:
+    def make(engine: str, backend: str, wan: list[dict], clusters: int = 2) -> Network:
         if backend == "tclink" and engine != "mininet":
             pytest.skip("backend tclink is Mininet's TCLink: engine mininet only")
         names = [f"c{i}" for i in range(clusters)]
@@ -61,7 +61,7 @@ def testbeds():
             "backend": backend,
             "engine": engine,
         }
-        tb = Testbed(parse_scenario(data, "test"), name=unique_name("acc"))
+        tb = Network(parse_scenario(data, "test"), name=unique_name("acc"))
         made.append(tb)
         return tb.up()
 
@@ -75,7 +75,7 @@ def wan(rate: str = "1gbit", delay: str | None = None, **more) -> list[dict]:
     return [link | ({"delay": delay} if delay else {})]
 
 
-def ping(tb: Testbed, count: int, interval: float = 0.2, src="c0-h0", dst="c1-h0") -> dict:
+def ping(tb: Network, count: int, interval: float = 0.2, src="c0-h0", dst="c1-h0") -> dict:
     """ping's summary: sent, received, rtt min/avg/max in ms (None when none came back)."""
     r = tb.run(src, ["ping", "-c", str(count), "-i", str(interval), "-W", "1", dst], timeout=60)
     sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", r.stdout).groups())
@@ -84,14 +84,14 @@ def ping(tb: Testbed, count: int, interval: float = 0.2, src="c0-h0", dst="c1-h0
     return {"sent": sent, "received": got, "min": rtt[0], "avg": rtt[1], "max": rtt[2]}
 
 
-def warm_arp(tb: Testbed) -> None:
+def warm_arp(tb: Network) -> None:
     """Resolve the path's neighbours before measuring RTTs, as Mininet's delay tests do with
     ``autoStaticArp=True``: otherwise the first ping also waits for ARP across the delayed link
     (measured in a guest on TCLink: 123 ms for 60 configured)."""
     ping(tb, 1)
 
 
-def emulated_rtt_ms(tb: Testbed) -> float:
+def emulated_rtt_ms(tb: Network) -> float:
     """What the emulators add over the round trip (ms). A TCLink's netem adds its configured
     delay on top of the path, so Mininet's lower bounds are the configured RTT; the testbed's
     delay is host to host: its emulators add the configured delay less the path floor its
@@ -101,7 +101,7 @@ def emulated_rtt_ms(tb: Testbed) -> float:
     return (sum(d.delay for d in tb.plan.wan) - taken) * 1e3
 
 
-def iperf(tb: Testbed, seconds: int, dst: str = "c1-h0") -> float:
+def iperf(tb: Network, seconds: int, dst: str = "c1-h0") -> float:
     return iperf3_goodput(tb, "c0-h0", dst, seconds)
 
 

@@ -91,8 +91,8 @@ def test_bfd_leaves_a_blackholed_path_and_bgp_takes_it_back(make_testbed, skip_w
 OWNER = """
 import sys, time
 from testbed.config.loading import parse_scenario
-from testbed.run.testbed import Testbed
-tb = Testbed(parse_scenario({scenario!r}, "test"), name={name!r}).up()
+from testbed.live.network import Network
+tb = Network(parse_scenario({scenario!r}, "test"), name={name!r}).up()
 print("READY", tb.record.prefix, flush=True)
 time.sleep(600)
 """
@@ -119,7 +119,7 @@ def test_a_run_records_routing_events_and_the_failover(tmp_path, skip_without_fr
     from analysis import load
     from analysis.routing import failover_table
     from testbed.config.sweep import expand
-    from testbed.run.experiment import Experiment
+    from testbed.experiment.sweep import Experiment
 
     data = bgp_paths() | {
         "workload": {

@@ -13,7 +13,7 @@ from helpers import RUN_TAG
 
 from analysis.report import write_report
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 pytestmark = pytest.mark.live
 

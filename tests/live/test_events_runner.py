@@ -20,10 +20,10 @@ from helpers import RUN_TAG, scenario
 
 from testbed.config.sweep import expand
 from testbed.core.frames import GOODPUT_FACTOR
+from testbed.experiment import dynamics as experiment
+from testbed.experiment.sweep import Experiment
 from testbed.plan.model import NetworkPlan
 from testbed.plan.timeline import Change, Event, Timeline
-from testbed.run import experiment
-from testbed.run.experiment import Experiment
 
 pytestmark = pytest.mark.live
 

@@ -31,12 +31,12 @@ from helpers import delay_steps, hold_and_release, scenario, unique_name
 
 from testbed.config.loading import parse_scenario
 from testbed.core.frames import GOODPUT_FACTOR
+from testbed.live.network import Network
+from testbed.live.selfcheck import probe_rtt
 from testbed.net import netns
 from testbed.net.faults import FaultOps
 from testbed.plan.render import rate_change_lines
 from testbed.plan.sizing import bdp_bytes
-from testbed.run.selfcheck import probe_rtt
-from testbed.run.testbed import Testbed
 from testbed.trace.tcp import parse_tcp_info
 
 pytestmark = pytest.mark.live
@@ -50,7 +50,7 @@ class Flow:
     until stopped (or its first error), a receiver thread records (monotonic time, total bytes)
     at every read."""
 
-    def __init__(self, tb: Testbed, src: str, dst: str) -> None:
+    def __init__(self, tb: Network, src: str, dst: str) -> None:
         port, addr = next(PORTS), tb.hosts[dst]
 
         def listener() -> socket.socket:
@@ -155,12 +155,12 @@ def flows() -> Iterator[list[Flow]]:
         f.close()
 
 
-def up(data: dict) -> Testbed:
-    return Testbed(parse_scenario(data, "test"), name=unique_name()).up()
+def up(data: dict) -> Network:
+    return Network(parse_scenario(data, "test"), name=unique_name()).up()
 
 
 @pytest.fixture(scope="module")
-def line3() -> Iterator[Testbed]:
+def line3() -> Iterator[Network]:
     """east - mid - west, one host each: east-mid 100 Mbit/s 10 ms, mid-west 100 Mbit/s 5 ms."""
     if os.geteuid() != 0:
         pytest.skip("needs root: network namespaces and qdiscs")
@@ -178,7 +178,7 @@ def line3() -> Iterator[Testbed]:
         tb.down()
 
 
-def gateway_routes(tb: Testbed) -> dict[str, set[tuple[str, str]]]:
+def gateway_routes(tb: Network) -> dict[str, set[tuple[str, str]]]:
     """Gateway namespace -> its routes with a next hop, as (destination, next hop)."""
     out = {}
     for g in tb.plan.gateways:
@@ -189,7 +189,7 @@ def gateway_routes(tb: Testbed) -> dict[str, set[tuple[str, str]]]:
     return out
 
 
-def planned_routes(tb: Testbed) -> dict[str, set[tuple[str, str]]]:
+def planned_routes(tb: Network) -> dict[str, set[tuple[str, str]]]:
     return {
         g.ns: {(r.dst, r.via) for r in tb.plan.routes if r.ns == g.ns} for g in tb.plan.gateways
     }

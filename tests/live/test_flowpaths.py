@@ -11,7 +11,7 @@ from helpers import scenario
 from analysis import load
 from analysis.multipath import path_utilisation
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 pytestmark = pytest.mark.live
 

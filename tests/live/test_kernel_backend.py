@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from helpers import hold_and_release, scenario
 
+from testbed.live.selfcheck import check_direction, probe_rtt
 from testbed.net import probe as kernel
-from testbed.run.selfcheck import check_direction, probe_rtt
 
 pytestmark = [pytest.mark.live, pytest.mark.kernel_qdiscs]
 
@@ -218,9 +218,9 @@ def test_a_delay_step_grows_netems_packet_limit(make_testbed):
     netem."""
     import socket
 
+    from testbed.experiment.events import EventTarget
     from testbed.net import netns
     from testbed.plan.sizing import netem_limit
-    from testbed.run.events import EventTarget
 
     tb = make_testbed(wan(delay="10ms"))
     d = next(d for d in tb.plan.wan if d.name == "east->west")

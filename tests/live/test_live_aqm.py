@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from testbed.run.selfcheck import measure_goodput
+from testbed.live.selfcheck import measure_goodput
 from testbed.trace.tcp import TcpInfoSampler
 
 pytestmark = pytest.mark.live

@@ -15,8 +15,8 @@ import pytest
 from helpers import RUN_TAG, scenario
 
 from testbed.config.sweep import expand
+from testbed.experiment.sweep import Experiment
 from testbed.net import registry
-from testbed.run.experiment import Experiment
 
 pytestmark = pytest.mark.live
 CLI = [sys.executable, "-m", "testbed.cli"]

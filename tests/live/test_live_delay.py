@@ -17,10 +17,10 @@ import time
 import pytest
 from helpers import scenario
 
+from testbed.live import calibrate
+from testbed.live.selfcheck import check_direction, probe_rtt
 from testbed.net import netns, registry
 from testbed.plan.compensation import FloorError
-from testbed.run import calibrate
-from testbed.run.selfcheck import check_direction, probe_rtt
 
 pytestmark = pytest.mark.live
 

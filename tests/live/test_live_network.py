@@ -22,8 +22,8 @@ from helpers import (
 )
 
 from testbed.core.frames import GOODPUT_FACTOR
+from testbed.live.selfcheck import check_direction
 from testbed.net import netns, registry
-from testbed.run.selfcheck import check_direction
 
 pytestmark = pytest.mark.live
 CLI = [sys.executable, "-m", "testbed.cli"]
@@ -211,12 +211,12 @@ def test_backend_kernel_without_netem_is_a_clear_error(root, tmp_path):
 def test_fabric_delay_on_the_userspace_backend_is_a_clear_error(root):
     from testbed.config.loading import parse_scenario
     from testbed.core.errors import UnsupportedError
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
 
     data = scenario(backend="userspace")
     data["clusters"]["east"]["fabric"] = {"delay": "50us"}
     with pytest.raises(UnsupportedError, match=r"fabric\.delay needs netem"):
-        Testbed(parse_scenario(data), name=unique_name()).up()
+        Network(parse_scenario(data), name=unique_name()).up()
 
 
 def test_validate_cli_exit_codes(tmp_path):

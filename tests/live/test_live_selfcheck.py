@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from helpers import scenario
 
+from testbed.live.selfcheck import check_direction
 from testbed.plan.render import shaper_lines
-from testbed.run.selfcheck import check_direction
 
 pytestmark = pytest.mark.live
 

@@ -20,7 +20,7 @@ from helpers import RUN_TAG
 
 from analysis.trace_replay import achieved_rates, per_second, trace_table, trace_targets
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 pytestmark = pytest.mark.live
 

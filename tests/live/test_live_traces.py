@@ -9,8 +9,8 @@ import pytest
 from helpers import RUN_TAG
 
 from testbed.config.sweep import expand
+from testbed.experiment.sweep import Experiment
 from testbed.net import probe as kernel
-from testbed.run.experiment import Experiment
 
 pytestmark = pytest.mark.live
 

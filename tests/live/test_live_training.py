@@ -8,7 +8,7 @@ import pytest
 from helpers import RUN_TAG
 
 from testbed.config.sweep import expand
-from testbed.run.experiment import Experiment
+from testbed.experiment.sweep import Experiment
 
 pytestmark = pytest.mark.live
 UNIFORM_LOSS = 4.635  # ln(103): a model that learned nothing

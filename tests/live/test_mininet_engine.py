@@ -16,8 +16,8 @@ from helpers import RUN_TAG, root_namespace_state, scenario, skip_without_minine
 from testbed.config.sweep import expand
 from testbed.core.errors import UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
+from testbed.experiment.sweep import Experiment
 from testbed.net import registry
-from testbed.run.experiment import Experiment
 from testbed.testing.clients import iperf3_goodput
 
 pytestmark = pytest.mark.live

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from testbed.config.sweep import expand
+from testbed.experiment.sweep import Experiment
 from testbed.net import build, registry
-from testbed.run.experiment import Experiment
 
 pytestmark = pytest.mark.live
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
@@ -57,7 +57,7 @@ def summary_rows(exp: Experiment) -> list[tuple]:
 
 
 def test_a_sweep_on_two_nodes_gives_the_summary_of_a_local_run(tmp_path, cluster):
-    from testbed.run.ray_sweep import run_on_ray
+    from testbed.distributed.ray_sweep import run_on_ray
 
     c, _ = cluster
     data = bulk("raysweep", rates=RATES)
@@ -96,7 +96,7 @@ def before():
 
 
 def test_a_point_whose_node_dies_is_retried_on_another(tmp_path, cluster, before):
-    from testbed.run.ray_sweep import run_on_ray
+    from testbed.distributed.ray_sweep import run_on_ray
 
     c, nodes = cluster
     data = bulk("raydie", seconds="8s", rates=("50mbit",))

@@ -15,8 +15,9 @@ import pytest
 from helpers import kill_owner, owner_script, testbed_clean, unique_name
 
 from testbed.config.loading import parse_scenario
+from testbed.core.vocab import SELFCHECK_TOLERANCE as TOLERANCE
+from testbed.live.selfcheck import check_links
 from testbed.net import registry
-from testbed.run.selfcheck import TOLERANCE, check_links
 
 pytestmark = pytest.mark.live
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
@@ -49,7 +50,7 @@ def machines(root):
 
 
 def assert_clean(prefix: str, spaces: list[str]) -> None:
-    from testbed.run.ray_common import NODE_DIR
+    from testbed.live.ray_common import NODE_DIR
 
     assert registry.namespaces_with_prefix(prefix) == []
     assert not [r for r in registry.records() if r.prefix == prefix]
@@ -62,14 +63,14 @@ def assert_clean(prefix: str, spaces: list[str]) -> None:
 def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
     machines, make_testbed, tmp_path
 ):
+    from testbed.experiment.ranks import RankLaunch, RankSpec
+    from testbed.experiment.workloads import KINDS
+    from testbed.live.spanned import SpannedNetwork
     from testbed.plan.ranks import place_ranks
-    from testbed.run.ranks import RankLaunch, RankSpec
-    from testbed.run.spanned import SpannedTestbed
-    from testbed.run.workloads import KINDS
 
     address, spaces = machines
     sc = parse_scenario(spanned_scenario(), "test")
-    tb = SpannedTestbed(sc, name=unique_name("span"), address=address)
+    tb = SpannedNetwork(sc, name=unique_name("span"), address=address)
     tb.up()
     try:
         prefix = tb.plan.prefix
@@ -116,8 +117,8 @@ def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
 DRIVER = """
 import time, ray
 from testbed.config.loading import parse_scenario
-from testbed.run.spanned import SpannedTestbed
-tb = SpannedTestbed(parse_scenario({scenario!r}, "test"), name={name!r}, address={address!r})
+from testbed.live.spanned import SpannedNetwork
+tb = SpannedNetwork(parse_scenario({scenario!r}, "test"), name={name!r}, address={address!r})
 tb.up()
 print("READY", tb.plan.prefix, flush=True)
 time.sleep(600)
@@ -150,12 +151,12 @@ def test_up_without_agents_says_how_to_run_a_placement(make_testbed):
 
 def test_a_machine_without_a_node_is_named(machines):
     from testbed.core.errors import ScenarioError
-    from testbed.run.spanned import SpannedTestbed
+    from testbed.live.spanned import SpannedNetwork
 
     address, _ = machines
     doc = spanned_scenario()
     doc["placement"]["machines"]["west"] = "node-z"
-    tb = SpannedTestbed(parse_scenario(doc, "test"), name=unique_name(), address=address)
+    tb = SpannedNetwork(parse_scenario(doc, "test"), name=unique_name(), address=address)
     with pytest.raises(ScenarioError, match=r"no Ray node with label testbed-machine=node-z"):
         tb.up()
 
@@ -164,7 +165,7 @@ def test_testbed_run_of_a_placed_scenario_spans_the_machines(machines, tmp_path)
     """Through the runner (what `testbed run FILE --ray ADDRESS` does): the self-check's rows,
     the ranks' results and the expectation, from a topology over both machines."""
     from testbed.config.sweep import load_runs
-    from testbed.run.experiment import Experiment
+    from testbed.experiment.sweep import Experiment
 
     address, spaces = machines
     source = "scenarios/span-two-machines.yaml"

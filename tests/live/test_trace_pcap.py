@@ -10,12 +10,12 @@ import pytest
 from helpers import scenario
 
 from analysis.flows import flow_summary, flows_from_pcap
+from testbed.live.selfcheck import SELFCHECK_PORT, measure_goodput
 from testbed.net import registry
-from testbed.run.selfcheck import SELFCHECK_PORT, measure_goodput
 from testbed.trace.pcap import CaptureError, CaptureSpec, PcapCapture
 
-if TYPE_CHECKING:  # imported at run time, pytest would try to collect the class Testbed
-    from testbed.run.testbed import Testbed
+if TYPE_CHECKING:  # imported at run time, pytest would try to collect the class Network
+    from testbed.live.network import Network
 
 pytestmark = pytest.mark.live
 RATE = 50e6
@@ -25,7 +25,7 @@ def wan(**extra) -> dict:
     return scenario(wan=[{"between": ["east", "west"], "rate": "50mbit", "delay": "5ms", **extra}])
 
 
-def wire_specs(tb: Testbed, out: Path) -> list[CaptureSpec]:
+def wire_specs(tb: Network, out: Path) -> list[CaptureSpec]:
     """Both interfaces of the east->west wire: where packets enter it and where they leave."""
     d = tb.plan.wan[0]
     im = d.impairment
@@ -40,7 +40,7 @@ def assert_gone(pids: list[int]) -> None:
     assert not left, f"tcpdump processes still running: {left}"
 
 
-def bulk_summary(tb: Testbed, stats: list[dict]) -> dict[str, dict]:
+def bulk_summary(tb: Network, stats: list[dict]) -> dict[str, dict]:
     """Per capture label: the summary row of the bulk flow east-h0 -> west-h0."""
     src, dst = tb.hosts["east-h0"], tb.hosts["west-h0"]
     out = {}
@@ -53,7 +53,7 @@ def bulk_summary(tb: Testbed, stats: list[dict]) -> dict[str, dict]:
     return out
 
 
-def retrans_segs(tb: Testbed, host: str) -> int:
+def retrans_segs(tb: Network, host: str) -> int:
     """The kernel's count of retransmitted TCP segments in ``host``'s namespace."""
     lines = tb.run(host, ["cat", "/proc/net/snmp"], check=True).stdout.splitlines()
     names, values = (line.split() for line in lines if line.startswith("Tcp:"))

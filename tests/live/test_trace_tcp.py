@@ -21,7 +21,7 @@ from helpers import scenario
 from testbed.trace.tcp import TcpInfoSampler, read_tcp_info
 
 if TYPE_CHECKING:  # imported at run time, pytest would try to collect it as a test class
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
 
 pytestmark = pytest.mark.live
 
@@ -31,7 +31,7 @@ WAN = [{"between": ["east", "west"], "rate": "100mbit", "delay": "10ms"}]
 HOSTS = ["east-h0", "east-h1", "west-h0", "west-h1"]
 
 
-def sampler_for(tb: Testbed, hosts: list[str], period: float = PERIOD) -> TcpInfoSampler:
+def sampler_for(tb: Network, hosts: list[str], period: float = PERIOD) -> TcpInfoSampler:
     return TcpInfoSampler(
         {h: tb.namespace(h) for h in hosts},
         period,
@@ -40,7 +40,7 @@ def sampler_for(tb: Testbed, hosts: list[str], period: float = PERIOD) -> TcpInf
 
 
 @contextlib.contextmanager
-def bulk_flow(tb: Testbed, src: str, dst: str, duration: float) -> Iterator[dict]:
+def bulk_flow(tb: Network, src: str, dst: str, duration: float) -> Iterator[dict]:
     """One traffic.bulk flow src -> dst; yields while it runs, then fills in the receiver's JSON
     (with the sender's under 'sender')."""
     result: dict = {}
@@ -68,7 +68,7 @@ def bulk_flow(tb: Testbed, src: str, dst: str, duration: float) -> Iterator[dict
                 proc.wait()
 
 
-def flow_rows(rows: list[dict], tb: Testbed, src: str, dst: str) -> tuple[pd.DataFrame, ...]:
+def flow_rows(rows: list[dict], tb: Network, src: str, dst: str) -> tuple[pd.DataFrame, ...]:
     """(sender rows, receiver rows) of the bulk flow src -> dst:PORT, each in time order."""
     df = pd.DataFrame(rows)
     server = f"{tb.hosts[dst]}:{PORT}"

@@ -268,7 +268,7 @@ def test_killed_rank_fails_the_others_within_timeout(launch: Any, tmp_path: Path
 
 
 def test_rank_0_announces_every_timed_operation(launch: Any, tmp_path: Path) -> None:
-    from testbed.run.events import OriginClock
+    from testbed.experiment.clock import OriginClock
 
     with OriginClock() as clock:
         spec = make_spec(

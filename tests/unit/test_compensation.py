@@ -10,6 +10,7 @@ import pytest
 
 from testbed.config.loading import parse_scenario
 from testbed.link.kernel import KernelBackend
+from testbed.live.selfcheck import configured_rtt
 from testbed.plan.compensation import (
     STALL_SLACK,
     FloorError,
@@ -20,7 +21,6 @@ from testbed.plan.compensation import (
 from testbed.plan.model import NetworkPlan
 from testbed.plan.render import netem_lines
 from testbed.plan.topology import build_plan
-from testbed.run.selfcheck import configured_rtt
 
 MS = 1e-3
 

@@ -12,8 +12,8 @@ from testbed.config.dcqcn import DcqcnParamsSpec, DcqcnSettings, resolve
 from testbed.config.loading import parse_scenario
 from testbed.core.dcqcn import defaults
 from testbed.core.errors import ScenarioError
+from testbed.experiment.flows import dcqcn_setup
 from testbed.plan.topology import build_plan
-from testbed.run.flows import dcqcn_setup
 
 
 def test_the_issues_params_line_parses_to_the_papers_defaults() -> None:

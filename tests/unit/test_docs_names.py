@@ -1,4 +1,4 @@
-"""Every dotted name the README and docs/*.md mention (``testbed.api.Testbed``,
+"""Every dotted name the README and docs/*.md mention (``testbed.api.Network``,
 ``analysis.faults``, ``traffic.rank.RankContext``) exists: the longest prefix that is a module is
 imported and the rest is looked up as attributes. A module that moved or a class that was renamed
 fails here instead of leaving a reader with an ImportError.

@@ -1,6 +1,6 @@
-"""The event runner's clock and schedule (testbed.run.events) with real announcements on a real
-UNIX datagram socket (traffic.announce), and its pure parts; what an event does to a live
-testbed is tests/live/test_events_runner.py's."""
+"""The event runner's clock and schedule (testbed.experiment.clock, testbed.experiment.events)
+with real announcements on a real UNIX datagram socket (traffic.announce), and its pure parts;
+what an event does to a live testbed is tests/live/test_events_runner.py's."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import time
 import pytest
 
 from testbed.core.errors import UnsupportedError
+from testbed.core.vocab import LATE_S as LATE
+from testbed.experiment.clock import OriginClock
+from testbed.experiment.events import EventRunner, impairment_for
 from testbed.plan.model import Impairment
 from testbed.plan.timeline import Change, Event, Timeline
-from testbed.run.events import LATE, EventRunner, OriginClock, impairment_for
 from traffic.announce import Announcer, format_end, format_start, parse
 
 
@@ -191,7 +193,7 @@ def test_a_burst_loss_set_says_its_gilbert_elliott_parameters() -> None:
     reorder 0" alone, as if nothing had changed)."""
     from types import SimpleNamespace
 
-    from testbed.run.events import EventTarget
+    from testbed.experiment.events import EventTarget
 
     imp = Impairment("ns", "in", "out", 0.010, 0.0, 0.0, 0.0, 1000)
     d = SimpleNamespace(name="east->west", rate=100_000_000, buffer=125_000, delay=0.010,

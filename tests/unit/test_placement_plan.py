@@ -8,9 +8,9 @@ import pytest
 
 from testbed.config.loading import parse_scenario
 from testbed.core.errors import PlanError, ScenarioError
+from testbed.live.spanned import MACHINE_LABEL, UNDERLAY_LABEL, machine_nodes, split_round_trips
 from testbed.plan.render import LinkUp, SetMtu, cable_batch, ip_ops
 from testbed.plan.topology import build_plan
-from testbed.run.spanned import MACHINE_LABEL, UNDERLAY_LABEL, machine_nodes, split_round_trips
 
 
 def placed(machines: dict, **more) -> dict:

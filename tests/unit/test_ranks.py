@@ -1,5 +1,5 @@
-"""The one rank launcher (testbed.run.ranks) with real processes: a stand-in network starts them
-on this machine (no namespaces, no root), a tiny rank module plays each rank's part."""
+"""The one rank launcher (testbed.experiment.ranks) with real processes: a stand-in network starts
+them on this machine (no namespaces, no root), a tiny rank module plays each rank's part."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from testbed.core import errors
+from testbed.experiment.execute import SETUP_DEADLINE, rank_problems, setup_deadline
+from testbed.experiment.ranks import STACK_HEAD, RankLaunch, RankSpec
+from testbed.live.processes import rank_env
 from testbed.plan.ranks import RankSlot
-from testbed.run.experiment import SETUP_DEADLINE, rank_problems, setup_deadline
-from testbed.run.ranks import STACK_HEAD, RankLaunch, RankSpec, rank_env
 
 # Each rank does what spec["parts"][rank] says: "ok", "fail" (exit 3 = wrong result),
 # "hang", "join" (report joined, then hang), "slow-join" (never report joined), "chatty" (a
@@ -179,7 +180,7 @@ def test_without_torch_no_rank_starts_and_the_error_says_how_to_install_it(tmp_p
     # The `ranks` extra is optional (report/compare need no torch): hide torch from the check.
     import importlib.util
 
-    from testbed.run.ranks import require_torch
+    from testbed.experiment.ranks import require_torch
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

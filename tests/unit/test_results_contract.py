@@ -13,9 +13,10 @@ import pytest
 import analysis
 from analysis.faults import analyse
 from testbed.config.sweep import load_runs
+from testbed.experiment.results import RunResult
+from testbed.experiment.sweep import Experiment
 from testbed.plan.resolved import network_rows
 from testbed.plan.topology import build_plan
-from testbed.run.experiment import Experiment, RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 
 from testbed.cli.run import ray_start_argv
 from testbed.core.errors import ScenarioError
-from testbed.run.slurm import slurm_array
+from testbed.distributed.slurm import slurm_array
 
 ROOT = Path(__file__).resolve().parents[2]
 

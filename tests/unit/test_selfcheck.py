@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from testbed.core.frames import MSS
-from testbed.run.selfcheck import LEAK, judge, size_probes
+from testbed.core.vocab import SELFCHECK_LEAK as LEAK
+from testbed.live.selfcheck import judge, size_probes
 
 
 def test_initial_window_is_one_bdp_of_segments():

@@ -1,6 +1,6 @@
 """The timeline of a changing WAN: every change of every WAN direction and every fault action,
-at its time (``build_timeline``), for the event runner (testbed.run.events) to apply. PURE but
-for reading the link traces the scenario names.
+at its time (``build_timeline``), for the event runner (testbed.experiment.events) to apply.
+PURE but for reading the link traces the scenario names.
 
 An ``Event`` is one thing the runner does: a ``set`` carries the complete new state of each
 direction it changes (``Change``), the other actions (testbed.core.events) name the link,

@@ -1,6 +1,6 @@
-"""The Python API: a ``Testbed`` is one live network built from a scenario, always torn down.
+"""The live network on one machine (:class:`Network`), built from a scenario, always torn down.
 
-    with Testbed.from_file("scenarios/quickstart.yaml") as tb:
+    with Network.from_file("scenarios/quickstart.yaml") as tb:
         tb.run("east-h0", ["ping", "-c3", "west-h1"])
 
 Commands run through ``ip netns exec`` so that they see the testbed's ``/etc/hosts``; processes
@@ -26,6 +26,7 @@ from testbed.config.scenario import Scenario
 from testbed.core.errors import RegistryError, TestbedError, UnsupportedError
 from testbed.link.base import LinkBackend
 from testbed.link.choose import choose_backend
+from testbed.live.processes import master_port
 from testbed.net import build as net
 from testbed.net import frr, procs, registry
 from testbed.net import probe as kernel
@@ -46,8 +47,8 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated("terminated by SIGTERM; tearing down")
 
 
-class Testbed:
-    __test__ = False  # not a test class for pytest, whose suites import it
+class Network:
+    """A live network on this machine (see the module); a :class:`testbed.live.LiveNetwork`."""
 
     def __init__(
         self,
@@ -75,18 +76,18 @@ class Testbed:
         self.compensation: list[Compensation] = []  # per WAN direction, when compensated
         # what makes the namespaces: the scenario's engine (native for an attach: it builds none)
         self.engine: Engine = make_engine(scenario.engine if scenario is not None else "native")
-        # One machine's part of a topology placed over several (testbed.run.spanned: its agent
+        # One machine's part of a topology placed over several (testbed.live.spanned: its agent
         # on this machine): builds only the part, joins the others over the VXLAN cables,
         # under the prefix and address slot of ``reserve`` when given; the driver compensates.
         self.underlay = underlay
         self.reserve = reserve
 
     @classmethod
-    def from_file(cls, path: str | Path, **kwargs: Any) -> Testbed:
+    def from_file(cls, path: str | Path, **kwargs: Any) -> Network:
         return cls(load_scenario(path), source=str(path), **kwargs)
 
     @classmethod
-    def attach(cls, name: str) -> Testbed:
+    def attach(cls, name: str) -> Network:
         """A handle on a testbed that is already up (made by ``testbed up``)."""
         rec = registry.find(name)
         if not rec.live():
@@ -97,7 +98,7 @@ class Testbed:
         return tb
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def up(self) -> Testbed:
+    def up(self) -> Network:
         assert self.scenario is not None, "an attached testbed is already up"
         self.features = kernel.probe()
         self.engine.check()
@@ -159,7 +160,7 @@ class Testbed:
             if self.plan.bgp is not None:  # routes between clusters: traffic needs them
                 frr.start(self.plan.bgp, record)
             if calibrating and part is None:  # a part's driver measures across machines
-                from testbed.run.calibrate import calibrate  # imports the probe: only when used
+                from testbed.live.calibrate import calibrate  # imports the probe: only when used
 
                 self.compensation = calibrate(self.plan, backend)
                 self.record.extra[COMPENSATION_KEY] = [c.row() for c in self.compensation]
@@ -207,7 +208,11 @@ class Testbed:
         """The link backend's counters per WAN direction (the delay line's, on userspace)."""
         return self.backend.link_stats() if self.backend is not None else []
 
-    def __enter__(self) -> Testbed:
+    def across_machines(self) -> dict[str, Any]:
+        """Nothing: it spans one machine (see ``SpannedNetwork.across_machines``)."""
+        return {}
+
+    def __enter__(self) -> Network:
         self._old_term = signal.getsignal(signal.SIGTERM)
         with contextlib.suppress(ValueError):  # not in the main thread: leave signals alone
             signal.signal(signal.SIGTERM, _raise_terminated)
@@ -250,8 +255,6 @@ class Testbed:
 
     def free_port(self, host: str) -> int:
         """A TCP port free in ``host`` right now (a rank master's)."""
-        from testbed.run.ranks import master_port
-
         return master_port(self.namespace(host))
 
     def command(self, host: str, argv: Sequence[str]) -> list[str]:

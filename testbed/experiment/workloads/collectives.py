@@ -14,7 +14,7 @@ from analysis.model import TERMS, predict_terms, unsupported
 from analysis.operations import rank_operations
 from analysis.summary import SUMMARY_COLUMNS, summary_rows
 from testbed.core.units import format_duration, format_size
-from testbed.run.workloads.base import RunRows, WorkloadKind
+from testbed.experiment.workloads.base import RunRows, WorkloadKind
 
 
 class Collectives(WorkloadKind):

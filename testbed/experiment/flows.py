@@ -10,10 +10,9 @@ for its ``duration``.
   and per-100 ms receive counts become the ``dcqcn`` and ``dcqcn_rx`` tables.
 
 The receivers start first and report READY (testbed.net.procs); a thread waits for the origin
-(testbed.run.events.OriginClock) and starts each sender at its time. Every process is started
-with ``Testbed.popen`` (recorded, so teardown stops what is left) and stopped by :meth:`stop`.
-A sender starts a Python interpreter, so its first bytes leave some 0.1-0.3 s after its start
-time; the samples carry their own unix times.
+(testbed.experiment.clock.OriginClock) and starts each sender at its time, with the one-machine
+network's ``popen`` (recorded, so teardown stops what is left; a scenario refuses traffic
+across machines); :meth:`stop` stops them. The samples carry their own unix times.
 """
 
 from __future__ import annotations
@@ -32,12 +31,12 @@ from testbed.config.dcqcn import DcqcnTraffic, resolve
 from testbed.config.dynamics import BulkFlow
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError
+from testbed.experiment.clock import Instant, OriginClock
 from testbed.net import procs
-from testbed.run.events import Instant, OriginClock
 
 if TYPE_CHECKING:
+    from testbed.live.network import Network
     from testbed.plan.model import NetworkPlan, WanDirection
-    from testbed.run.testbed import Testbed
 
 BASE_PORT = 5300  # flow i listens on BASE_PORT + i (below the kernel's ephemeral range)
 INTERVAL = 0.1  # s between two goodput samples
@@ -86,7 +85,7 @@ class Flows:
 
     def __init__(
         self,
-        tb: Testbed,
+        tb: Network,
         flows: list[Flow],
         clock: OriginClock,
         run_dir: Path,

@@ -2,22 +2,17 @@
 
 Three probes between the first host of each cluster, one after the other:
 
-- RTT, idle: median and p99 of ``pings`` UDP echoes (traffic.udpping). The rows also carry the
-  direction's RTT compensation made at bring-up (its measured floor and the delay the emulator
-  was given instead of the configured one: testbed.plan.compensation).
-- Capacity: paced UDP a little above the link's rate (traffic.udprate); the receiver counts what
-  arrives over a window whose edges are kernel receive timestamps. This is what the link
-  carries, whatever TCP does; above 101% of the rate the emulation leaks and the check fails.
-- TCP goodput: one bulk flow (traffic.bulk) whose warm-up scales with the round trip, started with
-  an initial congestion window of one BDP (a host route with ``initcwnd``/``initrwnd`` for the
-  length of the probe) and socket buffers fixed at a few BDPs, so a long fat link is full within a
-  few round trips instead of spending seconds in slow start. The receiver's window starts at
-  the lowest-reading of several candidates a half round trip apart (see traffic.bulk: a start
-  taken while a loss is being repaired over-counts). The ceiling is rate x 1448/1514
-  (1398/1464 at MTU 1450).
+- RTT, idle: median and p99 of ``pings`` UDP echoes (traffic.udpping), with the direction's RTT
+  compensation made at bring-up (testbed.plan.compensation).
+- Capacity: paced UDP a little above the link's rate (traffic.udprate), counted by the receiver
+  over a window whose edges are kernel receive timestamps: what the link carries, whatever TCP
+  does; above SELFCHECK_LEAK of the rate the emulation leaks and the run fails.
+- TCP goodput: one bulk flow (traffic.bulk) started with an initial window of one BDP and fixed
+  socket buffers, so a long fat link is full within a few round trips; the ceiling is rate x
+  1448/1514 (1398/1464 at MTU 1450).
 
-``size_probes`` (pure) says how long each probe runs; ``judge`` (pure) is the flag rule. Any run
-can call ``check_links``; its rows go to ``links.parquet``.
+``size_probes`` (pure) sizes the probes; ``judge`` (pure) is the flag rule. Any live network
+(testbed.live.protocol.LiveNetwork) can be checked; the rows go to ``links.parquet``.
 """
 
 from __future__ import annotations
@@ -33,17 +28,15 @@ from dataclasses import asdict, dataclass
 from testbed.core.errors import NetError
 from testbed.core.frames import MSS, UDP_IP_HEADERS
 from testbed.core.stats import quantile
+from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
+from testbed.live.protocol import LiveNetwork
 from testbed.plan.compensation import configured_one_way
 from testbed.plan.model import NetworkPlan, WanDirection
 from testbed.plan.sizing import htb_burst
-from testbed.run.testbed import Testbed
 
 SELFCHECK_PORT = 5299
 RTT_PORT = 5298
 CAPACITY_PORT = 5297
-TOLERANCE = 0.10  # RTT, and TCP goodput below the ceiling: flagged when off by more than this
-CAPACITY_LOW = 0.97  # capacity below this share of the rate: the link carries too little
-LEAK = 1.01  # capacity or goodput above this share: the emulation lets more through than planned
 OVERDRIVE = 1.05  # the capacity probe sends at least this multiple of the rate
 BURST_DRAIN = 0.25  # s: the overdrive empties the shaper's full token bucket within this
 PING_INTERVAL = 0.02
@@ -94,8 +87,9 @@ def size_probes(rate: float, rtt: float, window: float = 1.0, burst: int = 0) ->
 
 
 def rtt_within_tolerance(measured: float, configured: float) -> bool:
-    """The self-check's RTT rule (seconds): within TOLERANCE of the configured RTT, or 1 ms."""
-    return abs(measured - configured) <= max(TOLERANCE * configured, 0.001)
+    """The self-check's RTT rule (seconds): within SELFCHECK_TOLERANCE of the configured RTT,
+    or 1 ms."""
+    return abs(measured - configured) <= max(SELFCHECK_TOLERANCE * configured, 0.001)
 
 
 def judge(
@@ -104,27 +98,27 @@ def judge(
     """The flag rule for one direction's capacity and TCP goodput (ratios to their ceilings).
     ``repairing``: every window start of the TCP probe fell inside a loss repair (out-of-order
     data already held, which lands inside the window and reads high); such a reading above
-    LEAK is a flag, not a leak, when the capacity probe found none."""
+    SELFCHECK_LEAK is a flag, not a leak, when the capacity probe found none."""
     problems = []
     if capacity_ratio is None:
         problems.append("capacity probe gave no result")
-    elif capacity_ratio > LEAK:
+    elif capacity_ratio > SELFCHECK_LEAK:
         problems.append(
             f"LEAK: the link carries {capacity_ratio:.1%} of its rate (the emulation does not "
             "hold the configured rate)"
         )
-    elif capacity_ratio < CAPACITY_LOW:
+    elif capacity_ratio < SELFCHECK_CAPACITY_LOW:
         problems.append(f"capacity {capacity_ratio:.1%} of the configured rate")
     if goodput_ratio is not None:
-        if goodput_ratio > LEAK and repairing and (capacity_ratio or 0) <= LEAK:
+        if goodput_ratio > SELFCHECK_LEAK and repairing and (capacity_ratio or 0) <= SELFCHECK_LEAK:
             problems.append(
                 f"TCP goodput read {goodput_ratio:.1%} of the configured ceiling with every "
                 "window start inside a loss repair (not a leak: the capacity probe read "
                 f"{capacity_ratio or 0:.1%})"
             )
-        elif goodput_ratio > LEAK:
+        elif goodput_ratio > SELFCHECK_LEAK:
             problems.append(f"LEAK: TCP goodput {goodput_ratio:.1%} of the configured ceiling")
-        elif goodput_ratio < 1 - TOLERANCE:
+        elif goodput_ratio < 1 - SELFCHECK_TOLERANCE:
             problems.append(f"TCP goodput {goodput_ratio:.1%} of the configured ceiling")
     return problems
 
@@ -151,7 +145,7 @@ class LinkCheck:
     goodput_window_s: float | None = None
     initcwnd: int | None = None
     seconds: float | None = None
-    leak: bool = False  # the link carried more than LEAK x its ceiling: fails the run
+    leak: bool = False  # the link carried more than SELFCHECK_LEAK x its ceiling: fails the run
     # RTT compensation of this direction (testbed.plan.compensation), one way, seconds; None
     # when the testbed did not compensate (no delay anywhere, or turned off)
     delay_configured_s: float | None = None
@@ -181,18 +175,20 @@ def configured_goodput(plan: NetworkPlan, d: WanDirection) -> float:
     return configured_rate(plan, d) * plan.goodput_factor
 
 
-def measure_rtt(tb: Testbed, src: str, dst: str, pings: int, interval: float = 0.05) -> list[float]:
+def measure_rtt(
+    tb: LiveNetwork, src: str, dst: str, pings: int, interval: float = 0.05
+) -> list[float]:
     """Round-trip times in seconds of ``pings`` UDP probes (microsecond resolution)."""
     return probe_rtt(tb, src, dst, pings, interval)["rtts"]
 
 
-def _server(tb: Testbed, host: str, module: str, *args: str):
+def _server(tb: LiveNetwork, host: str, module: str, *args: str):
     """``python -m module serve args`` inside ``host`` once it printed READY (a context: its
     ``communicate()`` gives what it wrote after, it is stopped on the way out)."""
     return tb.serving(host, module, "serve", *args)
 
 
-def _client(tb: Testbed, host: str, module: str, args: list[str], timeout: float) -> dict:
+def _client(tb: LiveNetwork, host: str, module: str, args: list[str], timeout: float) -> dict:
     """Run ``python -m module args`` inside ``host``; its JSON output line."""
     r = tb.run(host, [sys.executable, "-m", module, *args], timeout=timeout)
     if r.returncode != 0:
@@ -200,7 +196,7 @@ def _client(tb: Testbed, host: str, module: str, args: list[str], timeout: float
     return json.loads(r.stdout)
 
 
-def probe_rtt(tb: Testbed, src: str, dst: str, count: int, interval: float) -> dict:
+def probe_rtt(tb: LiveNetwork, src: str, dst: str, count: int, interval: float) -> dict:
     """Run the UDP prober ``src`` -> echo server on ``dst``; its JSON result (see udpping)."""
     with _server(tb, dst, "traffic.udpping", "--port", str(RTT_PORT)):
         args = [
@@ -218,7 +214,7 @@ def probe_rtt(tb: Testbed, src: str, dst: str, count: int, interval: float) -> d
 
 
 def measure_goodput(
-    tb: Testbed,
+    tb: LiveNetwork,
     src: str,
     dst: str,
     duration: float,
@@ -239,7 +235,7 @@ def measure_goodput(
         return {**json.loads(line), "sender": sent}
 
 
-def measure_capacity(tb: Testbed, src: str, dst: str, rate: float, sizes: ProbeSizes) -> dict:
+def measure_capacity(tb: LiveNetwork, src: str, dst: str, rate: float, sizes: ProbeSizes) -> dict:
     """Paced UDP ``src`` -> ``dst`` above ``rate``: the receiver's JSON, the sender's
     as 'sender'."""
     assert tb.plan is not None
@@ -255,7 +251,7 @@ def measure_capacity(tb: Testbed, src: str, dst: str, rate: float, sizes: ProbeS
 
 
 @contextlib.contextmanager
-def initial_window(tb: Testbed, src: str, dst: str, segments: int) -> Iterator[None]:
+def initial_window(tb: LiveNetwork, src: str, dst: str, segments: int) -> Iterator[None]:
     """Host routes ``src`` -> ``dst`` with ``initcwnd`` and back with ``initrwnd`` of
     ``segments``, for the length of the block (the testbed's own routes are left untouched)."""
     added: list[tuple[str, list[str]]] = []
@@ -277,7 +273,7 @@ def initial_window(tb: Testbed, src: str, dst: str, segments: int) -> Iterator[N
 
 
 def check_direction(
-    tb: Testbed, d: WanDirection, duration: float = 1.0, pings: int = 20
+    tb: LiveNetwork, d: WanDirection, duration: float = 1.0, pings: int = 20
 ) -> LinkCheck:
     """Check one WAN direction; ``duration`` is the TCP probe's window after its warm-up."""
     plan = tb.plan
@@ -363,7 +359,7 @@ def check_direction(
 
 
 def check_links(
-    tb: Testbed, duration: float = 1.0, pings: int = 20, progress=None
+    tb: LiveNetwork, duration: float = 1.0, pings: int = 20, progress=None
 ) -> list[LinkCheck]:
     """Check every WAN direction one after the other (so they do not share the CPU)."""
     assert tb.plan is not None

@@ -19,7 +19,7 @@ from analysis.operations import rank_operations
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
 from testbed.config.workloads import TrainingWorkload
 from testbed.core.units import format_duration, format_size
-from testbed.run.workloads.base import RunRows, WorkloadKind
+from testbed.experiment.workloads.base import RunRows, WorkloadKind
 from traffic.training.schedule import TrainingSchedule, schedule_from_config, syncs
 from traffic.training.shapes import model_shapes
 

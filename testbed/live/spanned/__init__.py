@@ -1,6 +1,6 @@
 """One topology over several machines (``placement:``): an agent per machine, a driver.
 
-The driver (:class:`SpannedTestbed`, :mod:`.driver`) reserves the placed machines in a Ray
+The driver (:class:`SpannedNetwork`, :mod:`.driver`) reserves the placed machines in a Ray
 cluster and starts a :class:`MachineAgent` actor on each (:mod:`.agent`; :mod:`.nodes` finds the
 Ray node of a machine name). Each agent builds its machine's part of the plan; the driver
 compensates the emulated delays from measured round trips. Commands in hosts go to the agent of
@@ -10,9 +10,9 @@ and the rank launcher run unchanged across machines. Teardown is per machine (ea
 each machine then removes its part like any testbed whose owner is gone.
 """
 
-from testbed.run.spanned.agent import MachineAgent
-from testbed.run.spanned.driver import BackendInfo, SpannedTestbed, split_round_trips
-from testbed.run.spanned.nodes import (
+from testbed.live.spanned.agent import MachineAgent
+from testbed.live.spanned.driver import BackendInfo, SpannedNetwork, split_round_trips
+from testbed.live.spanned.nodes import (
     MACHINE_LABEL,
     NETNS_LABEL,
     UNDERLAY_LABEL,
@@ -27,7 +27,7 @@ __all__ = [
     "BackendInfo",
     "MachineAgent",
     "MachineNode",
-    "SpannedTestbed",
+    "SpannedNetwork",
     "machine_nodes",
     "split_round_trips",
 ]

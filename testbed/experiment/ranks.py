@@ -1,17 +1,17 @@
 """Rank processes: the one launcher for every workload that runs torch.distributed ranks.
 
 This module owns the rank spec (:class:`RankSpec`, the ``spec.json`` every rank reads: where the
-master is, the world, the placement, plus the workload's own keys), the master port, the ranks'
-environment, and :class:`RankLaunch`: one ``python -m <module> --spec spec.json --rank R`` process
-per rank inside its host (recorded by pid, so teardown stops it), its output in ``rank-R.log``,
-watched until every rank has exited, a link failed, a deadline passed or one rank failed and the
-others had ``failure_grace`` seconds to report their own error. A rank still running then gets
-``SIGUSR1`` (both rank modules dump their stacks into their log on it), a moment to write the
-dump, and ``SIGKILL``.
+master is, the world, the placement, plus the workload's own keys) and :class:`RankLaunch`: one
+``python -m <module> --spec spec.json --rank R`` process per rank inside its host (recorded by
+pid, so teardown stops it; its port and environment from :mod:`testbed.live.processes`), its
+output in ``rank-R.log``, watched until every rank has exited, a link failed, a deadline passed or
+one rank failed and the others had ``failure_grace`` seconds to report their own error. A rank
+still running then gets ``SIGUSR1`` (both rank modules dump their stacks into their log on it), a
+moment to write the dump, and ``SIGKILL``.
 
-Users: :func:`testbed.run.experiment.execute` (``traffic.rank``: collectives, one deadline) and
-:class:`testbed.testing.ranktest.RankTestbed` (``traffic.user_rank``: a user's function, a setup
-deadline until every rank joined, then the iterations' deadline).
+Users: :func:`testbed.experiment.execute.execute` (``traffic.rank``: collectives, one deadline)
+and :class:`testbed.testing.ranktest.RankTestbed` (``traffic.user_rank``: a user's function, a
+setup deadline until every rank joined, then the iterations' deadline).
 """
 
 from __future__ import annotations
@@ -19,20 +19,20 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from testbed.core.errors import TestbedError
-from testbed.net import netns, procs
+from testbed.live.processes import rank_env
+from testbed.live.protocol import HostProcess, LiveNetwork
+from testbed.net import procs
 from testbed.plan.ranks import RankSlot
 
 POLL = 0.05  # seconds between two looks at the ranks
@@ -43,18 +43,6 @@ STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent cal
 # deadline passed ("setup-timeout"), no rank wrote anything for the stall time ("stalled"),
 # another rank failed ("stopped") or a link did ("link").
 STOP_REASONS = ("timeout", "setup-timeout", "stalled", "stopped", "link")
-
-
-class RankNetwork(Protocol):
-    """What the launcher needs of a live testbed (testbed.run.testbed.Testbed has it)."""
-
-    def popen(
-        self, host: str, argv: list[str], what: str = "", **kwargs: Any
-    ) -> subprocess.Popen: ...
-
-    def free_port(self, host: str) -> int: ...
-
-    def problems(self) -> list[str]: ...
 
 
 # -- the spec ----------------------------------------------------------------------------------
@@ -74,7 +62,7 @@ class RankSpec:
     @classmethod
     def build(
         cls,
-        tb: RankNetwork,
+        tb: LiveNetwork,
         master_addr: str,
         ranks: list[RankSlot],
         out_dir: Path,
@@ -82,7 +70,7 @@ class RankSpec:
         **workload: Any,
     ) -> RankSpec:
         """The spec for ``ranks``, rank 0 being the master at ``master_addr``; the port is
-        :func:`master_port` in rank 0's namespace."""
+        free in rank 0's namespace (the network's ``free_port``)."""
         return cls(
             master_addr=master_addr,
             master_port=tb.free_port(ranks[0].host),
@@ -102,22 +90,6 @@ class RankSpec:
         return path
 
 
-def master_port(ns: str) -> int:
-    """A TCP port free in namespace ``ns`` right now, chosen by the kernel (bind to port 0).
-
-    The namespace is the master host's, private to one testbed, and one launch runs there at a
-    time: nothing else binds a port between this call and the master's store binding it. (A
-    random pick from a fixed range, as before, could meet a port still held by a previous call's
-    sockets.)"""
-
-    def pick() -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            return int(s.getsockname()[1])
-
-    return netns.run_in([(ns, pick)])[0]
-
-
 def require_torch() -> None:
     """Ranks import torch; say how to get it before any process starts, not once per rank."""
     if importlib.util.find_spec("torch") is None:
@@ -125,25 +97,6 @@ def require_torch() -> None:
             f"torch is not installed for {sys.executable}: ranks need the `ranks` extra "
             "(pip install -e '.[ranks]', CPU build: torch==2.13.0; scripts/setup.sh installs it)"
         )
-
-
-def rank_env() -> dict[str, str]:
-    """The environment of a rank process: ours, minus what would confuse torch, plus gloo's."""
-    env = {k: v for k, v in os.environ.items() if k not in RANK_ENV_DROPPED}
-    env.update(RANK_ENV)
-    return env
-
-
-RANK_ENV_DROPPED = ("LOCAL_WORLD_SIZE", "LOCAL_RANK")
-RANK_ENV = {
-    # Without it every rank advertises 127.0.0.1 and the mesh fails (FIELD-NOTES).
-    "GLOO_SOCKET_IFNAME": "eth0",
-    # explicit: Ray sets it to a worker's CPU count for what its workers start
-    "OMP_NUM_THREADS": "1",
-    "PYTHONUNBUFFERED": "1",
-    # torch 2.13 deprecates names gloo still needs on older versions; keep logs readable.
-    "PYTHONWARNINGS": "ignore::FutureWarning",
-}
 
 
 # -- the launch --------------------------------------------------------------------------------
@@ -157,7 +110,7 @@ class RankLaunch:
 
     def __init__(
         self,
-        tb: RankNetwork,
+        tb: LiveNetwork,
         ranks: list[RankSlot],
         spec: RankSpec,
         run_dir: Path,
@@ -175,7 +128,7 @@ class RankLaunch:
         self.state = state or (lambda rank: None)
         # rank -> whether it has joined torch.distributed (ends the setup deadline)
         self.joined = joined
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, HostProcess] = {}
         self.stopped: dict[int, str] = {}
         self.stopped_state: dict[int, Any] = {}
 

@@ -1,4 +1,5 @@
-"""Results on disk: one directory per invocation with ``manifest.json`` and Parquet tables.
+"""Results: what one run gives back (:class:`RunResult`) and the directory on disk, one per
+invocation, with ``manifest.json`` and Parquet tables (:class:`ResultsDir`).
 
 Every file is written atomically (temporary file + rename), so a crash never leaves half a table,
 and the manifest is rewritten as the run progresses so a failed run keeps what it measured.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,22 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[dist] = None
     return out
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str  # ok | failed | skipped | interrupted
+    reason: str = ""
+    rows: list[dict] = field(default_factory=list)  # rank-iteration rows
+    skips: list[dict] = field(default_factory=list)
+    links: list[dict] = field(default_factory=list)
+    network: list[dict] = field(default_factory=list)  # the WAN as built, per direction
+    ranks: list[dict] = field(default_factory=list)  # where each rank ran
+    delayline: list[dict] = field(default_factory=list)
+    traces: dict[str, list[dict]] = field(default_factory=dict)  # tcp, queues, flows
+    dynamics: dict[str, list[dict]] = field(default_factory=dict)  # events, flows_goodput
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,175 +1,38 @@
-"""The WAN's timeline, live: the clock origin the ranks announce and the thread that applies each
-event of a ``Timeline`` (testbed.plan.timeline) at its time, recording a row per event
-(``events.parquet``, docs/results.md).
+"""The WAN's timeline, live: the thread that applies each event of a ``Timeline``
+(testbed.plan.timeline) at its time on the run's clock (testbed.experiment.clock), recording a
+row per event (``events.parquet``, docs/results.md).
 
-This module owns:
-
-* :class:`OriginClock`: the receiving end of the ranks' announcements (traffic.announce: rank 0
-  sends "iteration K start UNIX MONO" on a UNIX datagram socket in a private temporary
-  directory). The origin is the first measured iteration's start (``clock: workload``), or the
-  moment the runner sets it (``clock: wall``: the run's start; traffic without a workload: the
-  traffic's start). It knows when the workload has ended, so no wait lasts forever.
 * :func:`apply_event`: the one place that maps an event's action to the mechanism that does it
   (``LinkBackend.set_rate`` / ``set_impairments`` for "set", ``FaultOps`` for the faults).
-* :class:`EventRunner`: a thread that waits for each event's time (absolute: origin + ``at``;
-  anchored: the start of iteration ``after_iteration`` + ``at``), sleeps until ``SPIN`` before it
-  and spins the rest (a sleep alone wakes up to a few ms late on a busy machine), applies it and
-  records when. An event whose application fails is recorded with its error and the run goes on
-  (the next events still apply). At the end it records the events that never came (the workload
-  ended first) as skipped (a trace's bins only as a count) and undoes the faults still in force
-  (blackholes off, resets off, links and gateways up), so that teardown and the next sweep point
-  start from a working network.
-
-Times: every row has unix times (``time.time()``, the clock of the other tables) and monotonic
-ones (``time.monotonic()``, the clock the ranks announce with); lateness is measured on the
-monotonic clock from the event's schedule to the moment its operation returned.
+* :class:`EventRunner`: waits for each event's time (absolute: origin + ``at``; anchored: the
+  start of iteration ``after_iteration`` + ``at``), sleeps until ``SPIN`` before it and spins
+  the rest (a sleep alone wakes up late on a busy machine), applies it and records when. A
+  failed event is recorded with its error and the rest go on. At the end the events that never
+  came are recorded as skipped (a trace's bins only as a count) and the faults still in force
+  undone, so teardown and the next point start from a working network. Rows carry unix and
+  monotonic times; lateness is measured on the monotonic clock (the ranks announce with it).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import os
-import shutil
-import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.events import ENDS, UNDO
+from testbed.core.vocab import LATE_S
+from testbed.experiment.clock import WAKE, Instant, OriginClock
 from testbed.net.faults import FaultOps
 from testbed.plan.model import Impairment, WanDirection
 from testbed.plan.timeline import Change, Event, Timeline
-from traffic.announce import parse
 
 if TYPE_CHECKING:
-    from testbed.run.testbed import Testbed
+    from testbed.live.network import Network
 
 SPIN = 0.002  # s before an event's time: sleep until then, then spin (sub-ms wake-up)
-LATE = 0.020  # s: an event applied later than this after its schedule is flagged
-WAKE = 0.25  # s: longest sleep between two looks at the clock (an announcement wakes it sooner)
-READ_POLL = 0.1  # s: the announcement reader's receive timeout (how fast close() is noticed)
-
-
-# -- the clock origin ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Instant:
-    unix: float
-    mono: float
-
-    @classmethod
-    def now(cls) -> Instant:
-        return cls(time.time(), time.monotonic())
-
-
-class OriginClock:
-    """The receiving end of the ranks' iteration announcements, and the clock origin.
-
-    ``path`` is the socket the ranks' spec names (``events_socket``). With
-    ``from_iterations`` (``clock: workload`` with a workload), the first announcement is the
-    origin; otherwise the runner calls :meth:`set_origin`. :meth:`end` says the workload is over
-    (the ranks' "end" announcement does too): waits return None from then on."""
-
-    def __init__(self, from_iterations: bool = True) -> None:
-        self.from_iterations = from_iterations
-        # A private directory: a short path (sun_path holds 108 bytes; run directories can be
-        # longer), reachable from every network namespace, removed by close().
-        self.dir = tempfile.mkdtemp(prefix="testbed-events-")
-        self.path = os.path.join(self.dir, "sock")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.settimeout(READ_POLL)
-        self.cond = threading.Condition()
-        self.origin: Instant | None = None
-        self.iterations: dict[int, Instant] = {}
-        self.ended = False
-        self._closed = False
-        self._reader = threading.Thread(target=self._read, name="origin-clock", daemon=True)
-        self._reader.start()
-
-    def __enter__(self) -> OriginClock:
-        return self
-
-    def wake(self) -> None:
-        """Wake every thread waiting on this clock (to see that it should stop)."""
-        with self.cond:
-            self.cond.notify_all()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _read(self) -> None:
-        while not self._closed:
-            try:
-                data = self.sock.recv(256)
-            except TimeoutError:
-                continue
-            except OSError:  # closed under us
-                return
-            got = parse(data)
-            if got is None:
-                continue
-            with self.cond:
-                at = Instant(got.unix, got.mono)
-                if got.kind == "end":
-                    self.ended = True
-                elif got.iteration is not None:
-                    self.iterations.setdefault(got.iteration, at)
-                    if self.origin is None and self.from_iterations:
-                        self.origin = at
-                self.cond.notify_all()
-
-    def set_origin(self, at: Instant | None = None) -> Instant:
-        """The origin is ``at`` (now by default) unless one is set already; the origin."""
-        with self.cond:
-            if self.origin is None:
-                self.origin = at or Instant.now()
-            self.cond.notify_all()
-            return self.origin
-
-    def end(self) -> None:
-        """The workload is over: nothing more will be announced."""
-        with self.cond:
-            self.ended = True
-            self.cond.notify_all()
-
-    def _wait_for(self, get: Callable[[], Instant | None], timeout: float | None) -> Instant | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.cond:
-            while True:
-                got = get()
-                if got is not None or self.ended:
-                    return got
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                self.cond.wait(WAKE if left is None else min(left, WAKE))
-
-    def wait_origin(self, timeout: float | None = None) -> Instant | None:
-        """The origin; None when the workload ended without one or ``timeout`` passed."""
-        return self._wait_for(lambda: self.origin, timeout)
-
-    def wait_iteration(self, k: int, timeout: float | None = None) -> Instant | None:
-        """When iteration ``k`` started; None when the workload ended before it or ``timeout``
-        passed."""
-        return self._wait_for(lambda: self.iterations.get(k), timeout)
-
-    def wait_change(self, timeout: float) -> None:
-        """Sleep up to ``timeout``; an announcement, a new origin or the end wake it sooner."""
-        with self.cond:
-            self.cond.wait(timeout)
-
-    def close(self) -> None:
-        self._closed = True
-        self.end()
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        self._reader.join(timeout=2 * READ_POLL)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # -- applying one event -------------------------------------------------------------------------
@@ -189,10 +52,11 @@ def impairment_for(d: WanDirection, change: Change, compensation_s: float) -> Im
 
 
 class EventTarget:
-    """What events act on: a live testbed's link backend (the state of each WAN direction as the
-    events left it) and its fault mechanisms (made on first use)."""
+    """What events act on: a one-machine network's link backend (the state of each WAN direction
+    as the events left it) and its fault mechanisms (made on first use); a scenario refuses
+    changes across machines."""
 
-    def __init__(self, tb: Testbed) -> None:
+    def __init__(self, tb: Network) -> None:
         assert tb.plan is not None and tb.backend is not None, "the testbed is not up"
         self.tb = tb
         self.plan = tb.plan
@@ -287,7 +151,7 @@ class EventRunner:
     def __init__(
         self,
         timeline: Timeline,
-        tb: Testbed | None,
+        tb: Network | None,
         clock: OriginClock,
         *,
         apply: Callable[[Event], str] | None = None,
@@ -426,7 +290,7 @@ class EventRunner:
         )
         if at is not None:
             row["late_s"] = done.mono - at.mono
-            row["late"] = row["late_s"] > LATE
+            row["late"] = row["late_s"] > LATE_S
         self._append(row, e)
 
     def _append(self, row: dict[str, Any], e: Event) -> None:

@@ -7,11 +7,10 @@ probes from the first host of each direction's source cluster to the first host 
 destination, all directions at once, from *this* process: the sockets are made inside the host
 namespaces (a worker thread enters each, the socket stays in the namespace it was made in) and
 the probe is ``traffic.udpping.one_way`` (kernel receive stamps, one clock for all namespaces).
-It costs about the longest one-way delay plus ``PROBES`` x ``INTERVAL``, no process start-up
-(and each probe's ``sendto``, which carries the packet through the veths, bridge and shaper
-into the emulator: ~0.2-0.5 ms on the development VM, 56 directions x 8 probes at 8 x 16).
-Then the backend's ``set_impairments`` applies the compensated delays together with the
-directions' jitter, loss and reorder.
+It costs about the longest one-way delay plus ``PROBES`` x ``INTERVAL`` (and each probe's
+``sendto``, which carries the packet through the veths, bridge and shaper into the emulator), no
+process start-up. Then the backend's ``set_impairments`` applies the compensated delays
+together with the directions' jitter, loss and reorder.
 """
 
 from __future__ import annotations
@@ -27,12 +26,11 @@ from testbed.plan.model import NetworkPlan
 from traffic.udpping import one_way, timestamped_socket
 
 # Per direction; the first is dropped (it may wait for address resolution). More do not help:
-# on the development VM the floor itself wanders over seconds (sum of both directions, 8
-# measurements in a row on one testbed: sd 0.05-0.07 ms with 7 probes, 0.08-0.10 ms with 15).
+# the floor itself wanders over seconds by more than more probes would average out.
 PROBES = 8
 # s between a direction's probes (the directions' probes spread over it): the floor is that of an
-# idle path, as an idle ping sees it. Probes 1 ms apart read 0.03-0.05 ms lower one way on the
-# development VM: a busy CPU answers faster than one woken from idle.
+# idle path, as an idle ping sees it (closer probes read lower: a busy CPU answers faster than
+# one woken from idle).
 INTERVAL = 0.01
 WAIT = 0.5  # s beyond the longest configured one-way delay for the last probe to arrive
 

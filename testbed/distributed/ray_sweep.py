@@ -1,25 +1,16 @@
-"""A sweep's points on a Ray cluster: each point x repeat is a Ray task on a machine that offers
-the custom resource ``testbed`` (docs/scale-out.md).
+"""A sweep's points on a Ray cluster (docs/scale-out.md): each point x repeat is a Ray task on a
+machine that offers the custom resource ``testbed`` (``{"testbed": 1}``, no CPU: one point at a
+time per machine, which runs nothing else of the sweep).
 
-The driver (``testbed run FILE --ray auto|ADDRESS``) writes the same results directory as a
-local run: it submits every pending run, and as each comes back records it with
-``Experiment.record`` (tables, manifest, summary; ``--resume`` works the same). A task runs
-``testbed.run.experiment.execute`` on its node, into a temporary directory, and returns the
-``RunResult``, the run directory as a tar archive (files larger than ``LEAVE_ON_NODE`` bytes,
-packet captures in practice, stay on the node, their path in the manifest) and the node's
-identity (host, kernel, CPU model: points are comparable only when their machines are).
-
-* One point at a time per machine: a task asks for ``{"testbed": 1}`` and no CPU, and a machine
-  joins with ``testbed ray-node`` (``ray start ... --resources '{"testbed": 1}'``): a machine
-  that measures runs nothing else of the sweep.
-* Failures: a run that fails the ordinary way (a rank error, a refused scenario) comes back
-  as a failed ``RunResult`` (``execute`` never raises) and is recorded, not retried. A task
-  whose worker or node dies is retried by Ray on another node (``max_retries``); every attempt
-  registers with the driver's ``Attempts`` actor first, so the manifest lists the nodes a run
-  was tried on (``attempts``).
-* Ray's own daemons stay off the measurement path: the ranks get ``OMP_NUM_THREADS`` from the
-  project (``testbed.run.ranks.rank_env``), not from Ray; a head that also measures starts with
-  ``--num-cpus 0``, without a dashboard.
+The driver (``testbed run FILE --ray auto|ADDRESS``) writes the same results directory as a local
+run, recording each run with ``Experiment.record`` as it comes back (``--resume`` works the same).
+A task runs :func:`testbed.experiment.execute.execute` into a temporary directory and returns the
+``RunResult``, the run directory as a tar archive (files over ``LEAVE_ON_NODE`` bytes stay on the
+node, their path in the manifest) and the node's identity. A run that fails the ordinary way is
+recorded, not retried; a task whose worker or node dies is retried on another node
+(``max_retries``), every attempt registered with the driver's ``Attempts`` actor first (the
+manifest's ``attempts``). The ranks' ``OMP_NUM_THREADS`` comes from the project
+(``testbed.live.processes.rank_env``), not from Ray.
 """
 
 from __future__ import annotations
@@ -33,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.sweep import RunSpec
-from testbed.run.experiment import Experiment, RunResult, execute
-from testbed.run.ray_common import NODE_DIR, RESOURCE, node_identity, require_ray
+from testbed.experiment.execute import execute
+from testbed.experiment.results import RunResult
+from testbed.experiment.sweep import Experiment
+from testbed.live.ray_common import NODE_DIR, RESOURCE, node_identity, require_ray
 
 MAX_RETRIES = 3  # attempts after the first when a worker or node dies (Ray's default)
 LEAVE_ON_NODE = 32 * 1024 * 1024  # bytes: larger files stay on the node (path in the manifest)

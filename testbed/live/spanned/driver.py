@@ -1,4 +1,4 @@
-"""The driver of a spanned testbed (:class:`SpannedTestbed`, on any machine of the Ray cluster).
+"""The driver of a spanned testbed (:class:`SpannedNetwork`, on any machine of the Ray cluster).
 
 It reserves one machine per placed machine name with a Ray placement group, ``STRICT_SPREAD`` (a
 gang of distinct machines, each bundle ``{"testbed": 1}``: a machine that measures does nothing
@@ -26,19 +26,19 @@ from typing import Any
 from testbed.config.scenario import Scenario
 from testbed.core.direction import Direction
 from testbed.core.errors import NetError, ScenarioError, TestbedError
+from testbed.live.processes import RANK_ENV
+from testbed.live.ray_common import RESOURCE, require_ray
+from testbed.live.spanned.agent import MachineAgent
+from testbed.live.spanned.nodes import MachineNode, machine_nodes
+from testbed.live.spanned.remote import RemoteProcess, RemoteServer
 from testbed.net.registry import Record
 from testbed.plan.compensation import Compensation, compensate, configured_one_way
 from testbed.plan.model import Impairment, NetworkPlan
 from testbed.plan.topology import build_plan
-from testbed.run.ranks import RANK_ENV
-from testbed.run.ray_common import RESOURCE, require_ray
-from testbed.run.spanned.agent import MachineAgent
-from testbed.run.spanned.nodes import MachineNode, machine_nodes
-from testbed.run.spanned.remote import RemoteProcess, RemoteServer
 
 PLACE_TIMEOUT = 60.0  # s for Ray to reserve the machines
 SHIP_MAX = 1 << 20  # bytes: a directory's larger files are not inputs of its processes
-CALIBRATION_PROBES = 8  # round trips per link (the first dropped, like testbed.run.calibrate)
+CALIBRATION_PROBES = 8  # round trips per link (the first dropped, like testbed.live.calibrate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +64,10 @@ def split_round_trips(plan: NetworkPlan, rtts: dict[str, list[float]]) -> dict[s
     return out
 
 
-class SpannedTestbed:
+class SpannedNetwork:
     """A testbed whose clusters are placed on several machines of a Ray cluster (see
-    :mod:`testbed.run.spanned`). The API of :class:`Testbed` for what crosses machines: ``up``,
+    :mod:`testbed.live.spanned`). The API of :class:`Network` for what crosses machines: ``up``,
     ``down``, ``run``, ``serving``, ``hosts``, ``plan``, ``compensation_of``, ``problems``."""
-
-    __test__ = False
 
     def __init__(
         self,
@@ -105,7 +103,7 @@ class SpannedTestbed:
         self.logs: dict[Path, set[str]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def up(self) -> SpannedTestbed:
+    def up(self) -> SpannedNetwork:
         ray = self.ray = require_ray()
         if not ray.is_initialized():
             ray.init(address=self.address, log_to_driver=False, configure_logging=False)
@@ -164,7 +162,7 @@ class SpannedTestbed:
 
     def _measure(self, ray: Any) -> None:
         """The underlay's RTT between every pair of machines, then the compensation."""
-        from testbed.run.selfcheck import probe_rtt
+        from testbed.live.selfcheck import probe_rtt
 
         pairs = [(a.machine, b.machine) for a in self.nodes for b in self.nodes if a != b]
         got = ray.get([self.agents[a].underlay_rtt.remote(b) for a, b in pairs])
@@ -217,7 +215,7 @@ class SpannedTestbed:
         if errors:
             raise NetError("teardown failed on " + "; ".join(errors))
 
-    def __enter__(self) -> SpannedTestbed:
+    def __enter__(self) -> SpannedNetwork:
         return self.up()
 
     def __exit__(self, *exc: object) -> None:
@@ -303,6 +301,17 @@ class SpannedTestbed:
         if self.agents:
             return [r for a in self.agents.values() for r in self.ray.get(a.link_stats.remote())]
         return list(self._link_stats)
+
+    def across_machines(self) -> dict[str, Any]:
+        """What the results record of the machines: comparable only when the machines are; no
+        one-way delay is reported across machines (their clocks are not compared): the
+        compensation comes from round trips."""
+        assert self.plan is not None, "testbed is not up"
+        return {
+            "machines": self.identities,
+            "interface_mtu": self.plan.interface_mtu,
+            "underlay_rtt_s": {f"{a}->{b}": v for (a, b), v in self.underlay_rtt.items()},
+        }
 
     def compensation_of(self, direction: str) -> Compensation | None:
         return next((c for c in self.compensation if c.direction == direction), None)

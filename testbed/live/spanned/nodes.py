@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from testbed.core.errors import ScenarioError
-from testbed.run.ray_common import RESOURCE
+from testbed.live.ray_common import RESOURCE
 
 MACHINE_LABEL = "testbed-machine"
 UNDERLAY_LABEL = "testbed-underlay"

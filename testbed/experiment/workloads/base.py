@@ -5,7 +5,7 @@ the keys their spec gets, the table their rows go to, the run's summary rows, th
 offers to ``expect``, and its table in ``testbed run``'s output. The runner, the pytest plugin
 and the CLI look a kind up here by the scenario's ``workload.kind`` and never name one; adding a
 kind is one module (a :class:`WorkloadKind` subclass) and one :func:`register` call
-(testbed.run.workloads registers the built-in ones).
+(testbed.experiment.workloads registers the built-in ones).
 """
 
 from __future__ import annotations

@@ -22,24 +22,24 @@ from typing import Any
 
 from testbed.config.scenario import Scenario
 from testbed.core.errors import NetError
+from testbed.live.network import Network
+from testbed.live.ray_common import NODE_DIR, node_identity
 from testbed.net import procs
 from testbed.net.cables import Underlay
 from testbed.net.registry import Record
 from testbed.plan.model import Impairment
-from testbed.run.ray_common import NODE_DIR, node_identity
-from testbed.run.testbed import Testbed
 
 UNDERLAY_PINGS = 10
 
 
 class MachineAgent:
-    """One machine's part of a spanned testbed, as a Ray actor: a :class:`Testbed` of the part
+    """One machine's part of a spanned testbed, as a Ray actor: a :class:`Network` of the part
     (its namespaces, cables, link emulation and processes) and the helpers it runs there."""
 
     def __init__(self, machine: str, netns: str | None = None) -> None:
         self.machine = machine
         self.netns = netns
-        self.tb: Testbed | None = None
+        self.tb: Network | None = None
         self.servers: dict[int, subprocess.Popen] = {}
         self.procs: dict[int, tuple[subprocess.Popen, str]] = {}  # pid -> (it, driver's dir)
         self.dirs: dict[str, Path] = {}  # the driver's directory -> this machine's copy
@@ -59,7 +59,7 @@ class MachineAgent:
     ) -> tuple[Record, str, str]:
         """Build this machine's part; its registry record and link backend (name, why)."""
         underlay = Underlay(self.machine, dict(addresses), self.netns)
-        self.tb = Testbed(
+        self.tb = Network(
             scenario, name=name, source=source, underlay=underlay, reserve=reserve,
             compensate_rtt=calibrating,
         )  # fmt: skip

@@ -1,0 +1,2 @@
+"""A sweep beyond one machine: its points as Ray tasks (``ray_sweep``) or a SLURM job array
+(``slurm``)."""

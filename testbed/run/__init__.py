@@ -1,1 +1,0 @@
-"""Running experiments: the live Testbed, the sweep driver, ranks, the link self-check, results."""
