@@ -99,6 +99,8 @@ class Results:
     param_order: dict[str, list[Any]] = field(default_factory=dict)
     # the summary rows of every other workload kind (one a user registered), by kind
     kind_summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # tables the format does not declare (a registered kind's rows), by name, as written
+    extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     def has(self, table: str) -> bool:
         """True when ``table`` has at least one row."""
@@ -137,6 +139,7 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
     names = _source_names(dirs)
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in (*TABLES, "runs", "summary")}
     skipped: list[dict[str, Any]] = []
+    extra: dict[str, list[pd.DataFrame]] = {}
     manifests: dict[str, dict[str, Any]] = {}
     params: list[str] = []
     si: dict[str, dict[Any, float]] = {}
@@ -153,6 +156,11 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
                         f"{name}.parquet)"
                     )
                 found[name] = frame
+        for path in sorted(d.glob("*.parquet")):
+            if path.stem not in TABLES:
+                frame = pd.read_parquet(path)
+                frame.insert(0, "results", source)
+                extra.setdefault(path.stem, []).append(frame)
         try:
             manifest, found = upgrade(_read_manifest(d), found)
         except FormatError as exc:
@@ -225,6 +233,7 @@ def load(paths: str | Path | Iterable[str | Path]) -> Results:
         params=params,
         param_order=order,
         kind_summaries=kind_summaries,
+        extra_tables={name: _concat(frames) for name, frames in extra.items()},
         **tables,
     )
 

@@ -11,7 +11,7 @@ default; ``B: off`` turns the byte counter off.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
@@ -134,7 +134,6 @@ class DcqcnWorkload(DcqcnSettings, WorkloadModel):
     (no ranks: a traffic-only run)."""
 
     kind: Literal["dcqcn"]
-    ranks: ClassVar[bool] = False
     flows: list[DcqcnFlowSpec] = Field(min_length=1)
     duration: Duration
 

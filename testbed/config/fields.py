@@ -42,12 +42,10 @@ class Strict(BaseModel):
 
 class WorkloadModel(Strict):
     """What every workload kind's schema has: its ``kind`` (the registry's key,
-    testbed.config.workloads.WORKLOAD_KINDS) and whether it runs torch ranks."""
+    testbed.config.workloads.WORKLOAD_KINDS); a workload of torch ranks is a
+    ``RankWorkloadModel`` (one of flows alone, such as dcqcn, is not)."""
 
     kind: str
-    # the ranks run it (a rank workload: placed on hosts, launched, summarised by its kind);
-    # False: flows alone, no ranks (a traffic-only run)
-    ranks: ClassVar[bool] = True
     # the summary columns its kind offers to ``expect``
     metrics: ClassVar[tuple[Metric, ...]] = ()
 

@@ -24,11 +24,11 @@ from testbed.config.clusters import (
 from testbed.config.dcqcn import DcqcnTraffic, DcqcnWorkload
 from testbed.config.dynamics import BulkFlow, Fault
 from testbed.config.expect import Expectation
-from testbed.config.fields import FieldError, Strict, WorkloadModel
+from testbed.config.fields import FieldError, Strict
 from testbed.config.placement import Placement
 from testbed.config.routing import Routing
 from testbed.config.wan import WanLink
-from testbed.config.workloads import AnyWorkload
+from testbed.config.workloads import AnyWorkload, RankWorkloadModel
 from testbed.core.units import parse_duration, parse_size
 from testbed.core.wanpaths import first_hops
 
@@ -284,10 +284,10 @@ class Scenario(Strict):
         return [*self.traffic, *extra]
 
     @property
-    def rank_workload(self) -> WorkloadModel | None:
+    def rank_workload(self) -> RankWorkloadModel | None:
         """The workload the ranks run (collectives, training, ...); None: a traffic-only run
         (no workload, or one of flows alone such as dcqcn)."""
-        return self.workload if self.workload is not None and self.workload.ranks else None
+        return self.workload if isinstance(self.workload, RankWorkloadModel) else None
 
     @property
     def wan_paths(self) -> list[WanLink]:

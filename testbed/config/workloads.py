@@ -36,7 +36,17 @@ TrainingAlgorithm = Literal[
 ]
 
 
-class Workload(WorkloadModel):
+class RankWorkloadModel(WorkloadModel):
+    """What every workload of torch ranks has: ranks per host, the rule that places rank r on
+    a host (testbed.core.ranks) and the limit of one operation. A kind's schema redeclares a
+    field to change its default."""
+
+    ranks_per_host: int = Field(1, ge=1, le=16)
+    placement: RankPlacement = "by-cluster"
+    timeout: Duration = 300.0
+
+
+class Workload(RankWorkloadModel):
     """What the ranks run. Sizes follow nccl-tests (see docs/results.md)."""
 
     kind: Literal["collectives"] = "collectives"
@@ -125,7 +135,7 @@ class ParameterServerOptions(Strict):
     staleness: int = Field(0, ge=0, le=1000)  # 0: synchronous; k: a worker runs <= k steps ahead
 
 
-class TrainingWorkload(WorkloadModel):
+class TrainingWorkload(RankWorkloadModel):
     """Real torch training on every rank (docs/training.md)."""
 
     kind: Literal["training"]

@@ -1,11 +1,11 @@
 """The interface every workload kind implements, and the registry of kinds.
 
-A workload kind is what ``workload: kind: <name>`` runs on the ranks: the module the ranks run,
-the keys their spec gets, the table their rows go to, the run's summary rows, the metrics it
-offers to ``expect``, and its table in ``testbed run``'s output. The runner, the pytest plugin
-and the CLI look a kind up here by the scenario's ``workload.kind`` and never name one; adding a
-kind is one module (a :class:`WorkloadKind` subclass) and one :func:`register` call
-(testbed.experiment.workloads registers the built-in ones).
+A workload kind is what ``workload: kind: <name>`` runs on the ranks: its schema (which declares
+the metrics it offers to ``expect``), the module the ranks run, the keys their spec gets, the
+table their rows go to, the run's summary rows, its operations for the fault analysis and its
+table in ``testbed run``'s output. The runner and the CLI look a kind up by the scenario's
+``workload.kind`` and never name one; adding a kind is one module (a :class:`WorkloadKind`) and
+one :func:`register` call, which also registers its schema with the scenario parser.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from testbed.config.workloads import register_workload
+
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
 
     from analysis.model import Topology
+    from testbed.config.fields import WorkloadModel
 
 
 @dataclass
@@ -42,14 +45,13 @@ class WorkloadKind:
     :meth:`spec_keys` and :meth:`summarize`; the rest has working defaults."""
 
     name: ClassVar[str]  # the scenario's ``workload.kind``
+    # what a scenario's ``workload:`` of this kind validates as (testbed.config.workloads);
+    # its ``metrics`` are what the kind offers to ``expect``
+    schema: ClassVar[type[WorkloadModel]]
     rank_module: ClassVar[str]  # ``python -m <rank_module> spec.json`` runs each rank
     rows_table: ClassVar[str]  # the results table the ranks' rows go to (<name>.parquet)
     # sample the WAN byte counters (the queue trace) while it runs, whatever ``trace:`` says
     wan_counters: ClassVar[bool] = False
-    # summary columns it offers to ``expect`` (beside the run metrics every run has)
-    metrics: ClassVar[tuple[str, ...]] = ()
-    # the summary column that tells its rows apart in a results directory's summary
-    marker: ClassVar[str] = ""
 
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         """What every rank's spec.json gets beside the launcher's own keys."""
@@ -76,9 +78,10 @@ KINDS: dict[str, WorkloadKind] = {}
 
 
 def register(kind: WorkloadKind) -> WorkloadKind:
-    """Make ``kind`` known to the runner by its name (a later one of the same name replaces
-    it)."""
+    """Make ``kind`` known to the runner and its schema to the scenario parser, by its name
+    (a later one of the same name replaces it)."""
     KINDS[kind.name] = kind
+    register_workload(kind.name, kind.schema)
     return kind
 
 

@@ -12,17 +12,17 @@ from rich.table import Table
 
 from analysis.model import TERMS, predict_terms, unsupported
 from analysis.operations import rank_operations
-from analysis.summary import SUMMARY_COLUMNS, summary_rows
+from analysis.summary import summary_rows
+from testbed.config.workloads import Workload
 from testbed.core.units import format_duration, format_size
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
 
 
 class Collectives(WorkloadKind):
     name = "collectives"
+    schema = Workload
     rank_module = "traffic.rank"
     rows_table = "collectives"
-    metrics = tuple(SUMMARY_COLUMNS)
-    marker = "collective"
 
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         return {

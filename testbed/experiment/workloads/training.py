@@ -131,20 +131,10 @@ def fill_targets(summaries: list[dict], training_rows: list[dict], point_keys: l
 
 class Training(WorkloadKind):
     name = "training"
+    schema = TrainingWorkload
     rank_module = "traffic.train_rank"
     rows_table = "training"
     wan_counters = True
-    metrics = (
-        "final_loss",
-        "time_to_loss",
-        "wan_bytes_per_step",
-        "step_time_p50",
-        "step_time_p95",
-        "compute_utilisation",
-        "comm_per_step",
-        "comm_measured_over_predicted",
-    )
-    marker = "final_loss"
 
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         return rank_keys(workload)
