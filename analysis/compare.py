@@ -1,27 +1,13 @@
 """``testbed compare``: did collective times change between two results sets? PURE pandas.
 
 This module owns the matching and the verdicts; the CLI (``testbed.cli.report``) only prints.
-
-Rows of the two sets' summaries are matched on (sweep parameters, collective, algorithm, size),
-or for training results on (sweep parameters, algorithm) with ``step_time_p50`` as the time and
-``time_to_loss`` beside it (a training row also regresses when its time to loss grew beyond the
-tolerance, or the base reached the target loss and the new run did not);
-the results directory's name and the run id do not matter, so a re-run of the same scenario
-matches its base. Repeats of one point are folded into their median ``time_p50`` / ``busbw``.
-``ratio = new time_p50 / base time_p50`` and per matched row the verdict is
-
-=============  ===============================================================================
-regressed      ratio > 1 + tolerance, or the new run failed / gave a wrong result where the
-               base was ok (a *failed* row also stands for a base row whose new run failed
-               before it measured anything)
-improved       ratio < 1 − tolerance
-same           within the tolerance
-still failing  the base was not ok either (listed, not a regression)
-fixed          the base failed or was wrong, the new run is ok
-=============  ===============================================================================
-
-Rows only in one set are listed as unmatched (a sweep point added or removed is not a change of
-the communication code). :attr:`Comparison.regressed` is what a CI job checks.
+Rows of the two sets' summaries are matched on what the scenario swept (sweep parameters,
+collective, algorithm, size; for training, sweep parameters and algorithm), never on the results
+directory's name or the run id, so a re-run of the same scenario matches its base. Repeats of one
+point are folded into their median. The verdicts (regressed, improved, same, still failing,
+fixed) and the training rows' time to loss: docs/results.md, "testbed compare". Rows only in one
+set are listed as unmatched (a sweep point added or removed is not a change of the communication
+code). :attr:`Comparison.regressed` is what a CI job checks.
 """
 
 from __future__ import annotations

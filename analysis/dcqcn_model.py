@@ -1,5 +1,5 @@
-"""DCQCN's fluid model (Zhu et al., SIGCOMM 2015, §5) and the predictions issue 16's runs are
-checked against. PURE: numpy and :mod:`testbed.core.dcqcn` only.
+"""DCQCN's fluid model (Zhu et al., SIGCOMM 2015, §5) and the predictions a DCQCN run's
+measurements are checked against. PURE: numpy and :mod:`testbed.core.dcqcn` only.
 
 This module owns :func:`integrate` (the paper's delay-differential equations for α, RT, RC and
 the bottleneck queue, fixed-step Euler) and the numbers derived from its trajectories:
@@ -7,42 +7,10 @@ the bottleneck queue, fixed-step Euler) and the numbers derived from its traject
 :func:`convergence_time` (Jain ≥ 0.95 and staying), :func:`utilisation`, :func:`jain`, and
 :func:`summary`, all of them as one flat dict for a run to record.
 
-The equations (../shared/notes/dcqcn.md §1.4), per flow, with p = p(q(t−τ*)), Rc' = RC(t−τ*),
-rates in packets/s and B in packets::
-
-    a = 1−(1−p)^{τ·Rc'}        b = p/((1−p)^{−B}−1)          d = p/((1−p)^{−T·Rc'}−1)
-    c = b·(1−p)^{F·B}          e = d·(1−p)^{F·T·Rc'}
-    dα/dt  = (g/τ')·[(1−(1−p)^{τ'·Rc'}) − α]
-    dRT/dt = −(RT−RC)·a/τ + RAI·Rc'·c + RAI·Rc'·e
-    dRC/dt = −RC·α·a/(2τ) + (RT−RC)·Rc'·b/2 + (RT−RC)·Rc'·d/2
-    dq/dt  = Σ RC − C,  q ≥ 0
-
-with τ = N (the CNP gap), τ' = K (the α timer), T the rate timer, τ* the feedback delay and p the
-CP's RED-like marking of the instantaneous queue. a is the chance that a window of τ holds a
-marked packet (a CNP, so a cut), Rc'·b and Rc'·d the rates of byte-counter and timer increase
-events (1/B per packet and 1/T when p = 0), c and e the part of them that come after F events
-without a CNP (additive increase rather than fast recovery). As in the paper, hyper increase is
-not modelled: a flow unmarked for long climbs by RAI per event, not RHAI.
-
-Variants. ``paper`` is the model as written. ``ns3`` differs from it only in parameters (α₀,
-T, B). ``mellanox`` (``params.byte_counter is None``): the NIC has no byte counter, so b = c = 0
-and only the timer drives increases; its α update every K (α = (1−g)α + g if a CNP came in the
-period, else (1−g)α) is the α equation with τ' = K; its cuts come at most once per
-``rate_reduce_period`` and CNPs at most once per N, so τ = max(N, rate_reduce_period); RT = RC
-only after an increase (clamp_tgt_rate 0) is not modelled (the −(RT−RC)·a/τ term stays).
-Every variant's cut leaves at least ``min_dec_fac``·RC (NVIDIA's rpg_min_dec_fac; α/2 ≤ 0.5 never
-reaches the default 0.5).
-
-Additions to the equations, each what a NIC or a switch does: RC and RT stay within
-[min_rate, line rate]; a flow before its start has RC = 0 (it neither adds to the queue nor gets
-feedback) and starts at the line rate with α = α₀; the queue is held at ``buffer_bytes`` if one
-is given, the excess counted as dropped; a CNP window shorter than one packet (τ·Rc' < 1, only
-with NVIDIA's µs gaps) yields one cut per marked packet, p·Rc' per second. The bottleneck rate
-C may differ from the senders' line rate (oversubscription).
-
-Time dilation (testbed.core.dcqcn.dilate): every term is unchanged when times are × s and rates
-÷ s with bytes fixed; :func:`integrate` picks dt from the parameters' times, so a dilated run
-takes the same number of steps and gives the same trajectory in scaled time.
+The equations, how each variant maps onto them and what is added to them (rate bounds, flow
+starts, a finite buffer, CNP windows shorter than a packet): docs/congestion.md, "The fluid
+model". :func:`integrate` picks dt from the parameters' times, so a dilated run
+(testbed.core.dcqcn.dilate) takes the same number of steps and gives the same trajectory.
 """
 
 from __future__ import annotations
@@ -211,7 +179,7 @@ def integrate(
     waiting = G  # groups not started yet
     groups = range(G)
     # plain Python floats: with a handful of groups, numpy's per-call overhead on arrays of
-    # length 1-2 would cost more than the arithmetic (measured: ~3x slower)
+    # length 1-2 would cost more than the arithmetic
     for k in range(nsteps + 1):
         if waiting:
             for j in groups:

@@ -1,21 +1,11 @@
 """Collective metrics in nccl-tests' conventions: algorithm bandwidth and bus bandwidth. PURE.
 
 ``algbw = size / time`` and ``busbw = algbw × factor``, where the factor makes busbw comparable to
-the hardware's link speed whatever the collective and the world size ``n``:
-
-=================  ==============  ==========================================================
-collective         factor          ``size`` means (as nccl-tests reports it)
-=================  ==============  ==========================================================
-all_reduce         2(n−1)/n        the buffer each rank reduces (input = output)
-all_gather         (n−1)/n         the total gathered output; each rank contributes size/n
-reduce_scatter     (n−1)/n         the total input per rank; each rank receives size/n
-broadcast          1               the buffer the root sends (every rank receives all of it)
-all_to_all         (n−1)/n         the total send buffer per rank; size/n goes to each peer
-=================  ==============  ==========================================================
-
-The formulas are nccl-tests' exactly, including n = 1 (factor 0 for the (n−1)/n collectives).
-Units: sizes in bytes, times in seconds, bandwidths in bytes per second (what nccl-tests prints
-as GB/s is this divided by 1e9).
+the hardware's link speed whatever the collective and the world size ``n``. Each collective's
+factor and what its ``size`` means: docs/model.md, "Metrics". The formulas are nccl-tests'
+exactly, including n = 1 (factor 0 for the (n−1)/n collectives), so numbers compare with
+nccl-tests'. Units: sizes in bytes, times in seconds, bandwidths in bytes per second (what
+nccl-tests prints as GB/s is this divided by 1e9).
 """
 
 from __future__ import annotations

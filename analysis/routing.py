@@ -2,18 +2,8 @@
 
 From ``events.parquet`` (the faults as applied) and ``routing.parquet`` (the gateways' FIB, BFD
 and BGP events, :mod:`testbed.trace.routing`), one row per fault on one or more paths of a
-multipath link (``link: east-west/1``; a fault of every path leaves nowhere to move to):
-
-=============== ============================================================================
-detected_by     what noticed it first: ``bfd`` (a BFD session down), ``bgp`` (a session down:
-                the hold timer, or its nexthop gone with a port), or None (nothing did: static
-                routing, whose kernel routes never change for a blackhole)
-detect_s        from the fault's start to that first session-down event on a faulted path
-moved_s         from the fault's start until every gateway whose route used a faulted path had
-                a route without it (the later of the two gateways); None: not within the fault
-restored_s      from the fault's end until every such gateway's route had the path again;
-                None: not by the end of the run
-=============== ============================================================================
+multipath link: what detected it, when the routes moved off the path and when they had it back
+(the columns: docs/multipath.md, "Routing events and failover").
 
 The stall of the operation running through the fault is the fault table's (``stall_s``,
 :mod:`analysis.faults`); the failover table sits beside it. Times are the run's clock (unix

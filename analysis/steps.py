@@ -1,33 +1,12 @@
 """What each timed collective iteration met on the WAN, and how long its phases took. PURE.
 
 This module owns lining up a run's tables to give the α-β model (analysis.model) its measured
-inputs and to check its terms one by one (docs/model.md, "Terms and their measured inputs"):
-
-``wan_step_starts(tcp, collectives, min_bytes=65536)`` -> one row per timed iteration x WAN
-connection that carried at least ``min_bytes`` in it (gloo's barrier and store connections carry
-a few dozen bytes) (from the tcp_info samples, ``trace.tcp_info``; a connection is WAN when its
-two hosts are in different clusters, the cluster being the host label before ``-h``):
-
-===============  =====  ============================================================================
-column           unit   meaning
-===============  =====  ============================================================================
-run_id, algorithm, size, iteration    the iteration (sweep columns of ``collectives`` come too)
-host, peer_host         the sending side of the connection and its peer
-cwnd_start       bytes  cwnd x mss of the last sample before the connection's first new bytes in
-                        the iteration: the window the step started with
-ssthresh_start   bytes  ssthresh x mss of that sample; None while still "infinite" (slow start)
-cwnd_max         bytes  the largest cwnd x mss sampled during the iteration
-idle_before      s      iteration start - last sample before it at which the connection had sent
-                        (the idle time that decides tcp_slow_start_after_idle; sample resolution)
-srtt_ms, min_rtt_ms     median smoothed RTT and minimum RTT sampled during the iteration
-sent_bytes       bytes  bytes_sent growth during the iteration
-retransmits      segs   retransmitted segments during the iteration
-===============  =====  ============================================================================
-
-``phase_medians(collectives, leaders)`` -> per (sweep columns, algorithm, size): ``seconds``
-(median over iterations of the slowest rank) and, for every ``phases_<name>`` column, the median
-over iterations of the slowest *leader* (the ranks in ``leaders``): a non-leader's phase timers
-include waiting for the leaders, so they are not that phase's cost.
+inputs and to check its terms one by one (docs/model.md, "Terms and their measured inputs", which
+lists the columns): :func:`wan_step_starts` (per timed iteration x WAN connection: the window it
+started with, its idle time before, RTTs, bytes and retransmissions, from the tcp_info samples)
+and :func:`phase_medians` (per point, the median slowest rank and, per phase, the median slowest
+*leader*: a non-leader's phase timers include waiting for the leaders, so they are not that
+phase's cost).
 """
 
 from __future__ import annotations

@@ -2,15 +2,11 @@
 
 The runner (``testbed.experiment.sweep``) calls it after every run to write ``manifest.json``'s
 ``summary``; the loader calls it for results whose manifest has none. Both therefore give the same
-numbers for the same rows.
-
-Definitions:
+numbers for the same rows (the columns: docs/results.md, "Summary").
 
 * an iteration's time is the *slowest* rank's seconds (nccl-tests' convention): a collective is
   done when the last rank is done; it is ``correct`` only when every rank's result was;
-* ``time_p50`` / ``time_p95`` are quantiles over the iterations of one (collective, algorithm,
-  size), computed with :func:`testbed.core.stats.quantile`, the project's one quantile (linear
-  interpolation, which is also pandas' default);
+* ``time_p50`` / ``time_p95`` use :func:`testbed.core.stats.quantile`, the project's one quantile;
 * ``algbw`` and ``busbw`` are taken at p50 (:mod:`analysis.metrics`); a collective without a bus
   factor (unknown name, no ranks) gets NaN, not an error;
 * ``predicted`` is the α-β model's seconds when the caller can give a prediction, and

@@ -3,15 +3,9 @@
 This module owns the numbers of a report (``analysis.report`` lays them out, ``analysis.plots``
 draws them). Every function takes a :class:`analysis.loader.Results` and returns a DataFrame in SI
 units (seconds, bytes, bit/s for rates, bytes/s for algbw/busbw), empty when the data does not
-exist; :func:`formatted` turns one into display strings with units.
-
-* :func:`collective_table`: nccl-tests-style, one row per run x collective x algorithm x size.
-* :func:`speedup_table`: flat time / hierarchical time per sweep point, collective and size.
-* :func:`congestion_table`: one row per run of a congestion sweep: time, goodput, the WAN
-  sockets' srtt/cwnd/retransmissions (tcp.parquet), the bottleneck's backlog, drops and marks
-  (queues.parquet), the flows' retransmission and CE shares (flows.parquet).
-* :func:`links_table`, :func:`runs_table`, :func:`warnings_table`, :func:`header`,
-  :func:`expectations_table` (the scenario's ``expect`` checks recorded by ``testbed run``).
+exist; :func:`formatted` turns one into display strings with units. The tables (collectives,
+speedup, congestion, links, runs, warnings, expectations, the header) are the report's sections:
+docs/results.md, "testbed report".
 
 *Goodput* here is the collective's bus bandwidth in bit/s (``busbw × 8``): nccl-tests defines
 busbw so that it compares with a link's speed, and for gloo's ring over one WAN direction it is

@@ -3,27 +3,7 @@ host's namespace.
 
     python -m traffic.train_rank --spec SPEC.json --rank R
 
-The spec is the launcher's (testbed.experiment.ranks) plus ``"training"``: the workload's keys as
-the scenario resolved them (model, data, steps, batch, lr, seed, algorithm, ddp, diloco, streaming,
-localsgd, parameter_server, eval_every). The launcher sets ``GLOO_SOCKET_IFNAME`` and
-``OMP_NUM_THREADS=1``.
-
-Output: ``{out_dir}/rank-{R}.jsonl``, one line per step, flushed as written::
-
-    {"rank", "host", "cluster", "world_size", "algorithm", "step", "start", "end" (unix),
-     "loss", "val_loss" (every eval_every steps and at the last one, else absent), "wall_s",
-     "compute_s", "comm_s", "wait_s", "payload_bytes", "outcome"}
-
-and on the last step of a DDP run (ddp, hierarchical) DDP's own timers: "ddp_backward_compute_s",
-"ddp_backward_comm_s", "ddp_overlap_s" (Trainer.ddp_timers).
-
-(traffic.training.trainer says what the times mean). A step that raises (a gloo timeout, a
-closed pair) is written as ``{"rank", ..., "step", "start", "end", "outcome": "error"|"timeout",
-"error_type", "error"}`` and the rank exits with the error (the process group is dead). With
-``"events_socket"`` in the spec, rank 0 announces every step's start (traffic.announce).
-Progress goes to stderr. Exit status: 0 done; 1 any exception (traceback on stderr prefixed
-``rank R (host):``, the steps measured so far are kept; the process leaves with ``os._exit`` so
-a hung gloo thread cannot keep it alive).
+The spec, its output rows and the exit status: ``HELP`` (``--help`` prints it after this).
 """
 
 from __future__ import annotations
@@ -38,6 +18,32 @@ from traffic.announce import Announcer
 from traffic.entry import exit_on_error, failure_fields, log, rank_args, rank_start
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
+# The command's help after the docstring (argparse prints both).
+HELP = """\
+The spec is the launcher's (testbed.experiment.ranks) plus ``"training"``: the workload's keys as
+the scenario resolved them (model, data, steps, batch, lr, seed, algorithm, ddp, diloco, streaming,
+localsgd, parameter_server, eval_every). The launcher sets ``GLOO_SOCKET_IFNAME`` and
+``OMP_NUM_THREADS=1``.
+
+Output: ``{out_dir}/rank-{R}.jsonl``, one line per step, flushed as written::
+
+    {"rank", "host", "cluster", "world_size", "algorithm", "step", "start", "end" (unix),
+     "loss", "val_loss" (every eval_every steps and at the last one, else absent), "wall_s",
+     "compute_s", "comm_s", "wait_s", "payload_bytes", "outcome"}
+
+and on the last step of a DDP run (ddp, hierarchical) DDP's own timers: "ddp_backward_compute_s",
+"ddp_backward_comm_s", "ddp_overlap_s" (Trainer.ddp_timers). What the times mean:
+traffic.training.trainer.
+
+A step that raises (a gloo timeout, a
+closed pair) is written as ``{"rank", ..., "step", "start", "end", "outcome": "error"|"timeout",
+"error_type", "error"}`` and the rank exits with the error (the process group is dead). With
+``"events_socket"`` in the spec, rank 0 announces every step's start (traffic.announce).
+Progress goes to stderr. Exit status: 0 done; 1 any exception (traceback on stderr prefixed
+``rank R (host):``, the steps measured so far are kept; the process leaves with ``os._exit`` so
+a hung gloo thread cannot keep it alive).
+"""
+
 INJECT_ENV = "TESTBED_INJECT_FAULT"
 
 
@@ -51,7 +57,7 @@ def injected_failure(rank: int) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = rank_args("python -m traffic.train_rank", __doc__, argv)
+    args = rank_args("python -m traffic.train_rank", f"{__doc__}\n{HELP}", argv)
     label = f"rank {args.rank}"
     out: IO[str] | None = None
     announcer = Announcer(None)

@@ -1,21 +1,8 @@
 """Scenario expectations: what a sweep's results must show, checked after ``testbed run``. PURE.
 
-```yaml
-expect:
-  - where: {algorithm: hierarchical}       # the rows the expectation is about
-    compare_to: {algorithm: flat}          # ...each compared with its twin that differs only here
-    metric: time_p50
-    relation: "<"
-    factor: 1.0                            # optional: rhs x factor ("< 0.8 x flat": factor 0.8)
-    when:                                  # ...at these sweep points only
-      wan[0].rate: "<=200mbit"             # (block style: YAML reads [ in {...} as a list)
-  - metric: measured_over_predicted        # or against a fixed value
-    relation: "<="
-    value: 1.25
-```
-
-Rows are the run summary (one per run x collective x algorithm x size, or one per training run;
-docs/results.md). Keys of
+An expectation (``where``, ``compare_to``, ``metric``, ``relation``, ``factor``, ``when``,
+``value``; the YAML form: README, "Expectations") is checked against the rows of the run summary
+(one per run x collective x algorithm x size, or one per training run; docs/results.md). Keys of
 ``where``, ``compare_to`` and ``when`` are summary columns (``collective``, ``algorithm``,
 ``size``, ``ranks``) or scenario field paths (``wan[0].rate``, ``tcp.congestion``), looked up in
 each run's resolved scenario, so units work: ``wan[0].rate: 100mbit`` equals 1e8. ``when`` values

@@ -3,22 +3,10 @@ readers and the binning every format shares. PURE apart from reading the user's 
 
 A trace is a function of time from its start: rate (bit/s) and, for csv, delay and loss. It is
 cut into bins of ``bin`` seconds; each bin carries the trace's mean over it (the rate a shaper
-set for that bin delivers), with ``scale`` applied to the rate. Formats (docs/faults.md,
-"## Traces"):
-
-* ``mahimahi``: one integer per line, a time in ms at which one 1500-byte delivery opportunity
-  exists (repeated lines: several in that ms). Rate over a window W = lines in W x 12000 bit / W.
-  The trace repeats with the period of its last timestamp (mm-link's wrap), so a file holding just
-  ``1`` is 12 Mbit/s.
-* ``pensieve``: ``time_s <whitespace> Mbit/s`` rows, piecewise constant from one row to the next.
-* ``csv``: a header naming ``t`` and ``rate`` and optionally ``delay`` and ``loss``, then rows,
-  piecewise constant likewise. Cells are unit strings (``100ms``, ``10mbit``, ``0.5%``) or bare SI
-  numbers (seconds, bit/s, a fraction 0..1).
-
-For pensieve and csv the first row's time is the trace's origin and the last row's time is its
-length: the last row's values are what ``loop: false`` holds after the end. A trace's length is
-rounded to whole bins (at least one); the bins are counted on the repeated trace, so a length
-that is not a multiple of the bin still gives each bin the rate the looping link delivers.
+set for that bin delivers), with ``scale`` applied to the rate. The formats (``mahimahi``,
+``pensieve``, ``csv``), where a trace's origin and length are, and how a length that is not a
+whole number of bins is binned: docs/faults.md, "## Traces". One binning for every format, so a
+trace's bins do not depend on the file format it came in.
 
 Errors are ``ScenarioError`` naming the scenario file, the field (``wan[0].trace.file``), the
 trace file and the line.

@@ -2,18 +2,10 @@
 its source, and how a preset fills the link's fields the user did not write. PURE (the shipped
 data file is read once, on first use).
 
-Two families (docs/faults.md, "## Presets"):
-
-* ``pantheon/<path>``: Pantheon's six calibrated emulators (Yan et al., USENIX ATC'18), the
-  numbers of their mahimahi command lines (StanfordSNR/pantheon commit 10488e0,
-  test/run_indigo_in_{wired,cellular}_emu.sh, result ids on pantheon.stanford.edu): rate, one-way
-  delay (both directions), and on the uplink only a drop-tail queue of N packets and iid loss.
-  The uplink carries the named path's data: it is the link's forward direction (between[0] ->
-  between[1]); the reverse gets the same rate and delay, no loss, and the link's default buffer.
-  Cellular rows are Poisson-arrival traces in Pantheon; here they are their mean, constant.
-* ``cloud/<src>--<dst>``: the Skyplane inter-region grid (NSDI'23, Apache-2.0; data/NOTICE):
-  one-way delay = the pair's min RTT / 2 (both directions), rate = the measured per-VM-pair
-  throughput of each direction (iperf3, 64 streams); buffer and loss stay the link's.
+Two families, their sources and which direction gets what: docs/faults.md, "## Presets".
+``pantheon/<path>``: Pantheon's calibrated emulators (Yan et al., USENIX ATC'18); its uplink is
+the link's forward direction (between[0] -> between[1]). ``cloud/<src>--<dst>``: the Skyplane
+inter-region grid (NSDI'23, Apache-2.0; data/NOTICE).
 
 ``scale`` multiplies what the preset gives for rates and byte buffers (so a buffer stays the same
 fraction of the BDP) when this machine cannot carry the real rate; fields the user writes are

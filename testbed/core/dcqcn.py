@@ -2,19 +2,12 @@
 (traffic.dcqcn), the fluid model (analysis.dcqcn_model) and the reports, with each published
 variant's defaults and the time dilation that maps a datacenter onto this testbed.
 
-Units are SI throughout: seconds, bit/s, bytes. The variants (../shared/notes/dcqcn.md §1.3, §1.5):
+Units are SI throughout: seconds, bit/s, bytes. The variants and their sources (docs/congestion.md,
+"The reaction point's variants"): ``paper`` (Zhu et al., SIGCOMM 2015, and htsim's DCQCNSrc),
+``mellanox`` (NVIDIA ConnectX as HPCC's ns-3 rdma-hw.cc models it, the NIC's rpg_* defaults),
+``ns3`` (the author's bobzhuyb/ns3-rdma: α starts at 0.5, T 60 µs, B 300 KB).
 
-* ``paper``: Zhu et al., SIGCOMM 2015 (and htsim's DCQCNSrc): every CNP cuts, α decays every K
-  without one, increase events from a timer (T) and a byte counter (B), fast recovery while
-  max(T, BC) <= F, additive RAI, hyper RHAI x (min(T, BC) - F).
-* ``mellanox``: NVIDIA ConnectX semantics as HPCC's ns-3 models them: a cut at most once per
-  ``rate_reduce_period``, the timer only (no byte counter), F = rpg_threshold 1, RT = RC on a
-  cut only after an increase since the last (clamp_tgt_rate 0), a cut leaving at least
-  ``min_dec_fac`` of RC, the NIC's rpg_* defaults.
-* ``ns3``: the author's ns-3 code (bobzhuyb/ns3-rdma): α starts at 0.5, HAI step
-  RHAI x (min - F + 1), T 60 µs, B 300 KB.
-
-Time dilation by ``s`` (the issue's ``dilation:``): DCQCN's fluid model is invariant when every
+Time dilation by ``s`` (the scenario's ``dilation:``): DCQCN's fluid model is invariant when every
 time (N, K, T, the reduce period, the feedback delay) is multiplied by s and every rate (the line,
 RAI, RHAI, the minimum rate) divided by s, with bytes (queue, Kmin, Kmax, B, packet size) and g,
 F, Pmax unchanged. :func:`dilate` maps real units to emulated ones, :func:`undilate` back.

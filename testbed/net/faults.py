@@ -2,38 +2,17 @@
 
 This module owns how each fault is done in the kernel, identically on every link backend (the
 backends emulate rate and propagation; a fault is the same kernel object whichever emulates
-them). :class:`FaultOps` is built from the testbed's :class:`NetworkPlan`; each method applies
-one fault action, returns the operation it used (as text, for the events table) and raises
-``NetError`` if the kernel refused it. Everything lives in the testbed's own namespaces, so a
-teardown removes it with them.
+them). :class:`FaultOps` is built from the testbed's :class:`NetworkPlan`; each method
+(``blackhole``, ``reset``, ``link``, ``gateway``) applies one fault action, returns the operation
+it used (as text, for the events table) and raises ``NetError`` if the kernel refused it. It all
+lives in the testbed's namespaces, so teardown removes it. Why each fault is made so:
+docs/faults.md, "## Mechanisms".
 
-* ``blackhole(directions, on)``: iptables DROP in the raw table's PREROUTING of the direction's
-  wire, for packets entering its wire ingress. The raw table's hook comes before mangle, where
-  the delay line's NFQUEUE rule sits, and netem only sees packets on the wire's egress: the drop
-  comes first on both backends. What the emulator already holds is still delivered (as from a
-  cut upstream of it). Overlapping blackholes of a direction (a partition and a blackhole) are
-  counted: it ends with the last of them.
-* ``reset(link, on)``: in the link's wire, filter FORWARD: TCP gets ``REJECT --reject-with
-  tcp-reset`` (an RST to the sender, in both directions: every connection that sends a segment
-  or an ACK across the link is reset), UDP is dropped, while the window lasts.
-* ``link(link, up)``: both gateways' WAN ports of the link administratively down (the kernel
-  flushes the routes through them and the gateway answers ICMP net unreachable: an established
-  TCP connection treats that as a soft error and keeps retrying); ``up`` brings them up and
-  re-adds every plan route through them (static routes do not come back by themselves; that
-  includes the routes to clusters further away over the same link).
-* ``gateway(cluster, up)``: all of the gateway's ports down (WAN ports, host ports, the bridge):
-  it stops forwarding and the packets queued on its ports are lost; ``up`` brings them up and
-  re-adds the gateway's routes.
-
-Speed: an event must be applied within 20 ms of its schedule, and an ``iptables-restore``
-process took 10.5 ms p50 / 25 ms p99 on the busy development VM. So the blackhole and reset rules
-are installed once per wire (:meth:`FaultOps.prepare`, or at a wire's first fault) and switched
-by the *device group* of the wire's ingress ports, which they match (``-m devgroup``, one bit per
-fault kind): switching is one rtnetlink request from this process, like the links and routes
-(:mod:`testbed.net.rtnl`). The rules are ``iptables-restore`` input generated from the plan, one
-process per namespace started from a thread inside it (no ``ip netns exec``, no shell), one rule
-per wire ingress port, so that their counters (``iptables-save -c``, :meth:`FaultOps.fault_drops`)
-say what each direction's faults dropped, apart from the queues' overflow.
+An event must be applied within 20 ms of its schedule; an ``iptables-restore`` process per event
+is too slow for that. So the rules are installed once per wire (:meth:`FaultOps.prepare`, or at a
+wire's first fault) and switched by the *device group* of the wire's ingress ports (``-m
+devgroup``, one bit per fault kind): one rtnetlink request. One rule per wire ingress port, so
+their counters (:meth:`FaultOps.fault_drops`) say what each direction's faults dropped.
 """
 
 from __future__ import annotations

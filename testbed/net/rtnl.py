@@ -7,10 +7,11 @@ down, its device group or MTU, a bridge, a bridge port, an IPv4 address, ``gso_m
 route) or ``TcOp`` (an HTB class's rate, a bfifo's limit, a plug's action), over the shared framing
 of :mod:`testbed.net.netlink`. One worker thread enters each namespace in turn (``setns``), opens a
 ``NETLINK_ROUTE`` socket there and sends that namespace's requests back to back, then reads their
-acks. It replaces an ``ip -n NS -batch`` (or ``tc``) process per namespace: at 8 clusters x 16 hosts
-(164 namespaces) those cost ~0.4 s of CPU, mostly process start-up; a rate change by ``tc -batch``
-took 5.6 ms p50 / 18 ms p99 on the busy development VM (benchmarks/fault_ops.py). A refused request
-raises NetError naming the namespace and the request as an ``ip`` or ``tc`` command.
+acks. It replaces an ``ip -n NS -batch`` (or ``tc``) process per namespace, whose cost is mostly
+process start-up: that adds up over a large topology's namespaces, and a ``tc`` process per rate
+change has a tail beyond an event's 20 ms budget on a busy machine (docs/faults.md, application
+times). A refused request raises NetError naming the namespace and the request as an ``ip`` or
+``tc`` command.
 """
 
 from __future__ import annotations

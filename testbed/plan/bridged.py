@@ -6,14 +6,13 @@ The wire namespace ``<prefix>-<label>`` holds two bridges joined by a veth pair:
 
     end 1 --- a [br1] m1 ====== m2 [br2] b --- end 2
 
-``a`` and ``b`` are the peers of the two ends' interfaces (made by the caller, in the ends'
-namespaces). Direction 1->2 leaves through ``m1`` (HTB + bfifo: the bottleneck) and enters br2
-through ``m2`` (the userspace delay line hooks there) and leaves through ``b`` (kernel netem sits
-there); direction 2->1 the other way round. So each direction crosses its bottleneck, then a veth,
-then its propagation, as on a routed WAN link (``testbed.plan.topology``), and the same backends
-realize it. iptables sees bridged packets only with ``net.bridge.bridge-nf-call-iptables`` on (a
-per-namespace sysctl) and names the bridge as their interface: the rules match the ports
-(``Impairment.bridged``).
+``a`` and ``b`` are the peers of the two ends' interfaces (made by the caller). Direction 1->2
+leaves through ``m1`` (HTB + bfifo: the bottleneck), enters br2 through ``m2`` (the userspace
+delay line hooks there) and leaves through ``b`` (kernel netem sits there); 2->1 the other way
+round. So each direction crosses its bottleneck, a veth, then its propagation, as on a routed WAN
+link, and the same backends realize it. iptables sees bridged packets only with
+``net.bridge.bridge-nf-call-iptables`` on, naming the bridge as their interface: the rules match
+the ports (``Impairment.bridged``; docs/mininet.md).
 """
 
 from __future__ import annotations

@@ -1,38 +1,18 @@
 """RTT compensation, the pure part: what each WAN direction's emulator must delay so that the
-host-to-host delay is the configured one.
+host-to-host delay is the configured one (README, "The configured RTT is the RTT you get").
 
-Every path has a floor the emulated delay comes on top of: the namespaces' own path (two veth
-crossings and a bridge per side, the gateways' forwarding) and, on the userspace backend, the
-delay line's pass (NFQUEUE hand-off, the line's wake-up, the verdict). Measured on the
-development VM: about 0.09 ms one way without a line and 0.16 ms with one (benchmarks/RESULTS.md,
-link_fidelity). At bring-up the testbed measures each direction's one-way delay host to host
-(``testbed.live.calibrate``) with the emulator set to the configured delay, and the excess over
-that is the direction's *floor*; the emulator then gets ``configured - floor``.
-
-This module owns that arithmetic and its rules:
-
-* the configured one-way delay of a direction between the first hosts of its two clusters
-  (:func:`configured_one_way`: the WAN delay plus the fabric delays crossed on the way);
-* the calibration plan (:func:`calibration_plan`): each delayed direction with its delay only,
-  no jitter, loss or reorder, so that a handful of probes all arrive and their median is the
-  delay (jitter is compensated on its mean: the line's ``delay`` is the normal's mean);
-* :func:`compensate`: floor = median measured - configured, but at most twice the fastest
-  probe's excess plus ``STALL_SLACK`` (a probe that crossed in x shows what the path takes; on a
-  healthy machine the median is within a few hundredths of a ms of the fastest, see below),
-  compensation = max(0, floor), emulated = configured - compensation; a configured delay
-  above 0 but below its floor is refused (:class:`FloorError`, exit 2) instead of silently
-  delivering more than asked. A direction with no delay (0 ms) has nothing to subtract from:
-  its floor is recorded, the host-to-host delay is that floor.
-
-Why the cap: in a TCG guest on an overloaded host, most of a direction's probes once waited for
-the starved guest (13 ms "floor" where the path takes ~0.6 ms) and the compensation took 23 ms
-off a 100 ms RTT. On the development VM (load 6-10) the median of 7 probes was 0.01-0.08 ms
-above the fastest, so the cap never binds there.
-
-The floor is measured host to host, so a path across two WAN links (a -> b -> c) is compensated
-twice for the host side of the middle cluster (its host's veth and bridge): such a path is that
-much short of its configured delay (RTT a-h0 <-> c-h0 over two 10 ms links, busy machine: -0.13
-and +0.01 ms compensated, +0.43 and +0.51 ms without).
+Every path has a floor the emulated delay comes on top of (veths, bridges, the gateways'
+forwarding and, on the userspace backend, the delay line's pass). At bring-up each direction's
+one-way delay is measured host to host (``testbed.live.calibrate``) with the emulator set to the
+configured delay; the excess is the direction's *floor* and the emulator gets configured - floor.
+This module owns that arithmetic: :func:`configured_one_way` (the WAN delay plus the fabric
+delays crossed), :func:`calibration_plan` (each delayed direction with its delay only, so a few
+probes all arrive and their median is the delay) and :func:`compensate` (a delay above 0 below
+its floor is refused, :class:`FloorError`, rather than silently delivered longer; a 0 ms
+direction has nothing to subtract from). The floor is capped at twice the fastest probe's excess
+plus ``STALL_SLACK``: a starved machine (a TCG guest on an overloaded host) once made most probes
+wait, and an uncapped floor took tens of ms off the delay (docs/vm.md). A path across two WAN
+links is compensated twice for the middle cluster's host side, so it is that much short.
 """
 
 from __future__ import annotations

@@ -2,24 +2,14 @@
 
 Each gateway runs its own zebra, bgpd and (with BFD) bfdd, each reading its own file from the
 gateway's directory (``testbed.net.frr`` writes them there and starts the daemons). What the
-files say, and why:
-
-* every session is eBGP between two gateways' ports on one path, two hops apart (the path's
-  wire forwards in between): ``ebgp-multihop 2``, ``update-source`` the own port, so each session
-  (and its BFD, multihop) runs over its own path only;
-* ``maximum-paths`` = the most paths of a link: the routes learnt over a link's paths are one
-  equal-cost multipath route in the kernel (the gateways' ``fib_multipath_hash_policy`` spreads
-  the flows, as with static routing);
-* timers: keepalive a third of the hold time, a failed session retried after ``CONNECT_S``,
-  updates sent at once (``advertisement-interval 0``): what moves traffic after a failure is the
-  failure's detection (BFD, the hold timer, an interface going down), not FRR's pacing;
-* zebra installs plain multipath routes, not kernel nexthop objects (``no zebra nexthop kernel
-  enable``): the kernel deletes a nexthop object whose device goes down, and FRR 8.4 did not
-  put the path back into the route once the device came up again (measured: after a path's
-  ``link_down`` + ``link_up`` its route kept one path);
-* logs with microseconds (``log timestamp precision 6``), session changes logged (BGP
-  ``log-neighbor-changes``, BFD ``debug bfd peer``, BGP ``debug bgp updates``): the run reads
-  them into its routing events.
+files say and why (docs/multipath.md, "BGP and BFD in the gateways"): one eBGP session per path
+between the two gateways' ports on it (``ebgp-multihop 2``, ``update-source`` the own port), so
+a session and its BFD live and die with their path; ``maximum-paths`` so a link's paths make one
+multipath route; updates sent at once (``advertisement-interval 0``), so what moves traffic after
+a failure is the failure's detection (BFD, the hold timer, a port going down), not FRR's pacing;
+plain multipath routes, not kernel nexthop objects, which FRR 8.4 did not restore after a path's
+``link_down`` + ``link_up``; logs with microseconds and every session change logged, because the
+run reads them into its routing events.
 """
 
 from __future__ import annotations
