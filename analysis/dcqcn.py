@@ -1,5 +1,5 @@
 """What a run's DCQCN flows measured, beside what DCQCN's fluid model predicts for the same
-scenario (issue 16). PURE: pandas, numpy, the model (analysis.dcqcn_model) and the scenario's
+scenario. PURE: pandas, numpy, the model (analysis.dcqcn_model) and the scenario's
 own resolution of the parameters.
 
 :func:`measure` reads the ``dcqcn`` rows (the RP's start, cuts and increases, the NP's CNPs),

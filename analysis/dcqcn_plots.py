@@ -1,4 +1,4 @@
-"""The report's DCQCN figures (issue 16): per run, each flow's receive rate over time with the
+"""The report's DCQCN figures: per run, each flow's receive rate over time with the
 fluid model's RC beside it, and the bottleneck queue with Kmin and Kmax; and, across a sweep,
 queue amplitude and utilisation against the RTT. PURE (matplotlib on the loaded results; the
 model is integrated again from what each run recorded it ran with, ``manifest.runs[*].dcqcn``).

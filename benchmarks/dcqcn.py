@@ -1,5 +1,5 @@
 """Benchmark: how many DCQCN datagrams a second sender + delay line + receiver sustain on this
-machine (issue 16: measured first, it decides which dilation factors are honest here).
+machine (measured first: it decides which dilation factors are honest here).
 
     sudo .venv/bin/python -m benchmarks.dcqcn [--write] [--seconds 5]
 

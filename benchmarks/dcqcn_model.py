@@ -1,14 +1,15 @@
-"""Benchmark: do real DCQCN flows here agree with DCQCN's fluid model (issue 16, outcomes 3-5)?
+"""Benchmark: do real DCQCN flows here agree with DCQCN's fluid model (one flow's queue and
+sawtooth, two flows' convergence, the queue across RTTs)?
 
     sudo .venv/bin/python -m benchmarks.dcqcn_model [--write] [--scenarios one,two,delay]
 
 Runs the committed scenarios (userspace backend, the delay line marking at dequeue) and prints,
 per run, the measured metrics over the settled half beside the fluid model's for the same
-parameters, bottleneck, RTT and starts (analysis.dcqcn): ``dcqcn-one-flow.yaml`` (outcome 3:
+parameters, bottleneck, RTT and starts (analysis.dcqcn): ``dcqcn-one-flow.yaml`` (goal:
 mean queue between Kmin and Kmax, the rate sawtooth's period (cut interval) and depth (the
 rate a cut takes away) within 20% of the model),
-``dcqcn-two-flows.yaml`` (outcome 4: Jain >= 0.95 within 1.5 x the model's convergence time with
-B = 10 MB, worse with 150 KB) and ``dcqcn-delay-sweep.yaml`` (outcome 5: production DCQCN, no
+``dcqcn-two-flows.yaml`` (goal: Jain >= 0.95 within 1.5 x the model's convergence time with
+B = 10 MB, worse with 150 KB) and ``dcqcn-delay-sweep.yaml`` (production DCQCN, no
 dilation, across 1-50 ms, and the long-haul recipe). Each scenario's own expectations are
 checked too; a failed one is reported, not hidden.
 """

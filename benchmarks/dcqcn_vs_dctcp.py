@@ -1,4 +1,4 @@
-"""Benchmark: DCQCN beside DCTCP through the same marking switch (issue 16).
+"""Benchmark: DCQCN beside DCTCP through the same marking switch.
 
     testbed vm -- python -m benchmarks.dcqcn_vs_dctcp [--write]
 

@@ -1,5 +1,5 @@
 """Benchmark: how long one WAN change or fault action takes to apply (the event runner's budget
-is 20 ms from schedule to applied, issue 15).
+is 20 ms from schedule to applied).
 
     sudo .venv/bin/python -m benchmarks.fault_ops [--repeat 50] [--write]
 

@@ -1,4 +1,4 @@
-"""Benchmark: what each WAN fault does to a running all-reduce (issue 15).
+"""Benchmark: what each WAN fault does to a running all-reduce.
 
     sudo .venv/bin/python -m benchmarks.faults [--write] [--quick]
 

@@ -1,4 +1,4 @@
-"""Benchmark: multipath WAN links (issue 18): how collectives use parallel paths, and how fast
+"""Benchmark: multipath WAN links: how collectives use parallel paths, and how fast
 traffic leaves a failed path under static routing, BGP and BGP + BFD.
 
     sudo .venv/bin/python -m benchmarks.multipath [--write] [--repeat 2] [--part util|failover]
@@ -11,7 +11,7 @@ Each part writes a section of its own to RESULTS.md (``multipath.py --part util`
    ports decide its hashes). Per case: time p50, and per WAN direction over the operation's
    window the paths that carried at least 5 % of its bytes and the largest path's share (the
    paths' shaper counters), the data flows and the distinct paths they used (flowpaths).
-   Goal (the issue's expectation): flat uses at most as many paths as it has cross-WAN
+   Goal: flat uses at most as many paths as it has cross-WAN
    connections per direction; hierarchical-2d spreads over more; say when more paths do not
    speed a collective up.
 2. Failover at 1 Gbit/s: 2 clusters x 4 hosts, 2 equal paths of 1 Gbit/s and 10 ms, a

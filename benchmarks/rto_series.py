@@ -12,7 +12,7 @@ start to the first byte after the gap it caused), the TLP + RTO prediction (pred
 tlp_timeout), the one without TLP, and measured / predicted. The window starts before the
 `iptables -I` call (its duration is shown: the rule takes effect somewhere inside it), so the
 measured stall also holds the one-way delay and that call. Goal: measured / predicted (TLP) within
-1.0-1.2 for every D (the issue's "within 20%").
+1.0-1.2 for every D ("within 20%").
 """
 
 from __future__ import annotations

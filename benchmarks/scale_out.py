@@ -1,4 +1,4 @@
-"""Benchmark: a sweep on a Ray cluster (issue 19 a) against the same sweep run locally.
+"""Benchmark: a sweep on a Ray cluster against the same sweep run locally.
 
     sudo .venv/bin/python -m benchmarks.scale_out [--write] [--points 8] [--part sweep|span]
 
@@ -11,7 +11,7 @@ overhead per point (one node against local). Two nodes on one 2-core machine sha
 their speed-up says what Ray's scheduling allows here, not what two machines give.
 Goal: Ray's overhead per point well under a point's own time (< 10 %).
 
-``--part span`` (issue 19 b): the link fidelity of one topology over two machines against the
+``--part span``: the link fidelity of one topology over two machines against the
 same scenario on one machine: 2 clusters x 1 host, one WAN link per case, the link self-check
 (RTT, capacity, TCP goodput per direction) both ways. The two machines are stand-ins on this
 kernel (testbed.testing.machines: namespaces on a veth underlay, MTU 1500, so every interface

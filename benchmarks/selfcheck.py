@@ -3,12 +3,12 @@
     sudo .venv/bin/python -m benchmarks.selfcheck [--quick] [--note TEXT] [--write]
 
 Every WAN direction of: the quickstart link (100 Mbit/s, 20 ms one-way), checked right after
-`up` (the cold first point of a sweep) and again; the 3-cluster mesh of issue 13 (us-eu
+`up` (the cold first point of a sweep) and again; the 3-cluster mesh (us-eu
 500 Mbit/s 40 ms, eu-asia 200 Mbit/s 90 ms, us-asia 300 Mbit/s 75 ms); a 1 Gbit/s link at
 300 ms RTT; 5 Gbit/s at 25 ms. Each row: the capacity probe (paced UDP) and the TCP probe as
 shares of their ceilings, the RTT, and the wall time of the whole direction's check.
 
-Then the evidence for the readings above 100% (issue 13): on the quickstart link, the TCP probe's
+Then the evidence for the readings above 100%: on the quickstart link, the TCP probe's
 five window-start candidates, each with the goodput it would read and the kernel's count of
 out-of-order packets received so far (tcp_info rcv_ooopack): a start taken while a loss is being
 repaired reads high, because the out-of-order data that arrived before it enters the in-order

@@ -6,7 +6,7 @@ Four topologies: 4 clusters x 8 hosts (full WAN mesh, 6 links) and 8 clusters x 
 links), each without WAN delay (no delay line starts) and with 10 ms on every WAN link (one delay
 line per link). For each, ``testbed up FILE --name N`` and ``testbed down N`` run as subprocesses,
 interleaved, as a user types them; "CLI start-up" is ``testbed --help`` (interpreter + imports
-of the command), and "net" is a verb's median minus that median. Goals (issue 13): 4 x 8 with
+of the command), and "net" is a verb's median minus that median. Goals: 4 x 8 with
 delays up <= 0.5 s and down <= 0.2 s net of CLI start-up; 8 x 16 with delays up <= 1 s net.
 The in-process ``Network.up()`` / ``down()`` times (no interpreter start-up at all) are printed
 beside them unless ``--no-inprocess``.

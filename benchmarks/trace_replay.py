@@ -1,4 +1,4 @@
-"""Benchmark: does the emulated link follow a recorded rate trace, second by second (issue 15)?
+"""Benchmark: does the emulated link follow a recorded rate trace, second by second?
 
     sudo .venv/bin/python -m benchmarks.trace_replay [--write] [--quick]
 
@@ -20,8 +20,8 @@ backlog across a step up.
 
 Per run (analysis.faults): the Pearson correlation of the per-second achieved rate (the
 bottleneck's byte counter) and the trace's target, over every second and with the seconds
-overlapping the trace's outages left out, the mean achieved / target and the counts. The issue
-expects a correlation >= 0.9. Each case runs ``--repeat`` times (2): a trace with outages
+overlapping the trace's outages left out, the mean achieved / target and the counts. The goal
+is a correlation >= 0.9. Each case runs ``--repeat`` times (2): a trace with outages
 varies a lot from run to run (when TCP's backoff probes fall against the outages' ends decides
 whether the flow carries the trace's best seconds). ``--quick``: cubic only, once.
 """

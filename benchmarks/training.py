@@ -1,4 +1,4 @@
-"""Benchmark: training across the emulated WAN (issue 14).
+"""Benchmark: training across the emulated WAN.
 
     sudo .venv/bin/python -m benchmarks.training [--write] [--quick]
 

@@ -143,11 +143,11 @@ def med(xs: list[float]) -> str:
 
 
 def verdicts(found: list[Variant]) -> list[str]:
-    """Issue 12's rule for each vng variant: within 1.5x of testbed vm's boot to command, in
+    """The adoption rule for each vng variant: within 1.5x of testbed vm's boot to command, in
     the same rounds (so under the same load), and the exit code right every time."""
     base = median([s.to_command for s in found[0].samples])
     lines = [
-        "Rule (issue 12): adopt vng if its boot to command is within 1.5x of testbed vm's "
+        "Rule: adopt vng if its boot to command is within 1.5x of testbed vm's "
         "(measured in the same rounds) and the guest tests pass (they need the exit code).\n"
     ]
     for v in found[1:]:

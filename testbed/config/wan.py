@@ -114,6 +114,14 @@ PATH_SETTINGS = tuple(LinkSettings.model_fields)
 DIRECTION_SETTINGS = tuple(f for f in PATH_SETTINGS if f != "reverse")
 
 
+# A link-wide setting a multipath link refuses, with what the user can do instead.
+_NOT_PER_PATH = {
+    "schedule": "use a link without `paths`, or `faults:` on one path (`link: a-b/1`)",
+    "trace": "use a link without `paths` to replay a trace",
+    "preset": "write the preset's settings (`testbed plan` shows them) into each path",
+}
+
+
 class WanPath(LinkSettings):
     """One of a WAN link's parallel paths (``paths:``): every setting of a single link, and its
     weight in the gateways' multipath routes (ECMP when all weights are equal)."""
@@ -197,10 +205,12 @@ class WanLink(LinkSettings, _Between):
             raise FieldError(
                 "paths", f"{len(self.paths)} paths given; a multipath link has 2 to {MAX_PATHS}"
             )
-        for key in ("schedule", "trace", "preset"):
+        for key, instead in _NOT_PER_PATH.items():
             if key in self.model_fields_set:
                 raise FieldError(
-                    key, f"{key} is not supported on a link with `paths` yet (issue 18)"
+                    key,
+                    f"{key} is not supported on a link with `paths` yet: each path has its own "
+                    f"emulators, and a {key} per path is not built; {instead}",
                 )
         return self
 

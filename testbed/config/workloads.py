@@ -82,7 +82,9 @@ TRAINING_MODELS = {
     "char-mlp-large": "pydoc-topics",
     "teacher-mlp": "teacher-student",
 }
-# On gloo in torch 2.13 these DDP hooks fail at run time (../shared/notes/training.md).
+# On gloo in torch 2.13 these DDP hooks fail at run time (torch/distributed/algorithms/
+# ddp_comm_hooks: powerSGD_hook.py's _orthogonalize now asserts a 3-D batch that the batched
+# hook does not pass; quantization_hooks.py's callback indexes a 0-dim tensor).
 BROKEN_HOOKS = {
     "batched-powersgd": "batched_powerSGD_hook fails in torch 2.13 (_orthogonalize asserts a 3-D "
     "batch); use powersgd",

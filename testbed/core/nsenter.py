@@ -29,7 +29,7 @@ def enter(ns: str) -> None:
     """Move the calling thread (or a freshly forked child) into the named namespace ``ns``.
 
     Opens the namespace file without creating anything: a missing namespace is an error here,
-    never silently made (the pyroute2 pitfall in FIELD-NOTES)."""
+    never silently made (pyroute2's ``setns`` creates a missing namespace unless given flags=0)."""
     fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
     try:
         setns(fd)

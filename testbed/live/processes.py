@@ -13,7 +13,7 @@ from testbed.net import netns
 
 RANK_ENV_DROPPED = ("LOCAL_WORLD_SIZE", "LOCAL_RANK")
 RANK_ENV = {
-    # Without it every rank advertises 127.0.0.1 and the mesh fails (FIELD-NOTES).
+    # Without it gloo advertises what the hostname resolves to, 127.0.0.1, and the mesh fails.
     "GLOO_SOCKET_IFNAME": "eth0",
     # explicit: Ray sets it to a worker's CPU count for what its workers start
     "OMP_NUM_THREADS": "1",

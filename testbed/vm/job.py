@@ -19,7 +19,8 @@ from pathlib import Path
 
 from testbed.vm.common import GUEST_DIR, GUEST_PATH, MSIZE, VmError, guest_script, shell_settings
 
-# Allowed in the guest's init namespace (FIELD-NOTES: a namespace may only pick allowed ones).
+# Allowed in the guest's init namespace: a non-initial namespace may only pick an algorithm in
+# the init namespace's net.ipv4.tcp_allowed_congestion_control (else EPERM).
 CONGESTION_CONTROLS = ("reno", "cubic", "bbr", "dctcp", "htcp", "vegas", "westwood", "bic")
 # Environment passed to the command: these names and every TESTBED_* one (plus --env).
 _ENV_WORDS = """HOME USER LOGNAME LANG LANGUAGE TZ TERM NO_COLOR FORCE_COLOR CI VIRTUAL_ENV

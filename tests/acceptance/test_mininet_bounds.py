@@ -2,8 +2,7 @@
 testbed's networks built by both engines (native, mininet), with every link backend this kernel
 has (userspace here; kernel where netem exists, else skipped with the reason). Nobody here wrote
 these bounds: they come from Mininet's test sources (mininet/test/test_hifi.py,
-test_walkthrough.py, examples/test/test_intfoptions.py, test_linearbandwidth.py; see
-../shared/notes/mininet-and-flent.md A3).
+test_walkthrough.py, examples/test/test_intfoptions.py, test_linearbandwidth.py).
 
 Mininet's tests use h1 - s1 - h2 with a TCLink on each host link, whose ``delay`` applies at both
 ends: one link-end delay D gives an RTT of 4 D. Here the same path is two clusters of one host

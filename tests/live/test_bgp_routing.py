@@ -1,4 +1,4 @@
-"""Live tests of ``routing.mode: bgp`` (issue 18): FRR comes up in the gateways with BFD on every
+"""Live tests of ``routing.mode: bgp``: FRR comes up in the gateways with BFD on every
 path's session and installs the multipath routes; flows cross every path; a blackholed path is
 noticed by BFD and left, and taken again once it heals; nothing of FRR is left after ``down``, nor
 after the owner is killed and ``testbed clean`` runs."""

@@ -1,7 +1,7 @@
 """Live test of a DCQCN flow (traffic.dcqcn.flow): a UDP sender (RP) and receiver (NP) in two
-host namespaces across a WAN whose bottleneck (the delay line, aqm red) marks CE. Issue 16's
-outcome 2: the sender's logged CNP arrivals and sends, replayed offline through a fresh RP,
-reproduce its live event trace exactly."""
+host namespaces across a WAN whose bottleneck (the delay line, aqm red) marks CE. The sender's
+logged CNP arrivals and sends, replayed offline through a fresh RP, reproduce its live event
+trace exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Live test of a `workload: kind: dcqcn` run end to end (issue 16): one DCQCN flow through a
+"""Live test of a `workload: kind: dcqcn` run end to end: one DCQCN flow through a
 marking bottleneck at dilation 400, recorded into dcqcn.parquet and dcqcn_rx.parquet, measured
 and predicted (analysis.dcqcn) in the run's summary, and drawn by `testbed report`.
 

@@ -1,4 +1,4 @@
-"""Live test of flowpaths.parquet (issue 18): a tiny multipath scenario through the real runner
+"""Live test of flowpaths.parquet: a tiny multipath scenario through the real runner
 (two hosts, two paths, an all-reduce over gloo); every cross-WAN flow that carried data is
 named a path, and the bytes the table puts on each path match what the paths' shapers sent."""
 

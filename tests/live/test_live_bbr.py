@@ -1,4 +1,4 @@
-"""Live test: one bbr flow through the emulated WAN leaves STARTUP (issue 13, section 2).
+"""Live test: one bbr flow through the emulated WAN leaves STARTUP.
 
 With ``wmem: auto`` at 4 x BDP, Linux woke the blocked writer only below 2.67 BDP queued, under
 bbr's STARTUP inflight (2.89 BDP): every write found the socket application-limited, bbr never

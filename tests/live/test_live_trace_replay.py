@@ -1,4 +1,4 @@
-"""Live test of a trace replay (issue 15): a 24 s step trace on the east->west direction, one
+"""Live test of a trace replay: a 24 s step trace on the east->west direction, one
 cubic bulk flow, no workload. The bottleneck's counter is recorded without a workload, the link
 never delivers more than the trace's rate, it delivers the rate once the flow has caught up, and
 the per-second achieved rate follows the target.

@@ -1,4 +1,4 @@
-"""Live tests of `engine: mininet` (issue 17): the plan built from Mininet nodes and links, shaped
+"""Live tests of `engine: mininet`: the plan built from Mininet nodes and links, shaped
 by the project's backends, used through Mininet's API and the testbed's alike, torn down
 without leaving anything (kill -9 and clean: test_live_network.py, on both engines), a run on
 it recording its engine, Mininet's CLI, Mininet's own TCLink (backend tclink)."""

@@ -1,4 +1,4 @@
-"""Live tests of ``testbed.mininet`` (issue 17) in Mininet scripts as a user writes them:
+"""Live tests of ``testbed.mininet`` in Mininet scripts as a user writes them:
 ``TestbedLink`` per direction, its errors, nothing left after ``net.stop()`` or after the script
 is killed (``testbed clean``), and ``topo_from_scenario``."""
 

@@ -1,4 +1,4 @@
-"""Live tests of a multipath WAN link (issue 18, static routing): with an L4 hash several flows
+"""Live tests of a multipath WAN link (static routing): with an L4 hash several flows
 cross every path; a path's ports down move its flows to the others (the kernel drops the dead
 nexthop) and back up restores the multipath route; a blackhole on one path is that path's."""
 

@@ -1,4 +1,4 @@
-"""Live tests of sharded sweeps on Ray (issue 19 a): a real Ray cluster of a head and two nodes
+"""Live tests of sharded sweeps on Ray: a real Ray cluster of a head and two nodes
 on this machine (``ray.cluster_utils.Cluster``: separate raylets, one ``testbed`` resource
 each), a sweep whose points run as tasks on them; a node that dies mid-point has its point
 retried on the other node."""

@@ -1,4 +1,4 @@
-"""The registry reserves an exact prefix and address slot (issue 19 b: one topology over several
+"""The registry reserves an exact prefix and address slot (one topology over several
 machines has the same prefix and block on each), and refuses them when taken on this machine."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Live tests of one topology over two machines (issue 19 b), on one kernel: two namespaces stand
+"""Live tests of one topology over two machines, on one kernel: two namespaces stand
 for the machines, joined by a veth (the underlay, MTU 1500, so MTU bugs show), and a real Ray
 cluster of a head and two nodes, one per "machine" (labels: its name, underlay address and
 namespace: testbed.testing.machines). The driver places an agent on each (STRICT_SPREAD);

@@ -117,7 +117,7 @@ def test_an_oscillating_model_reports_its_period_and_depth() -> None:
 
 
 def test_two_flows_one_late_converge_to_a_fair_share() -> None:
-    # the issue's scenario in real units: 40 Gbit/s, τ* 85 µs, the second flow 20 ms late
+    # the paper's two-flow case in real units: 40 Gbit/s, τ* 85 µs, the second flow 20 ms late
     r = integrate(
         PAPER, line_rate_bps=40e9, starts_s=[0.0, 0.02], feedback_delay_s=85e-6,
         duration_s=0.2, **CP,
@@ -213,8 +213,8 @@ def test_summary_is_flat_and_says_nan_where_a_reading_does_not_apply() -> None:
 
 
 def test_a_small_byte_counter_converges_a_little_slower_in_the_model() -> None:
-    # outcome 4's second half: B = 150 KB lets the faster flow earn more increase events;
-    # measured 27.8 ms (10 MB) vs 29.2 ms (150 KB) and a queue swinging to 0 instead of
+    # two flows with a small byte counter: B = 150 KB lets the faster flow earn more increase
+    # events; measured 27.8 ms (10 MB) vs 29.2 ms (150 KB) and a queue swinging to 0 instead of
     # 8-31 KB. The fluid model shows the effect, but small: the live runs may show more.
     kw = {"line_rate_bps": 40e9, "starts_s": [0.0, 0.02], "feedback_delay_s": 85e-6, **CP}
     big = integrate(PAPER, duration_s=0.2, **kw)

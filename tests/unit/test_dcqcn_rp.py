@@ -1,4 +1,4 @@
-"""DCQCN's reaction and notification points and the offline replay (issue 16, outcomes 1-2):
+"""DCQCN's reaction and notification points and the offline replay:
 pure state machines driven by explicit times."""
 
 from __future__ import annotations

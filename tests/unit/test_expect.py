@@ -200,7 +200,7 @@ def test_training_runs_compare_with_their_ddp_twin_across_a_swept_algorithm() ->
 
 
 def test_fault_metrics_on_summary_rows() -> None:
-    # the "2 s blackhole: stall within 20% of the RTO-series prediction, nothing fails":
+    # "2 s blackhole: stall within 20% of the RTO-series prediction, nothing fails" as expectations:
     # the runner adds analysis.faults.summarize_faults to every summary row of the run
     resolved_run = {"workload": {"timeout": 30.0}, "tcp": {"retries2": 15}, "faults": []}
     t0 = 1_700_000_000.0

@@ -111,7 +111,7 @@ def test_hierarchical_wins_on_a_slow_wan() -> None:
     t = topo(ranks=4)
     ratio = predict("all_reduce", "hierarchical", S, t) / predict("all_reduce", "flat", S, t)
     assert 0.4 < ratio < 0.8
-    t2 = topo(ranks=2)  # FIELD-NOTES measured 0.54-0.65 for this shape
+    t2 = topo(ranks=2)  # measured 0.54-0.65 for this shape at 100 Mbit/s (docs/model.md)
     ratio2 = predict("all_reduce", "hierarchical", S, t2) / predict("all_reduce", "flat", S, t2)
     assert 0.5 < ratio2 < 0.7
 

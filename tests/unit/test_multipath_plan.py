@@ -1,4 +1,4 @@
-"""Multipath WAN links, pure (issue 18): the scenario's paths and routing, the plan of parallel
+"""Multipath WAN links, pure: the scenario's paths and routing, the plan of parallel
 paths (wires, ports, directions, multipath routes, the hash policy), faults per path."""
 
 from __future__ import annotations

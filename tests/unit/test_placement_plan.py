@@ -1,4 +1,4 @@
-"""Clusters on several machines, pure (issue 19 b): the placement's validation, the VXLAN cables
+"""Clusters on several machines, pure: the placement's validation, the VXLAN cables
 of the wires that cross machines, the MTU decision, each machine's part of the plan, the round
 trips split for the compensation, the Ray nodes of the machine names."""
 

@@ -1,4 +1,4 @@
-"""Routing events and failover, pure (issue 18): the gateways' route monitor output and FRR's
+"""Routing events and failover, pure: the gateways' route monitor output and FRR's
 logs -> routing.parquet rows; fault + routing rows -> the failover table."""
 
 # ruff: noqa: E501, W291  (the monitor and log lines are verbatim)

@@ -1,4 +1,4 @@
-"""Scale-out, pure (issue 19): the SLURM job-array script and the `ray start` line of
+"""Scale-out, pure: the SLURM job-array script and the `ray start` line of
 `testbed ray-node`; the --point / --emit-slurm-array options of `testbed run`."""
 
 from __future__ import annotations

@@ -524,7 +524,8 @@ def test_a_partition_cuts_only_links_between_two_groups() -> None:
 
 
 def test_the_issue_example_expands(tmp_path: Path) -> None:
-    """The scenario of issue 15 (its trace replaced by a synthetic one of the same format)."""
+    """Every kind of WAN change in one scenario (schedule, preset, trace, each fault, bulk traffic;
+    the trace a synthetic one in mahimahi format)."""
     name = write(tmp_path, "lte.up", "\n".join(str(t) for t in range(2, 201, 2)) + "\n")
     text = f"""
 name: issue
