@@ -1,4 +1,4 @@
-"""Live tests of testbed.trace_pcap: tcpdump on the WAN wire namespace, parsed by analysis.flows."""
+"""Live tests of testbed.trace.pcap: tcpdump on the WAN wire namespace, parsed by analysis.flows."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from testbed.live.selfcheck import SELFCHECK_PORT, measure_goodput
 from testbed.net import registry
 from testbed.trace.pcap import CaptureError, CaptureSpec, PcapCapture
 
-if TYPE_CHECKING:  # imported at run time, pytest would try to collect the class Network
+if TYPE_CHECKING:
     from testbed.live.network import Network
 
 pytestmark = pytest.mark.live

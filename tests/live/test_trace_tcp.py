@@ -1,4 +1,4 @@
-"""Live tests of testbed.trace_tcp: TCP state read from real connections in real namespaces.
+"""Live tests of testbed.trace.tcp: TCP state read from real connections in real namespaces.
 
 A bulk flow (traffic.bulk) crosses a 100 Mbit/s, 10 ms one-way WAN; what the sampler reports must
 match what the network was built to do: RTT, rate, congestion control and ECN negotiation.
