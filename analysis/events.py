@@ -17,18 +17,9 @@ from typing import Any, SupportsInt, cast
 
 import pandas as pd
 
+from testbed.core.events import CLOSING, OUTAGES
 from testbed.core.stats import quantile
 from testbed.core.vocab import LATE_S
-
-CLOSING = ("unblackhole", "link_up", "gateway_up", "unreset")
-# (on, off) actions of a dark interval, and whether the sender gets ICMP unreachable meanwhile
-OUTAGES = {
-    "blackhole": ("unblackhole", False),
-    # the gateway answers ICMP net unreachable, rate-limited to ~1/s per host: too rarely to
-    # revert the backoff, so a link down backs off as a silent outage (docs/faults.md, "Link down")
-    "link_down": ("link_up", False),
-    "gateway_down": ("gateway_up", False),
-}
 
 
 def applied_times(events: pd.DataFrame) -> pd.Series:
