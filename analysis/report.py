@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,38 +115,9 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         )
         shown = T.formatted(expectations)
         out.append(Section("expectations", "Expectations", text, tables=[("", shown)]))
-    table = T.collective_table(res)
-    if not table.empty:
-        csv["summary"] = table
-        sec = Section(
-            "collectives",
-            "Collectives",
-            "nccl-tests conventions: time = the slowest rank per iteration, p50/p95 over "
-            "iterations; algbw = size / time p50; busbw = algbw × bus factor; predicted = α-β "
-            "model (docs/model.md); CPU = the emulating host was saturated.",
-            tables=[("", T.formatted(table))],
-        )
-        sec.plots = [p for p in (P.plot_time_vs_size(res), P.plot_busbw_vs_rate(res)) if p]
-        out.append(sec)
-    terms = T.model_terms_table(res)
-    if not terms.empty:
-        csv["model_terms"] = terms
-        out.append(
-            Section(
-                "model-terms",
-                "Model terms",
-                "The prediction split into what each modelled effect adds (docs/model.md, "
-                '"Terms and their measured inputs"): the synchronous α-β steps, what gloo\'s '
-                "segmented ring adds (two 1 MiB segments in flight, a recv-ready notify before "
-                "every send), what a congestion window below the BDP adds (only with measured "
-                "windows; the runner records none).",
-                tables=[("", T.formatted(terms))],
-            )
-        )
-    if not res.training_summary.empty:
-        out.append(_training_section(res, csv))
-    for kind, rows in res.kind_summaries.items():
-        out.append(_kind_section(res, kind, rows, csv))
+    # each workload kind's sections (its own, else a table of its summary rows)
+    for kind in ("collectives", "training", *res.kind_summaries):
+        out += KIND_SECTIONS.get(kind, _kind_sections(kind))(res, csv)
     if res.has("events"):
         out.append(_faults_section(res, csv))
     if res.has("dcqcn"):
@@ -196,6 +167,59 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
             ]
             out.append(sec)
     return out, csv
+
+
+def _collectives_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
+    out: list[Section] = []
+    table = T.collective_table(res)
+    if not table.empty:
+        csv["summary"] = table
+        sec = Section(
+            "collectives",
+            "Collectives",
+            "nccl-tests conventions: time = the slowest rank per iteration, p50/p95 over "
+            "iterations; algbw = size / time p50; busbw = algbw × bus factor; predicted = α-β "
+            "model (docs/model.md); CPU = the emulating host was saturated.",
+            tables=[("", T.formatted(table))],
+        )
+        sec.plots = [p for p in (P.plot_time_vs_size(res), P.plot_busbw_vs_rate(res)) if p]
+        out.append(sec)
+    terms = T.model_terms_table(res)
+    if not terms.empty:
+        csv["model_terms"] = terms
+        out.append(
+            Section(
+                "model-terms",
+                "Model terms",
+                "The prediction split into what each modelled effect adds (docs/model.md, "
+                '"Terms and their measured inputs"): the synchronous α-β steps, what gloo\'s '
+                "segmented ring adds (two 1 MiB segments in flight, a recv-ready notify before "
+                "every send), what a congestion window below the BDP adds (only with measured "
+                "windows; the runner records none).",
+                tables=[("", T.formatted(terms))],
+            )
+        )
+    return out
+
+
+def _training_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
+    return [_training_section(res, csv)] if not res.training_summary.empty else []
+
+
+def _kind_sections(kind: str) -> Callable[[Results, dict[str, pd.DataFrame]], list[Section]]:
+    def sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
+        rows = res.kind_summaries.get(kind)
+        return [] if rows is None or rows.empty else [_kind_section(res, kind, rows, csv)]
+
+    return sections
+
+
+# the report's sections of a workload kind, by kind (a kind without an entry gets a table of
+# its summary rows)
+KIND_SECTIONS: dict[str, Callable[[Results, dict[str, pd.DataFrame]], list[Section]]] = {
+    "collectives": _collectives_sections,
+    "training": _training_sections,
+}
 
 
 TRAINING_COLUMNS = [
