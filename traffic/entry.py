@@ -1,7 +1,8 @@
 """The start every rank entry point shares: its arguments (``--spec FILE --rank N``, as the
 launcher ``testbed.experiment.ranks`` passes them), the spec, the rank's label and output
-directory, and how it logs. No torch here: a rank reports that it is starting before torch is
-imported."""
+directory, how it logs, and the rank-status protocol: ``rank-R.state`` (:func:`write_state`,
+read by the launcher with :func:`read_state` and :func:`has_joined`). No torch here: a rank
+reports that it is starting before torch is imported."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NoReturn
+
+from testbed.core.files import atomic_write_bytes
 
 
 @dataclass
@@ -82,3 +86,47 @@ def exit_on_error(label: str, out: IO[str] | None, code: int) -> NoReturn:
             out.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+# -- the rank-status protocol ------------------------------------------------------------------
+# Where a rank is (``rank-R.state``, JSON ``{"state", "iteration", "since"}``): ``starting``
+# (Python up, spec read), ``setup`` (joining torch.distributed), ``running`` (joined), ``done``.
+# A rank module may name finer states once joined (traffic.user_rank: ``barrier``, ``fn``,
+# ``final-barrier``); every state but these two means joined.
+STARTING, SETUP, RUNNING, DONE = "starting", "setup", "running", "done"
+NOT_JOINED = (STARTING, SETUP)
+
+
+def state_path(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank}.state"
+
+
+def rows_path(out_dir: Path, rank: int) -> Path:
+    """The rank's output rows (one JSON object a line)."""
+    return Path(out_dir) / f"rank-{rank}.jsonl"
+
+
+def write_state(out_dir: Path, rank: int, state: str, iteration: int | None = None) -> None:
+    """Replace the rank's state file atomically: the launcher polls it and must never read half
+    of one. ``iteration``: the iteration or step the rank is at, where it has one."""
+    doc = {"state": state, "iteration": iteration, "since": time.time()}
+    atomic_write_bytes(state_path(out_dir, rank), json.dumps(doc).encode())
+
+
+def read_state(out_dir: Path, rank: int) -> dict[str, Any]:
+    """The rank's state file; ``{"state": None, "iteration": None}`` while there is none."""
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(state_path(out_dir, rank).read_text())
+        if isinstance(doc, dict):
+            return {"state": None, "iteration": None, **doc}
+    return {"state": None, "iteration": None}
+
+
+def has_joined(out_dir: Path, rank: int) -> bool:
+    """Whether the rank has joined torch.distributed: its state file says so. A rank program
+    that writes no state file (a user's own) counts as joined once its rows file exists (the
+    rank modules here write their state before they open it)."""
+    state = read_state(out_dir, rank)["state"]
+    if state is None:
+        return rows_path(out_dir, rank).exists()
+    return state not in NOT_JOINED

@@ -15,7 +15,18 @@ from testbed.core.stats import quantile
 from traffic import collectives as C
 from traffic.announce import Announcer
 from traffic.context import RankContext, setup, teardown
-from traffic.entry import exit_on_error, log, rank_args, rank_start
+from traffic.entry import (
+    DONE,
+    RUNNING,
+    SETUP,
+    STARTING,
+    exit_on_error,
+    log,
+    rank_args,
+    rank_start,
+    rows_path,
+    write_state,
+)
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_WRONG
 
 # The command's help after the docstring (argparse prints both).
@@ -53,7 +64,9 @@ plus ``"note"`` where the algorithm needs one and ``"first_bad_index"``, ``"got"
 ``"expected"`` when wrong. ``size`` is the bytes actually used (nccl-tests semantics, see
 :mod:`traffic.collectives`), ``phases`` the seconds this rank spent in each step of a hierarchical
 algorithm. Rank 0 also writes ``{"collective", "algorithm", "size", "requested_size",
-"skipped": reason}`` for combinations that do not exist. Progress goes to stderr.
+"skipped": reason}`` for combinations that do not exist. Progress goes to stderr; where the rank
+is goes to ``{out_dir}/rank-{R}.state`` (traffic.entry's protocol: ``starting``, ``setup``,
+``running`` once joined, ``done``), which the launcher reads.
 
 Exit status: 0 all results correct; 3 some result wrong (the run is finished first, each wrong
 combination named on stderr); 1 any exception (traceback on stderr prefixed ``rank R (host):``;
@@ -172,15 +185,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         start = rank_start(args)
         spec, label = start.spec, start.label
+        write_state(start.out_dir, args.rank, STARTING)  # before its rows file: see has_joined
         announcer = Announcer.from_spec(spec, args.rank)
-        out = (start.out_dir / f"rank-{args.rank}.jsonl").open("w")
+        out = rows_path(start.out_dir, args.rank).open("w")
         C.validate(spec["collectives"], spec["algorithms"], spec.get("dtype", "float32"))
+        write_state(start.out_dir, args.rank, SETUP)
         ctx = setup(spec, args.rank)
+        write_state(start.out_dir, args.rank, RUNNING)
         log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster} {ctx.cluster_ranks}")
         wrong = run(ctx, spec, out, announcer)
         announcer.end()
         teardown()
         out.close()
+        write_state(start.out_dir, args.rank, DONE)
     except BaseException:
         announcer.end()
         exit_on_error(label, out, EXIT_ERROR)

@@ -15,7 +15,19 @@ import time
 from typing import IO
 
 from traffic.announce import Announcer
-from traffic.entry import exit_on_error, failure_fields, log, rank_args, rank_start
+from traffic.entry import (
+    DONE,
+    RUNNING,
+    SETUP,
+    STARTING,
+    exit_on_error,
+    failure_fields,
+    log,
+    rank_args,
+    rank_start,
+    rows_path,
+    write_state,
+)
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 # The command's help after the docstring (argparse prints both).
@@ -39,9 +51,11 @@ A step that raises (a gloo timeout, a
 closed pair) is written as ``{"rank", ..., "step", "start", "end", "outcome": "error"|"timeout",
 "error_type", "error"}`` and the rank exits with the error (the process group is dead). With
 ``"events_socket"`` in the spec, rank 0 announces every step's start (traffic.announce).
-Progress goes to stderr. Exit status: 0 done; 1 any exception (traceback on stderr prefixed
-``rank R (host):``, the steps measured so far are kept; the process leaves with ``os._exit`` so
-a hung gloo thread cannot keep it alive).
+Progress goes to stderr; where the rank is goes to ``{out_dir}/rank-{R}.state``
+(traffic.entry's protocol: ``starting``, ``setup``, ``running`` with the step, ``done``).
+Exit status: 0 done; 1 any exception (traceback on stderr prefixed ``rank R (host):``, the steps
+measured so far are kept; the process leaves with ``os._exit`` so a hung gloo thread cannot keep
+it alive).
 """
 
 INJECT_ENV = "TESTBED_INJECT_FAULT"
@@ -64,12 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         start = rank_start(args)
         spec, label = start.spec, start.label
+        write_state(start.out_dir, args.rank, STARTING)  # before its rows file: see has_joined
         announcer = Announcer.from_spec(spec, args.rank)
-        out = (start.out_dir / f"rank-{args.rank}.jsonl").open("w")
+        out = rows_path(start.out_dir, args.rank).open("w")
         from traffic.context import setup, teardown
         from traffic.training.trainer import Trainer
 
+        write_state(start.out_dir, args.rank, SETUP)
         ctx = setup(spec, args.rank)
+        write_state(start.out_dir, args.rank, RUNNING)
         cfg = spec["training"]
         trainer = Trainer(ctx, cfg)
         steps, every = int(cfg["steps"]), int(cfg["eval_every"])
@@ -84,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         progress = max(1, steps // 10)
         fail_at = injected_failure(ctx.rank)
         for step in range(steps):
+            write_state(start.out_dir, args.rank, RUNNING, step)
             announcer.start(step)
             began = time.time()
             try:
@@ -113,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         announcer.end()
         teardown()
         out.close()
+        write_state(start.out_dir, args.rank, DONE)
     except BaseException:
         announcer.end()
         exit_on_error(label, out, EXIT_ERROR)

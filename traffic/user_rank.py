@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import json
 import os
 import pickle
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 from testbed.core.files import atomic_write_bytes
 from traffic.announce import Announcer
-from traffic.entry import log_lines, rank_args, rank_start
+from traffic.entry import DONE, SETUP, STARTING, log_lines, rank_args, rank_start, write_state
 from traffic.exit_codes import EXIT_ERROR, EXIT_OK
 
 # The command's help after the docstring (argparse prints both).
@@ -47,9 +46,10 @@ iteration's return value is kept.
 
 Files it writes into ``out_dir``:
 
-* ``rank-R.state``: where the rank is right now (JSON ``{"state", "iteration", "since"}``;
-  states ``starting``, ``setup``, ``barrier``, ``fn``, ``final-barrier``, ``done``), replaced
-  atomically on every change, so the launcher can say where a rank hung.
+* ``rank-R.state``: where the rank is right now (traffic.entry's rank-status protocol: JSON
+  ``{"state", "iteration", "since"}``; states ``starting``, ``setup``, ``barrier``, ``fn``,
+  ``final-barrier``, ``done``), replaced atomically on every change, so the launcher can say
+  where a rank hung.
 * ``rank-R.result.pkl``: a pickled dict, written atomically once the function ran (before the
   final barrier, so a rank whose peers died still reports what it returned)::
 
@@ -84,18 +84,17 @@ class _Failure(Exception):
 
 
 class _Files:
-    """The state and result files of one rank."""
+    """The state (traffic.entry's protocol) and result files of one rank."""
 
     def __init__(self, out_dir: Path, rank: int) -> None:
-        self.state_path = out_dir / f"rank-{rank}.state"
+        self.out_dir, self.rank = out_dir, rank
         self.result_path = out_dir / f"rank-{rank}.result.pkl"
 
-    # Atomic writes: the launcher polls these files and must never read half of one.
     def state(self, state: str, iteration: int | None = None) -> None:
-        doc = {"state": state, "iteration": iteration, "since": time.time()}
-        atomic_write_bytes(self.state_path, json.dumps(doc).encode())
+        write_state(self.out_dir, self.rank, state, iteration)
 
     def result(self, result: dict[str, Any]) -> None:
+        # atomic: the launcher reads it back and must never read half of one
         atomic_write_bytes(self.result_path, pickle.dumps(result))
 
 
@@ -146,7 +145,7 @@ def _run(spec: dict[str, Any], rank: int, files: _Files, result: dict[str, Any])
         fn, args, kwargs = _prepare(spec)
     except Exception as exc:
         raise _Failure("import", None, exc) from exc
-    files.state("setup")
+    files.state(SETUP)
     try:
         # torch is imported here, not at module import: a bad spec fails fast and cheaply
         import torch.distributed as dist
@@ -203,7 +202,7 @@ def _run(spec: dict[str, Any], rank: int, files: _Files, result: dict[str, Any])
         dist.destroy_process_group()
     except Exception as exc:
         raise _Failure("final-barrier", None, exc) from exc
-    files.state("done")
+    files.state(DONE)
 
 
 def _format(failure: _Failure) -> str:
@@ -226,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         spec, label, out_dir = start.spec, start.label, start.out_dir
         me = spec["ranks"][args.rank]
         files = _Files(out_dir, args.rank)
-        files.state("starting")
+        files.state(STARTING)
         result.update(
             host=me["host"],
             cluster=me["cluster"],
@@ -255,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             if files is not None:
                 files.result(result)
-                files.state("done")
+                files.state(DONE)
         sys.stderr.flush()
         os._exit(EXIT_ERROR)
     print(f"{label}: done", file=sys.stderr, flush=True)

@@ -1,16 +1,15 @@
 """One run of a sweep (:func:`execute`): build the network, self-check the links, run the
-workload's ranks or the traffic with the run's dynamics and traces around them, read back what
-the ranks wrote, tear down; a :class:`RunResult` in every case (a failed run is a result, not an
-exception; only Ctrl-C and SIGTERM end the sweep). The network is a
-:class:`testbed.live.LiveNetwork`: on this machine, or across the machines of a Ray cluster for
-a scenario with ``placement:`` (the self-check and the ranks run there; nothing is traced).
+workload's ranks (a :class:`testbed.experiment.session.RankSession`) or the traffic with the
+run's dynamics and traces around them, read back what the ranks wrote, tear down; a
+:class:`RunResult` in every case (a failed run is a result, not an exception; only Ctrl-C and
+SIGTERM end the sweep). The network is a :class:`testbed.live.LiveNetwork`: on this machine, or
+across the machines of a Ray cluster for a scenario with ``placement:`` (the self-check and the
+ranks run there; nothing is traced).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,15 @@ from testbed.config.scenario import Trace
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.experiment.dynamics import RunDynamics
-from testbed.experiment.ranks import RankLaunch, RankSpec
 from testbed.experiment.results import RunResult
+from testbed.experiment.session import (
+    STALL_GRACE,
+    Deadlines,
+    RankSession,
+    rank_detail,
+    read_rank_rows,
+    setup_deadline,
+)
 from testbed.experiment.workloads import kind_of
 from testbed.live.network import Network, Terminated
 from testbed.live.protocol import LiveNetwork
@@ -34,28 +40,6 @@ from testbed.trace.cpu import CpuMonitor
 from testbed.trace.routing import RoutingEvents
 from testbed.trace.routing import wanted as routing_wanted
 from testbed.trace.run_traces import RunTraces, with_wan_counters
-from traffic.exit_codes import EXIT_WRONG
-
-# s: until every rank has joined (torch's import, then the join's own timeout,
-# traffic.context.SETUP_TIMEOUT_S = 120 s, whatever the operations' timeout).
-# TESTBED_SETUP_DEADLINE overrides it: in a TCG guest (`testbed vm`, no KVM) with one vCPU, two
-# ranks importing torch side by side did not join within 180 s.
-SETUP_DEADLINE = 180.0
-
-
-def setup_deadline() -> float:
-    """SETUP_DEADLINE, or the TESTBED_SETUP_DEADLINE environment variable (s) when set."""
-    value = os.environ.get("TESTBED_SETUP_DEADLINE", "")
-    try:
-        return float(value) if value else SETUP_DEADLINE
-    except ValueError:
-        raise TestbedError(f"TESTBED_SETUP_DEADLINE={value!r}: not a number of seconds") from None
-
-
-# s beyond workload.timeout without any rank writing anything: the ranks are stopped as hung.
-# Every operation is bounded by the timeout itself (gloo's), so this only catches what it
-# does not bound (a hang outside an operation, gloo#520's lazy connect).
-STALL_GRACE = 60.0
 
 
 # -- model inputs from the plan ----------------------------------------------------------------
@@ -126,75 +110,6 @@ def tcp_sysctls_in_effect(tb: LiveNetwork) -> dict[str, dict[str, str]]:
     return out
 
 
-def rank_problems(launch: RankLaunch, timeout: float) -> list[str]:
-    """One line per rank that did not finish well: ranks that failed by themselves first, then
-    the ones stopped at the deadline, then the ones stopped because another failed."""
-    failed, late, stopped = [], [], []
-    for slot in launch.ranks:
-        label = f"rank {slot.rank} ({slot.host})"
-        why = launch.stopped.get(slot.rank)
-        code = launch.codes.get(slot.rank)
-        if why == "timeout":
-            late.append(f"{label} did not finish within {timeout:.0f}s")
-        elif why == "setup-timeout":
-            late.append(f"{label} did not join within {setup_deadline():.0f}s")
-        elif why == "stalled":
-            late.append(
-                f"{label} made no progress for {timeout + STALL_GRACE:.0f}s (workload.timeout "
-                f"+ {STALL_GRACE:.0f}s) and was stopped as hung"
-            )
-        elif why == "stopped":
-            stopped.append(f"{label} stopped after another rank failed")
-        elif why is None and code not in (None, 0):
-            what = "produced a wrong result" if code == EXIT_WRONG else f"exited with code {code}"
-            failed.append(f"{label} {what}")
-    return failed + late + stopped
-
-
-def _rank_detail(run_dir: Path, problem: str, rows: list[dict]) -> str:
-    """What a failed rank said: its failed operation's error (the exception's last line, e.g.
-    gloo's "Timed out waiting 10000ms for recv operation to complete"), else its log's tail."""
-    rank = int(problem.split()[1])
-    failed = [r for r in rows if r.get("rank") == rank and r.get("outcome", "ok") != "ok"]
-    if failed:
-        r = failed[0]
-        op = r.get("op", r.get("iteration"))
-        where = f"step {r['step']}" if "step" in r else f"operation {op}"
-        lines = [x for x in str(r.get("error", "")).splitlines() if x.strip()]
-        return f"{r['outcome']} at {where}: {lines[-1].strip() if lines else r.get('error_type')}"
-    return _log_tail(run_dir, rank)
-
-
-def _log_tail(run_dir: Path, rank: int, lines: int = 5) -> str:
-    with contextlib.suppress(OSError):
-        text = (run_dir / f"rank-{rank}.log").read_text().strip().splitlines()
-        return " | ".join(text[-lines:])
-    return ""
-
-
-def read_rank_rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    rows, skips = [], []
-    for path in sorted(run_dir.glob("rank-*.jsonl")):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                item = json.loads(line)
-                (skips if "skipped" in item else rows).append(_flat(item))
-    return rows, skips
-
-
-def _flat(item: dict) -> dict:
-    """Table-friendly row: nested mappings become ``key_sub`` columns, lists become JSON text."""
-    out: dict[str, Any] = {}
-    for key, value in item.items():
-        if isinstance(value, dict):
-            out.update({f"{key}_{k}": v for k, v in value.items()})
-        elif isinstance(value, list):
-            out[key] = json.dumps(value)
-        else:
-            out[key] = value
-    return out
-
-
 def execute(
     spec: RunSpec,
     run_dir: Path,
@@ -255,40 +170,23 @@ def execute(
             else:
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 result.ranks = [{"run_id": spec.run_id, **r.as_dict()} for r in ranks]
-                master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
                 kind = kind_of(workload)
-                keys, module = kind.spec_keys(workload), kind.rank_module
-                rank_spec = RankSpec.build(
-                    tb,
-                    master.address,
-                    ranks,
-                    run_dir,
-                    workload.timeout,
-                    **keys,
-                    **dynamics.spec_keys(),
-                )
-                joined: set[int] = set()
-
-                def has_joined(rank: int) -> bool:
-                    # every rank module logs "joined: ..." once torch.distributed is set up
-                    if rank not in joined and "joined:" in launch.log(rank):
-                        joined.add(rank)
-                    return rank in joined
-
-                launch = RankLaunch(tb, ranks, rank_spec, run_dir, module, joined=has_joined)
+                keys = {**kind.spec_keys(workload), **dynamics.spec_keys()}
+                session = RankSession(tb, ranks, run_dir, kind.rank_module, workload.timeout, keys)
                 traces = run_traces(tb, sc.trace, run_dir, [r.host for r in ranks])
                 with CpuMonitor() as cpu, traces, routing or contextlib.nullcontext(), dynamics:
                     # workload.timeout bounds every operation (the ranks' process group
                     # timeout), not the run: the ranks are stopped when they make no progress
                     # for longer. After a rank failed, the others get 10 s to report their own
                     # error.
-                    problems = launch.run(
+                    deadlines = Deadlines(
                         None,
-                        setup_timeout=setup_deadline(),
-                        failure_grace=10.0,
+                        setup=setup_deadline(),
                         stall=workload.timeout + STALL_GRACE,
+                        failure_grace=10.0,
                     )
-                    problems += rank_problems(launch, workload.timeout)
+                    problems = session.run(deadlines)
+                    problems += session.problems(workload.timeout)
                 problems += dynamics.errors
                 result.info.update(cpu.summary())
                 result.info["world_size"] = len(ranks)
@@ -312,7 +210,7 @@ def execute(
         result.rows, result.skips = read_rank_rows(run_dir)
         if problems:
             details = [
-                p + (f": {_rank_detail(run_dir, p, result.rows)}" if p.startswith("rank ") else "")
+                p + (f": {rank_detail(run_dir, p, result.rows)}" if p.startswith("rank ") else "")
                 for p in problems
             ]
             result.reason = "; ".join(details)

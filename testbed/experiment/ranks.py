@@ -6,12 +6,10 @@ master is, the world, the placement, plus the workload's own keys) and :class:`R
 pid, so teardown stops it; its port and environment from :mod:`testbed.live.processes`), its
 output in ``rank-R.log``, watched until every rank has exited, a link failed, a deadline passed or
 one rank failed and the others had ``failure_grace`` seconds to report their own error. A rank
-still running then gets ``SIGUSR1`` (both rank modules dump their stacks into their log on it), a
-moment to write the dump, and ``SIGKILL``.
-
-Users: :func:`testbed.experiment.execute.execute` (``traffic.rank``: collectives, one deadline)
-and :class:`testbed.testing.ranktest.RankTestbed` (``traffic.user_rank``: a user's function, a
-setup deadline until every rank joined, then the iterations' deadline).
+still running then gets ``SIGUSR1`` (the rank modules dump their stacks into their log on it), a
+moment to write the dump, and ``SIGKILL``. Where a rank is and whether it joined come from its
+``rank-R.state`` (traffic.entry's rank-status protocol; a program without one counts as joined
+once its ``rank-R.jsonl`` exists). Its one user: :class:`testbed.experiment.session.RankSession`.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from testbed.live.processes import rank_env
 from testbed.live.protocol import HostProcess, LiveNetwork
 from testbed.net import procs
 from testbed.plan.ranks import RankSlot
+from traffic.entry import has_joined, read_state, rows_path, state_path
 
 POLL = 0.05  # seconds between two looks at the ranks
 STACK_WAIT = 1.0  # seconds a stopped rank gets to write its SIGUSR1 stack dump
@@ -106,7 +105,8 @@ class RankLaunch:
     ``run()`` starts, waits and stops; afterwards ``codes`` holds every rank's exit code (None:
     never started), ``stopped`` rank -> why it was stopped (:data:`STOP_REASONS`) with
     ``stopped_state`` the rank's state at that moment, and ``run()``'s return value the link
-    problems that ended it (empty otherwise)."""
+    problems that ended it (empty otherwise). ``state`` and ``joined`` read the ranks' state
+    files (traffic.entry) unless given."""
 
     def __init__(
         self,
@@ -124,10 +124,10 @@ class RankLaunch:
         self.spec = spec
         self.run_dir = run_dir
         self.module = module
-        # rank -> where it is now, for a rank module that reports it (kept for stopped ranks)
-        self.state = state or (lambda rank: None)
+        # rank -> where it is now (kept for stopped ranks)
+        self.state = state or (lambda rank: read_state(run_dir, rank))
         # rank -> whether it has joined torch.distributed (ends the setup deadline)
-        self.joined = joined
+        self.joined = joined or (lambda rank: has_joined(run_dir, rank))
         self.procs: dict[int, HostProcess] = {}
         self.stopped: dict[int, str] = {}
         self.stopped_state: dict[int, Any] = {}
@@ -166,10 +166,10 @@ class RankLaunch:
         stopped ("stalled") once they are ready and no rank's output (``rank-R.jsonl``,
         ``rank-R.log``) has grown for ``stall`` seconds: a deadline that follows progress, for
         runs whose every operation is bounded by its own timeout."""
-        if setup_timeout is not None and self.joined is None:
-            raise ValueError("a setup timeout needs a joined() predicate")
         require_torch()
         self.spec.write(self.run_dir / "spec.json")
+        for slot in self.ranks:  # a state left by an earlier launch here is not this one's
+            state_path(self.run_dir, slot.rank).unlink(missing_ok=True)
         try:
             for slot in self.ranks:
                 with open(self.log_path(slot.rank), "w") as log:
@@ -189,7 +189,7 @@ class RankLaunch:
         """Bytes the ranks have written so far (their jsonl and log files): their progress."""
         total = 0
         for slot in self.ranks:
-            for path in (self.log_path(slot.rank), self.run_dir / f"rank-{slot.rank}.jsonl"):
+            for path in (self.log_path(slot.rank), rows_path(self.run_dir, slot.rank)):
                 with contextlib.suppress(OSError):
                     total += path.stat().st_size
         return total
@@ -220,9 +220,7 @@ class RankLaunch:
                 return []
             if first_failure is None and any(c not in (None, 0) for c in codes.values()):
                 first_failure = now
-            if ready_at is None and all(
-                codes[r] is not None or (self.joined is not None and self.joined(r)) for r in codes
-            ):
+            if ready_at is None and all(codes[r] is not None or self.joined(r) for r in codes):
                 ready_at = now
             # After one rank failed, give the others a moment to report their own error, then
             # stop them: they would only wait for the failed one until their deadline.

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 
 from testbed.core import errors
-from testbed.experiment.execute import SETUP_DEADLINE, rank_problems, setup_deadline
 from testbed.experiment.ranks import STACK_HEAD, RankLaunch, RankSpec
+from testbed.experiment.session import SETUP_DEADLINE, rank_problems, setup_deadline
 from testbed.live.processes import rank_env
 from testbed.plan.ranks import RankSlot
 
 # Each rank does what spec["parts"][rank] says: "ok", "fail" (exit 3 = wrong result),
 # "hang", "join" (report joined, then hang), "slow-join" (never report joined), "chatty" (a
-# jsonl line every 0.2 s for 2 s, then exit 0).
+# jsonl line every 0.2 s for 2 s, then exit 0), "state-join" / "state-setup" (its state file
+# says it joined / is still joining, then hang), "rows-join" (no state file, a jsonl file, hang).
 RANK_MODULE = """
 import argparse, faulthandler, json, signal, sys, time
 from pathlib import Path
@@ -40,6 +41,11 @@ if part == "fail":
     sys.exit(3)  # traffic.exit_codes.EXIT_WRONG
 if part == "join":
     (out / f"rank-{a.rank}.joined").write_text("1")
+if part.startswith("state-"):
+    from traffic.entry import write_state
+    write_state(out, a.rank, "running" if part == "state-join" else "setup", 7)
+if part == "rows-join":
+    (out / f"rank-{a.rank}.jsonl").write_text("")
 if part == "chatty":
     with open(out / f"rank-{a.rank}.jsonl", "w") as f:
         for i in range(10):
@@ -152,11 +158,36 @@ def test_stall_deadline_follows_progress(tmp_path):
     assert len(problems) == 1 and "rank 1 (h1) made no progress" in problems[0]
 
 
-def test_setup_deadline_needs_a_joined_predicate(tmp_path):
-    run, tb = launch(tmp_path, ["ok"])
-    with pytest.raises(ValueError, match="joined"):
-        run.run(timeout=1.0, setup_timeout=1.0)
-    assert tb.started == []
+def test_by_default_the_state_files_say_who_joined_and_where_a_rank_was(tmp_path):
+    # traffic.entry's rank-status protocol: joined once the state is past "setup"; a program
+    # without a state file counts as joined once its rows file exists
+    run, _ = launch(tmp_path, ["state-join", "rows-join", "state-setup"])
+    run.run(timeout=30, setup_timeout=1.0)
+    assert run.stopped == {0: "setup-timeout", 1: "setup-timeout", 2: "setup-timeout"}
+    assert run.stopped_state[0]["state"] == "running" and run.stopped_state[0]["iteration"] == 7
+    assert run.stopped_state[1] == {"state": None, "iteration": None}
+
+    run, _ = launch(tmp_path, ["state-join", "rows-join"])
+    t0 = time.monotonic()
+    run.run(timeout=1.0, setup_timeout=30)
+    assert time.monotonic() - t0 < 15  # both joined: the iterations' deadline ended it
+    assert run.stopped == {0: "timeout", 1: "timeout"}
+
+
+def test_the_state_file_protocol(tmp_path):
+    from traffic.entry import has_joined, read_state, rows_path, state_path, write_state
+
+    assert read_state(tmp_path, 0) == {"state": None, "iteration": None}
+    assert not has_joined(tmp_path, 0)
+    rows_path(tmp_path, 0).write_text("")
+    assert has_joined(tmp_path, 0)  # no state file: its rows file stands for it
+    write_state(tmp_path, 0, "setup")
+    assert not has_joined(tmp_path, 0)  # a state file decides
+    write_state(tmp_path, 0, "barrier", 3)  # a finer state of traffic.user_rank: joined
+    assert has_joined(tmp_path, 0)
+    doc = json.loads(state_path(tmp_path, 0).read_text())
+    assert doc["state"] == "barrier" and doc["iteration"] == 3 and doc["since"] > 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
 
 
 def test_a_failed_link_ends_the_launch(tmp_path):

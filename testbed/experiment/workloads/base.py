@@ -48,7 +48,10 @@ class WorkloadKind:
     # what a scenario's ``workload:`` of this kind validates as (testbed.config.workloads);
     # its ``metrics`` are what the kind offers to ``expect``
     schema: ClassVar[type[WorkloadModel]]
-    rank_module: ClassVar[str]  # ``python -m <rank_module> spec.json`` runs each rank
+    # ``python -m <rank_module> --spec spec.json --rank R`` runs each rank; it says where it is
+    # with traffic.entry.write_state (rank-R.state: joined once past "setup"); a program
+    # without a state file counts as joined once its rank-R.jsonl exists
+    rank_module: ClassVar[str]
     rows_table: ClassVar[str]  # the results table the ranks' rows go to (<name>.parquet)
     # sample the WAN byte counters (the queue trace) while it runs, whatever ``trace:`` says
     wan_counters: ClassVar[bool] = False
