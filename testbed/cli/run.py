@@ -255,7 +255,8 @@ def print_summary(exp) -> None:
     links = exp.tables.get("links") or []
     if links:
         print_checks([_Row(r) for r in links])
-    kinds = dict.fromkeys(kind_of(r.scenario.workload) for r in exp.runs if r.scenario.workload)
+    workloads = [r.scenario.rank_workload for r in exp.runs]
+    kinds = dict.fromkeys(kind_of(w) for w in workloads if w is not None)
     for kind in kinds:
         table = kind.table(exp.summaries, list(exp.runs[0].params))
         if table is not None:

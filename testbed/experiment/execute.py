@@ -121,7 +121,8 @@ def execute(
     :class:`RunInterrupted`). A scenario placed on several machines spans the Ray cluster at
     ``ray_address`` (testbed.live.spanned)."""
     sc = spec.scenario
-    counters = (sc.workload is not None and kind_of(sc.workload).wan_counters) or sc.flows
+    rank_workload = sc.rank_workload
+    counters = (rank_workload is not None and kind_of(rank_workload).wan_counters) or sc.flows
     if counters or any(link.trace or link.paths for link in sc.wan):
         # WAN byte counters for every step, also from a delay line that holds a queue; a trace
         # replay's achieved rate per bin is what its bottleneck passed (the flows' goodput is

@@ -28,7 +28,7 @@ def fault_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     if not events:
         return {}
     rows = pd.DataFrame([{"run_id": spec.run_id, **r} for r in result.rows])
-    workload = spec.scenario.workload
+    workload = spec.scenario.rank_workload
     ops = kind_of(workload).operations(rows) if workload is not None else rank_operations(rows)
     sc = spec.scenario
     # the run's reference direction as built, the same the report reads (analysis.network)

@@ -92,7 +92,7 @@ class Experiment:
         params = {k: _scalar(v) for k, v in spec.params.items()}
         for table in self.tables.values():
             table[:] = [r for r in table if r.get("run_id") != spec.run_id]
-        workload = spec.scenario.workload
+        workload = spec.scenario.rank_workload
         kind = kind_of(workload) if workload is not None else None
         if kind is not None:
             self.tables[kind.rows_table] += [

@@ -6,7 +6,6 @@ results directory instead of re-deriving them from the scenario's text."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from typing import Any
 
 from testbed.config.scenario import Scenario
@@ -38,7 +37,7 @@ def network_rows(plan: NetworkPlan, scenario: Scenario) -> list[dict[str, Any]]:
                 "buffer_bytes": d.buffer,
                 "bdp_bytes": d.bdp,
                 "buffer": _buffer_spec(scenario, name),
-                "aqm": json.dumps(asdict(d.aqm)) if d.aqm is not None else None,
+                "aqm": json.dumps(d.aqm.model_dump(mode="json")) if d.aqm is not None else None,
                 "mtu": plan.interface_mtu,
                 "rtt_s": d.delay + back,
             }

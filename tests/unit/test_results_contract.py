@@ -89,3 +89,24 @@ def test_every_committed_fixture_loads_as_the_current_format() -> None:
         assert all(s.get("kind") for s in manifest.get("summary") or []), d.name
         assert not res.network.empty, d.name
         assert res.runs["rtt_s"].notna().all(), d.name
+
+
+def test_every_scenarios_network_rows_are_written_and_read_back() -> None:
+    """network.parquet's rows of every scenario's every point: plain values (Parquet takes them),
+    and the reference direction's columns the loader shows (a marking profile as its label)."""
+    from analysis.network import reference
+
+    files = sorted((ROOT / "scenarios").glob("*.yaml"))
+    assert files
+    seen_aqm = False
+    for path in files:
+        for spec in load_runs(str(path)):
+            if spec.scenario.placement is not None:
+                continue  # each machine builds its part; the rows are the whole plan's too
+            rows = network_rows(build_plan(spec.scenario, "t", 1), spec.scenario)
+            frame = pd.DataFrame(rows)
+            assert frame["direction"].is_unique, path.name
+            net = reference(frame)
+            assert net["rtt_s"] is not None and net["wan_rate_bps"] > 0, path.name
+            seen_aqm |= net["aqm"] != "droptail"
+    assert seen_aqm  # some scenario has a marking profile: its JSON round-trips
