@@ -110,3 +110,44 @@ def test_every_scenarios_network_rows_are_written_and_read_back() -> None:
             assert net["rtt_s"] is not None and net["wan_rate_bps"] > 0, path.name
             seen_aqm |= net["aqm"] != "droptail"
     assert seen_aqm  # some scenario has a marking profile: its JSON round-trips
+
+
+def test_a_collectives_runs_summary_and_prediction_are_reproduced_from_its_directory(
+    tmp_path: Path,
+) -> None:
+    """What the runner summarised (times, bandwidths, the α-β prediction and its terms) comes
+    back from the directory alone: its rows and its manifest entry (the model's topology kept)."""
+    from analysis.run_summary import recompute
+    from testbed.experiment.execute import model_topology
+    from testbed.plan.ranks import place_ranks
+
+    fixture = ROOT / "tests" / "fixtures" / "results" / "collectives"
+    spec = load_runs(str(ROOT / "tests" / "fixtures" / "scenarios" / "collectives.yaml"))[0]
+    measured = pd.read_parquet(fixture / "collectives.parquet")
+    measured = measured[measured["run_id"] == spec.run_id]
+    drop = ["run_id", "repeat", *spec.params]
+    rows = [
+        {k: v for k, v in r.items() if k not in drop and v == v and v is not None}
+        for r in measured.to_dict("records")
+    ]
+    workload = spec.scenario.rank_workload
+    assert workload is not None and rows
+    plan = build_plan(spec.scenario, "t", 1)
+    slots = place_ranks(plan, workload.ranks_per_host, workload.placement)
+    topology = model_topology(plan, slots, workload.placement, workload.ranks_per_host)
+    result = RunResult(spec.run_id, "ok", rows=rows)
+    result.info.update(world_size=len(slots), topology=topology, cpu_saturated=False)
+    exp = Experiment([spec], str(fixture), tmp_path, False)
+    by_runner = exp.record(spec, result)
+    assert by_runner and all(s["predicted"] for s in by_runner)
+
+    res = analysis.load(exp.results.path)
+    manifest_run = next(iter(res.manifests.values()))["runs"][spec.run_id]
+    again = recompute(manifest_run, res.collectives[res.collectives["run_id"] == spec.run_id])
+    assert len(again) == len(by_runner)
+    for ran, loaded in zip(by_runner, again, strict=True):
+        for key, value in loaded.items():
+            if isinstance(value, float):
+                assert ran[key] == pytest.approx(value, rel=1e-12, nan_ok=True), key
+            else:
+                assert ran[key] == value, key

@@ -16,7 +16,7 @@ from analysis.loader import load
 from analysis.model import TERMS, Link, Topology
 from analysis.summary import SUMMARY_COLUMNS, iteration_times, summarize, summary_rows
 from testbed.core.stats import quantile
-from testbed.experiment.workloads.collectives import summarize as run_summarize
+from analysis.run_summary import collectives_summary as run_summarize
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "results" / "collectives"
 NUMBERS = ["ranks", "iterations", "time_p50", "time_p95", "algbw", "busbw"]

@@ -10,9 +10,8 @@ import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
-from analysis.model import TERMS, predict_terms, unsupported
 from analysis.operations import rank_operations
-from analysis.summary import summary_rows
+from analysis.run_summary import collectives_summary
 from testbed.config.workloads import Workload
 from testbed.core.units import format_duration, format_size
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
@@ -35,7 +34,7 @@ class Collectives(WorkloadKind):
         }
 
     def summarize(self, run: RunRows) -> list[dict]:
-        return summarize(run.rows, run.info, run.params)
+        return collectives_summary(run.rows, run.info, run.params)
 
     def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
         return rank_operations(rows)
@@ -83,42 +82,6 @@ class Collectives(WorkloadKind):
                 " ".join(flags),
             )
         return t
-
-
-def summarize(rows: list[dict], info: dict[str, Any], params: dict[str, Any]) -> list[dict]:
-    """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
-    p50/p95, algbw/busbw at p50, the model's prediction), its terms as ``model_<term>`` columns
-    (analysis.model.predict_terms), the sweep ``params`` in front and the run's CPU verdict
-    behind. Operations that failed (``outcome`` error|timeout) are not timings: left out."""
-    rows = [r for r in rows if r.get("outcome", "ok") == "ok" and r.get("iteration", 0) >= 0]
-    if not rows:
-        return []
-    n = info.get("world_size") or len({r["rank"] for r in rows})
-    topo = info.get("topology")
-
-    cache: dict[tuple[str, str, int], dict[str, float] | None] = {}
-
-    def split(coll: str, algo: str, size: int) -> dict[str, float] | None:
-        """The prediction's terms (analysis.model.predict_terms; they sum to predict), once per
-        point: replaying gloo's ring is the costly part."""
-        if (coll, algo, size) not in cache:
-            ok = topo is not None and unsupported(coll, algo, topo) is None
-            cache[(coll, algo, size)] = predict_terms(coll, algo, size, topo) if ok else None
-        return cache[(coll, algo, size)]
-
-    def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
-        got = split(coll, algo, size)
-        return sum(got.values()) if got else None
-
-    def terms(row: dict) -> dict[str, float | None]:
-        got = split(row["collective"], row["algorithm"], int(row["size"]))
-        return {f"model_{t}": got[t] if got else None for t in TERMS}
-
-    saturated = bool(info.get("cpu_saturated", False))
-    return [
-        {**params, **row, **terms(row), "cpu_saturated": saturated}
-        for row in summary_rows(rows, ranks=n, predict=model)
-    ]
 
 
 KIND = Collectives()
