@@ -34,7 +34,9 @@ from analysis import plots as P
 from analysis import routing as R
 from analysis import tables as T
 from analysis import training_plots as TP
+from analysis.display import selfcheck_display
 from analysis.loader import Results, load
+from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
 
 CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
 CSV_NAMES += ("congestion", "model_terms", "faults", "fault_drops", "trace_replay")
@@ -98,13 +100,17 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
     if not links.empty:
         csv["links"] = links
         bad = int((links["ok"] == False).sum())  # noqa: E712
+        low, leak, tol = SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
         text = (
             "Before its workload each run measures every WAN direction: RTT with UDP probes, "
-            "capacity with paced UDP (below 97% or above 101% of the rate is flagged) and one "
-            "bulk TCP flow's goodput against the ceiling (below 90% or above 101% is flagged). "
+            f"capacity with paced UDP (below {low:.0%} or above {leak:.0%} of the rate is "
+            "flagged) and one bulk TCP flow's goodput against the ceiling (below "
+            f"{1 - tol:.0%} or above {leak:.0%} is flagged). "
             + (f"{bad} direction(s) off." if bad else "All within tolerance.")
         )
-        out.append(Section("links", "Link self-check", text, tables=[("", T.formatted(links))]))
+        keys = ["results", "run_id"] if res.runs["results"].nunique() > 1 else ["run_id"]
+        shown = pd.concat([links[keys].reset_index(drop=True), selfcheck_display(links)], axis=1)
+        out.append(Section("links", "Link self-check", text, tables=[("", shown)]))
 
     expectations = T.expectations_table(res)
     if not expectations.empty:

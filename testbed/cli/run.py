@@ -254,7 +254,7 @@ def print_summary(exp) -> None:
 
     links = exp.tables.get("links") or []
     if links:
-        print_checks([_Row(r) for r in links])
+        print_checks(links)
     workloads = [r.scenario.rank_workload for r in exp.runs]
     kinds = dict.fromkeys(kind_of(w) for w in workloads if w is not None)
     for kind in kinds:
@@ -365,52 +365,16 @@ def _dcqcn_table(exp) -> Table:
     return t
 
 
-class _Row:
-    """A links.parquet row read back, shaped like a LinkCheck for print_checks."""
+def print_checks(links: list[dict]) -> None:
+    """The link self-check (links.parquet rows) as analysis.display shows it in the report."""
+    from analysis.display import selfcheck_display
 
-    def __init__(self, row: dict) -> None:
-        self.__dict__.update(row)
-
-
-def _share(ratio: float | None) -> str:
-    return "-" if ratio is None or ratio != ratio else f"{ratio:.1%}"
-
-
-def _floor(c) -> str:
-    """The direction's measured floor (one way), subtracted from its emulated delay at bring-up;
-    "-" where the testbed did not compensate (or an older links.parquet)."""
-    floor = getattr(c, "floor_s", None)
-    return "-" if floor is None or floor != floor else format_duration(floor)
-
-
-def print_checks(checks) -> None:
+    shown = selfcheck_display(links)
     t = Table(title="link self-check")
-    for col in (
-        "direction",
-        "RTT conf",
-        "RTT p50",
-        "RTT p99",
-        "floor",
-        "capacity",
-        "goodput conf",
-        "goodput",
-        "ratio",
-        "cc",
-        "status",
-    ):
+    for col in shown.columns:
         t.add_column(col, justify="right")
-    for c in checks:
-        t.add_row(
-            c.direction,
-            format_duration(c.rtt_configured_s),
-            format_duration(c.rtt_median_s) if c.rtt_median_s is not None else "-",
-            format_duration(c.rtt_p99_s) if c.rtt_p99_s is not None else "-",
-            _floor(c),
-            _share(getattr(c, "capacity_ratio", None)),  # older links.parquet: no capacity probe
-            format_rate(c.goodput_configured_bps),
-            format_rate(c.goodput_bps) if c.goodput_bps else "-",
-            f"{c.goodput_ratio:.1%}" if c.goodput_ratio else "-",
-            c.congestion,
-            "[green]ok[/]" if c.ok else f"[red]{c.problem}[/]",
-        )
+    for row in shown.itertuples(index=False):
+        *cells, status = (str(v) for v in row)
+        colour = "green" if status == "ok" else "red"
+        t.add_row(*(escape(c) for c in cells), f"[{colour}]{escape(status)}[/]")
     out.print(t)
