@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.core.units import format_duration, format_rate
+from testbed.core.units import format_duration, format_rate, format_size
 
 SELFCHECK_COLUMNS = [
     "direction", "RTT conf", "RTT p50", "RTT p99", "floor", "capacity", "goodput conf",
@@ -55,3 +55,45 @@ def selfcheck_display(links: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFram
             }
         )
     return pd.DataFrame(out, columns=SELFCHECK_COLUMNS)
+
+
+COLLECTIVES_COLUMNS = [
+    "collective", "algorithm", "size", "n", "p50", "p95", "algbw", "busbw", "predicted",
+    "meas/pred", "flags",
+]  # fmt: skip
+
+
+def collectives_display(
+    summary: pd.DataFrame | list[dict[str, Any]], params: list[str]
+) -> pd.DataFrame:
+    """The collectives summary (nccl-tests conventions: time = the slowest rank per iteration),
+    a row per run x collective x algorithm x size, the sweep ``params`` in front: p50/p95,
+    algbw/busbw, the α-β prediction and measured/predicted, flags (CPU-saturated, WRONG)."""
+    frame = pd.DataFrame(summary)
+    out = []
+    for s in frame.to_dict("records"):
+        if _none(s.get("collective")):  # a run whose every operation failed: faults only
+            continue
+        flags = []
+        if s.get("cpu_saturated") is True or s.get("cpu_saturated") == 1:
+            flags.append("CPU-saturated")
+        if not _none(s.get("correct")) and not s.get("correct"):
+            flags.append("WRONG")
+        pred, ratio = s.get("predicted"), s.get("measured_over_predicted")
+        out.append(
+            {
+                **{p: "" if _none(s.get(p)) else str(s.get(p)) for p in params},
+                "collective": str(s["collective"]),
+                "algorithm": str(s["algorithm"]),
+                "size": format_size(float(s["size"])),
+                "n": str(int(s["ranks"])),
+                "p50": format_duration(float(s["time_p50"])),
+                "p95": format_duration(float(s["time_p95"])),
+                "algbw": f"{float(s['algbw']) / 1e6:.1f} MB/s",
+                "busbw": f"{float(s['busbw']) / 1e6:.1f} MB/s",
+                "predicted": "-" if _none(pred) or not pred else format_duration(float(pred)),
+                "meas/pred": "-" if _none(ratio) or not ratio else f"{float(ratio):.2f}",
+                "flags": " ".join(flags),
+            }
+        )
+    return pd.DataFrame(out, columns=[*params, *COLLECTIVES_COLUMNS])

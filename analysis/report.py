@@ -34,7 +34,7 @@ from analysis import plots as P
 from analysis import routing as R
 from analysis import tables as T
 from analysis import training_plots as TP
-from analysis.display import selfcheck_display
+from analysis.display import collectives_display, selfcheck_display
 from analysis.loader import Results, load
 from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
 
@@ -186,7 +186,7 @@ def _collectives_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Se
             "nccl-tests conventions: time = the slowest rank per iteration, p50/p95 over "
             "iterations; algbw = size / time p50; busbw = algbw × bus factor; predicted = α-β "
             "model (docs/model.md); CPU = the emulating host was saturated.",
-            tables=[("", T.formatted(table))],
+            tables=[("", _collectives_shown(res, table))],
         )
         sec.plots = [p for p in (P.plot_time_vs_size(res), P.plot_busbw_vs_rate(res)) if p]
         out.append(sec)
@@ -206,6 +206,17 @@ def _collectives_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Se
             )
         )
     return out
+
+
+def _collectives_shown(res: Results, table: pd.DataFrame) -> pd.DataFrame:
+    """The collectives table as ``testbed run`` prints it, with the run's status (and which
+    results directory, when there are several)."""
+    rows = table[table["collective"].notna()].reset_index(drop=True)
+    shown = collectives_display(rows, [p for p in res.params if p in rows])
+    shown["status"] = rows["status"].fillna("").astype(str).to_numpy()
+    if res.runs["results"].nunique() > 1:
+        shown.insert(0, "results", rows["results"].to_numpy())
+    return shown
 
 
 def _training_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
