@@ -22,6 +22,10 @@ def _none(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
+def _flag(value: Any) -> bool:
+    return not _none(value) and bool(value)
+
+
 def _duration(value: Any) -> str:
     return "-" if _none(value) else format_duration(float(value))
 
@@ -75,7 +79,7 @@ def collectives_display(
         if _none(s.get("collective")):  # a run whose every operation failed: faults only
             continue
         flags = []
-        if s.get("cpu_saturated") is True or s.get("cpu_saturated") == 1:
+        if _flag(s.get("cpu_saturated")):
             flags.append("CPU-saturated")
         if not _none(s.get("correct")) and not s.get("correct"):
             flags.append("WRONG")
@@ -97,3 +101,52 @@ def collectives_display(
             }
         )
     return pd.DataFrame(out, columns=[*params, *COLLECTIVES_COLUMNS])
+
+
+TRAINING_COLUMNS = [
+    "algorithm", "steps", "final loss", "target", "time to loss", "step p50", "step p95",
+    "WAN/step", "comm/step", "predicted", "meas/pred", "compute", "flags",
+]  # fmt: skip
+
+
+def training_display(
+    summary: pd.DataFrame | list[dict[str, Any]], params: list[str]
+) -> pd.DataFrame:
+    """The training summary, a row per run (step time = the slowest rank's; WAN bytes = both
+    directions' counters), the sweep ``params`` in front (``workload.algorithm`` is the
+    ``algorithm`` column)."""
+    frame = pd.DataFrame(summary)
+    params = [p for p in params if p != "workload.algorithm"]
+
+    def num(v: Any, fmt: str) -> str:
+        return "-" if _none(v) else format(float(v), fmt)
+
+    out = []
+    for s in frame.to_dict("records"):
+        if "final_loss" not in s:  # a run whose every operation failed: faults only
+            continue
+        target = num(s.get("target_loss"), ".3f")
+        if s.get("target_from") == "ddp":
+            target += " (ddp)"
+        wan = s.get("wan_bytes_per_step")
+        out.append(
+            {
+                **{p: "-" if _none(s.get(p)) else str(s.get(p)) for p in params},
+                "algorithm": str(s.get("algorithm")),
+                "steps": str(s.get("steps") if _none(s.get("steps")) else int(s["steps"])),
+                "final loss": num(s.get("final_loss"), ".3f"),
+                "target": target,
+                "time to loss": "-"
+                if _none(s.get("target_loss"))
+                else _duration(s.get("time_to_loss")),
+                "step p50": _duration(s.get("step_time_p50")),
+                "step p95": _duration(s.get("step_time_p95")),
+                "WAN/step": "-" if _none(wan) else format_size(round(float(wan))),
+                "comm/step": _duration(s.get("comm_per_step")),
+                "predicted": _duration(s.get("predicted_comm_per_step")),
+                "meas/pred": num(s.get("comm_measured_over_predicted"), ".2f"),
+                "compute": num(s.get("compute_utilisation"), ".0%"),
+                "flags": "CPU-saturated" if _flag(s.get("cpu_saturated")) else "",
+            }
+        )
+    return pd.DataFrame(out, columns=[*params, *TRAINING_COLUMNS])

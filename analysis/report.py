@@ -34,7 +34,7 @@ from analysis import plots as P
 from analysis import routing as R
 from analysis import tables as T
 from analysis import training_plots as TP
-from analysis.display import collectives_display, selfcheck_display
+from analysis.display import collectives_display, selfcheck_display, training_display
 from analysis.loader import Results, load
 from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
 
@@ -374,12 +374,24 @@ def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         "links' own counters; comm = time blocked in communication per step against the α-β "
         "model of the algorithm's schedule; time to loss = wall clock until the mean validation "
         "loss reached the target (the scenario's, else the DDP run's final loss).",
-        tables=[("", T.formatted(shown))],
+        tables=[("", _training_shown(res, s))],
     )
     sec.plots = [
         p for p in (TP.plot_loss(res), TP.plot_time_to_loss(res), TP.plot_wan_bytes(res)) if p
     ]
     return sec
+
+
+def _training_shown(res: Results, summary: pd.DataFrame) -> pd.DataFrame:
+    """The training table as ``testbed run`` prints it, with the run's status (and which
+    results directory, when there are several)."""
+    rows = summary.reset_index(drop=True)
+    shown = training_display(rows, [p for p in res.params if p in rows])
+    if "status" in rows:
+        shown["status"] = rows["status"].fillna("").astype(str).to_numpy()
+    if res.runs["results"].nunique() > 1:
+        shown.insert(0, "results", rows["results"].to_numpy())
+    return shown
 
 
 def _kind_section(

@@ -14,11 +14,11 @@ import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
+from analysis.display import training_display
 from analysis.model import Topology, predict, predict_push_pull
 from analysis.operations import rank_operations
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
 from testbed.config.workloads import TrainingWorkload
-from testbed.core.units import format_duration, format_size
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
 from traffic.training.schedule import TrainingSchedule, schedule_from_config, syncs
 from traffic.training.shapes import model_shapes
@@ -153,59 +153,16 @@ class Training(WorkloadKind):
         fill_targets(summaries, rows, point_keys)
 
     def table(self, summaries: list[dict], params: list[str]) -> Table | None:
-        rows = [s for s in summaries if "final_loss" in s]  # not: every operation failed
-        if not rows:
+        shown = training_display(summaries, params)
+        if shown.empty:
             return None
         t = Table(
             title="training (step time = slowest rank; WAN bytes = both directions' counters)"
         )
-        params = [p for p in params if p != "workload.algorithm"]
-        columns = (
-            *params,
-            "algorithm",
-            "steps",
-            "final loss",
-            "target",
-            "time to loss",
-            "step p50",
-            "step p95",
-            "WAN/step",
-            "comm/step",
-            "predicted",
-            "meas/pred",
-            "compute",
-            "flags",
-        )
-        for col in columns:
+        for col in shown.columns:
             t.add_column(col, justify="right")
-
-        def num(v: float | None, fmt: str) -> str:
-            return "-" if v is None or v != v else format(v, fmt)
-
-        def dur(v: float | None) -> str:
-            return "-" if v is None or v != v else format_duration(v)
-
-        for s in rows:
-            target = num(s.get("target_loss"), ".3f")
-            if s.get("target_from") == "ddp":
-                target += " (ddp)"
-            wan = s.get("wan_bytes_per_step")
-            t.add_row(
-                *("-" if s.get(p) is None else escape(str(s.get(p))) for p in params),
-                escape(str(s.get("algorithm"))),
-                str(s.get("steps")),
-                num(s.get("final_loss"), ".3f"),
-                target,
-                dur(s.get("time_to_loss")) if s.get("target_loss") is not None else "-",
-                dur(s.get("step_time_p50")),
-                dur(s.get("step_time_p95")),
-                "-" if wan is None else format_size(round(wan)),
-                dur(s.get("comm_per_step")),
-                dur(s.get("predicted_comm_per_step")),
-                num(s.get("comm_measured_over_predicted"), ".2f"),
-                num(s.get("compute_utilisation"), ".0%"),
-                "CPU-saturated" if s.get("cpu_saturated") else "",
-            )
+        for row in shown.itertuples(index=False):
+            t.add_row(*(escape(str(v)) for v in row))
         return t
 
 
