@@ -4,6 +4,7 @@ naming the file, the field path (``wan[0].delay``), the bad value and what is al
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def _without_union_tag(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return loc
 
 
-def _describe(error: dict[str, Any]) -> tuple[str, str]:
+def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     """(field path, message) of one pydantic error, worded for a user."""
     ctx = error.get("ctx") or {}
     inner = ctx.get("error")
@@ -157,7 +158,7 @@ def with_faults(scenario: Scenario, faults: Any, source: str = "faults") -> Scen
     # the caller's function is the workload `after` counts iterations of (run_ranks)
     check = copy.model_copy(update={"workload": scenario.workload or Workload()})
     try:
-        check._dynamics_refer_to_the_testbed()
+        check.check_dynamics()
     except FieldError as exc:
         raise ScenarioError(f"{source}: {exc.path}: {exc.message}") from None
     return copy

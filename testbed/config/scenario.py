@@ -97,14 +97,14 @@ class Scenario(Strict):
     traffic: list[TrafficFlow] = Field(default_factory=list)
     # DCQCN's time dilation: its parameters (times x s, rates / s) are given in real
     # units and run dilated; the WAN is in the testbed's (emulated) units
-    dilation: float = Field(1.0, ge=1.0, le=10000.0)
+    dilation: float = Field(default=1.0, ge=1.0, le=10000.0)
     # Origin of schedule, trace and fault times: the first measured iteration (workload; the
     # start of the traffic when there is no workload) or the start of the run (wall).
     clock: Literal["workload", "wall"] = "workload"
     # Checked and expanded by testbed.config.sweep before validation; kept here so that the schema
     # lists them and a resolved run can show what it came from.
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
-    repeat: int = Field(1, ge=1, le=1000)
+    repeat: int = Field(default=1, ge=1, le=1000)
     # What the results must show; checked by `testbed run` (testbed.config.expect).
     expect: list[Expectation] = Field(default_factory=list)
 
@@ -229,6 +229,13 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _dynamics_refer_to_the_testbed(self) -> Scenario:
+        self.check_dynamics()
+        return self
+
+    def check_dynamics(self) -> None:
+        """Raise FieldError unless faults, flows and dynamic links name this testbed's hosts,
+        clusters and links and have something running to act on (also for a copy with
+        other faults: loading.with_faults)."""
         hosts = {f"{c}-h{i}" for c, cl in self.clusters.items() for i in range(cl.hosts)}
         known_links = ", ".join(p.name for p in self.wan_paths) or "(none)"
         for i, f in enumerate(self.faults):
@@ -275,7 +282,6 @@ class Scenario(Strict):
                 "faults" if self.faults else "wan",
                 "schedules, traces and faults act while something runs: add a workload or traffic",
             )
-        return self
 
     @property
     def flows(self) -> list[BulkFlow | DcqcnTraffic]:

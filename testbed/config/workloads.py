@@ -41,7 +41,7 @@ class RankWorkloadModel(WorkloadModel):
     a host (testbed.core.ranks) and the limit of one operation. A kind's schema redeclares a
     field to change its default."""
 
-    ranks_per_host: int = Field(1, ge=1, le=16)
+    ranks_per_host: int = Field(default=1, ge=1, le=16)
     placement: RankPlacement = "by-cluster"
     timeout: Duration = 300.0
 
@@ -58,14 +58,14 @@ class Workload(RankWorkloadModel):
         Metric("predicted", "s", "the α-β model's time (docs/model.md)"),
         Metric("measured_over_predicted", "ratio", "time p50 / predicted"),
     )
-    ranks_per_host: int = Field(1, ge=1, le=16)
+    ranks_per_host: int = Field(default=1, ge=1, le=16)
     placement: RankPlacement = "by-cluster"
-    collectives: list[Collective] = Field(["all_reduce"], min_length=1)
-    algorithms: list[Algorithm] = Field(["flat"], min_length=1)
-    sizes: list[Size] = Field([1 << 20], min_length=1)
+    collectives: list[Collective] = Field(default=["all_reduce"], min_length=1)
+    algorithms: list[Algorithm] = Field(default=["flat"], min_length=1)
+    sizes: list[Size] = Field(default=[1 << 20], min_length=1)
     dtype: Literal["float32", "float64", "float16", "bfloat16"] = "float32"
-    warmup: int = Field(1, ge=0, le=1000)
-    iterations: int = Field(5, ge=1, le=100000)
+    warmup: int = Field(default=1, ge=0, le=1000)
+    iterations: int = Field(default=5, ge=1, le=100000)
     timeout: Duration = 300.0
 
     @field_validator("timeout")
@@ -98,8 +98,9 @@ class DdpOptions(Strict):
 
     hook: Literal["none", "fp16", "bf16", "powersgd", "batched-powersgd", "quantization"] = "none"
     bucket: Size = 25 << 20
-    rank: int = Field(1, ge=1, le=64)  # powersgd's matrix approximation rank
-    start: int = Field(2, ge=2)  # powersgd: plain all-reduce before this step (error feedback)
+    rank: int = Field(default=1, ge=1, le=64)  # powersgd's matrix approximation rank
+    # powersgd: plain all-reduce before this step (error feedback)
+    start: int = Field(default=2, ge=2)
 
     @field_validator("hook")
     @classmethod
@@ -112,9 +113,9 @@ class DdpOptions(Strict):
 class DilocoOptions(Strict):
     """DiLoCo's outer loop (diloco, streaming-diloco, hierarchical's across-cluster sync)."""
 
-    inner_steps: int = Field(30, ge=1, le=100000)
-    outer_lr: float = Field(0.7, gt=0, le=10)
-    outer_momentum: float = Field(0.9, ge=0, lt=1)
+    inner_steps: int = Field(default=30, ge=1, le=100000)
+    outer_lr: float = Field(default=0.7, gt=0, le=10)
+    outer_momentum: float = Field(default=0.9, ge=0, lt=1)
     nesterov: bool = True
     dtype: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
 
@@ -123,18 +124,19 @@ class StreamingOptions(Strict):
     """Streaming DiLoCo: fragments synced in turn, each overlapped with ``overlap_steps`` inner
     steps and merged with weight ``alpha`` on the local copy."""
 
-    fragments: int = Field(4, ge=1, le=64)
-    overlap_steps: int = Field(1, ge=0)
-    alpha: float = Field(0.5, ge=0, le=1)
+    fragments: int = Field(default=4, ge=1, le=64)
+    overlap_steps: int = Field(default=1, ge=0)
+    alpha: float = Field(default=0.5, ge=0, le=1)
 
 
 class LocalSgdOptions(Strict):
-    period: int = Field(10, ge=1, le=100000)  # steps between parameter averages
+    period: int = Field(default=10, ge=1, le=100000)  # steps between parameter averages
 
 
 class ParameterServerOptions(Strict):
     servers: ServerPlacement = "first-cluster"
-    staleness: int = Field(0, ge=0, le=1000)  # 0: synchronous; k: a worker runs <= k steps ahead
+    # 0: synchronous; k: a worker runs <= k steps ahead
+    staleness: int = Field(default=0, ge=0, le=1000)
 
 
 class TrainingWorkload(RankWorkloadModel):
@@ -151,22 +153,22 @@ class TrainingWorkload(RankWorkloadModel):
         Metric("comm_per_step", "s", "time blocked in communication per step"),
         Metric("comm_measured_over_predicted", "ratio", "comm per step / the α-β model's"),
     )
-    ranks_per_host: int = Field(1, ge=1, le=16)
+    ranks_per_host: int = Field(default=1, ge=1, le=16)
     placement: RankPlacement = "by-cluster"
     model: Literal["char-mlp", "char-mlp-large", "teacher-mlp"] = "char-mlp"
     data: Literal["pydoc-topics", "teacher-student"] | None = None  # None: the model's own
-    steps: int = Field(300, ge=1, le=1_000_000)
-    batch: int = Field(32, ge=1, le=65536)  # per rank and step
-    lr: float = Field(1e-3, gt=0, le=10)  # the inner optimizer's (AdamW)
-    seed: int = Field(0, ge=0)
+    steps: int = Field(default=300, ge=1, le=1_000_000)
+    batch: int = Field(default=32, ge=1, le=65536)  # per rank and step
+    lr: float = Field(default=1e-3, gt=0, le=10)  # the inner optimizer's (AdamW)
+    seed: int = Field(default=0, ge=0)
     algorithm: TrainingAlgorithm = "ddp"
     ddp: DdpOptions = DdpOptions()
     diloco: DilocoOptions = DilocoOptions()
     streaming: StreamingOptions = StreamingOptions()
     localsgd: LocalSgdOptions = LocalSgdOptions()
     parameter_server: ParameterServerOptions = ParameterServerOptions()
-    eval_every: int = Field(25, ge=1)
-    target_loss: float | None = Field(None, gt=0)  # None: the DDP baseline's final loss
+    eval_every: int = Field(default=25, ge=1)
+    target_loss: float | None = Field(default=None, gt=0)  # None: the DDP baseline's final loss
     timeout: Duration = 600.0
 
     @model_validator(mode="before")
