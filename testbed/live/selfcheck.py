@@ -164,7 +164,7 @@ def configured_rtt(plan: NetworkPlan, d: WanDirection) -> float:
     return configured_one_way(plan, d) + configured_one_way(plan, back)
 
 
-def configured_rate(plan: NetworkPlan, d: WanDirection) -> float:
+def configured_rate(plan: NetworkPlan, d: WanDirection) -> int:
     """The HTB rate (bit/s of Ethernet frames) of the slowest hop between the two checked hosts."""
     ends = {plan.host(f"{c}-h0").ns for c in (d.src, d.dst)}
     return min([d.rate] + [p.rate for p in plan.fabric if p.rate and p.ns in ends])
@@ -289,7 +289,7 @@ def check_direction(
     samples = measure_rtt(tb, src, dst, pings, PING_INTERVAL)
     median = quantile(samples, 0.5) if samples else None
     p99 = quantile(samples, 0.99) if samples else None
-    if not samples:
+    if median is None:  # no samples
         problems.append("no ping replies")
     elif not rtt_within_tolerance(median, rtt_conf):
         problems.append(f"RTT {median * 1e3:.2f} ms vs configured {rtt_conf * 1e3:.2f} ms")

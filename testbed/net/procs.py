@@ -21,7 +21,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from testbed.core.errors import NetError
 
@@ -128,7 +128,20 @@ def ready(
         stop(proc)
 
 
-def stop(proc: subprocess.Popen, grace: float = 0.0) -> int:
+class Stoppable(Protocol):
+    """What :func:`stop` uses of a process: a Popen, or what stands for one on another machine
+    (testbed.live.protocol.HostProcess)."""
+
+    def poll(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def stop(proc: Stoppable, grace: float = 0.0) -> int:
     """Kill ``proc`` if it still runs (Popen knows whether it reaped the pid: never a stranger)
     and reap it; its exit code. With ``grace`` it is first asked to end (SIGTERM) and killed
     only if it has not ended that many seconds later (a helper that writes its records then)."""

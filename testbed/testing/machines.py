@@ -53,7 +53,9 @@ def stand_in_machines(names: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
                       NETNS_LABEL: spaces[i]}  # fmt: skip
             cluster.add_node(num_cpus=0, resources={"testbed": 1}, labels=labels)
         cluster.wait_for_nodes()
-        yield cluster.address, spaces
+        address = cluster.address
+        assert address is not None, "initialize_head started the head node"
+        yield address, spaces
     finally:
         ray.shutdown()
         if cluster is not None:

@@ -149,10 +149,10 @@ class SpannedNetwork:
         calibrating = self.compensate_rtt and any(d.delay for d in draft.wan)
         first, *rest = self.nodes
         args = (self.scenario, self.name, self.source, addresses)
-        self.record, *backend = ray.get(
-            self.agents[first.machine].up.remote(*args, None, calibrating)
-        )
-        reserve = (self.record.prefix, self.record.slot)
+        record: Record  # MachineAgent.up: the record, the backend's name and reason
+        record, *backend = ray.get(self.agents[first.machine].up.remote(*args, None, calibrating))
+        self.record = record
+        reserve = (record.prefix, record.slot)
         ray.get([self.agents[n.machine].up.remote(*args, reserve, calibrating) for n in rest])
         self.backend = BackendInfo(*backend)
         who = ray.get([a.identity.remote() for a in self.agents.values()])
