@@ -47,8 +47,10 @@ def collectives_summary(
         """The prediction's terms (analysis.model.predict_terms; they sum to predict), once per
         point: replaying gloo's ring is the costly part."""
         if (coll, algo, size) not in cache:
-            ok = topo is not None and unsupported(coll, algo, topo) is None
-            cache[(coll, algo, size)] = predict_terms(coll, algo, size, topo) if ok else None
+            if topo is not None and unsupported(coll, algo, topo) is None:
+                cache[(coll, algo, size)] = predict_terms(coll, algo, size, topo)
+            else:
+                cache[(coll, algo, size)] = None
         return cache[(coll, algo, size)]
 
     def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:

@@ -65,6 +65,7 @@ def run_point(
 ) -> tuple[RunResult, bytes, dict[str, Any]]:
     """One run on this node (the body of the Ray task)."""
     import ray
+    import ray.exceptions
 
     node = node_identity() | {"ray_node": ray.get_runtime_context().get_node_id()}
     # the log says which nodes tried; the run itself does not depend on it

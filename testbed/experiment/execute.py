@@ -140,6 +140,7 @@ def execute(
         tb = Network(sc, name=name)
     try:
         with tb:
+            assert tb.plan is not None, "up() built the plan"
             result.info["backend"] = tb.backend.name if tb.backend else None
             result.info["engine"] = tb.engine.name
             result.info["backend_reason"] = tb.backend.reason if tb.backend else None

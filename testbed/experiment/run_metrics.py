@@ -6,7 +6,7 @@ empty for a run without what it measures. Pure pandas over the result (analysis 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -66,8 +66,8 @@ def dcqcn_summary(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     queues = pd.DataFrame(result.traces.get("queues", []))
     first = setups[min(setups, key=int)]
     ends = ev[ev["kind"] == "end"].set_index("flow")
-    sent = {int(f): int(n) for f, n in ends["sent"].items()} if "sent" in ends else {}
-    size = next(f.size for f in spec.scenario.flows if getattr(f, "kind", "") == "dcqcn")
+    sent = {int(cast(int, f)): int(n) for f, n in ends["sent"].items()} if "sent" in ends else {}
+    size = next(f.size for f in spec.scenario.flows if f.kind == "dcqcn")
     capacity = dcqcn.payload_capacity(first["bottleneck_bps"], size)
     out = dcqcn.measure(ev, rx, queues, first["direction"], capacity, sent) if not rx.empty else {}
     starts = ev[ev["kind"] == "start"].set_index("flow")["t"]
