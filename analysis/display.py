@@ -150,3 +150,75 @@ def training_display(
             }
         )
     return pd.DataFrame(out, columns=[*params, *TRAINING_COLUMNS])
+
+
+def _value(v: Any, fmt: Any) -> str:
+    return "-" if _none(v) else fmt(v)
+
+
+def dynamics_display(
+    runs: dict[str, dict[str, Any]], summary: list[dict[str, Any]], params: list[str]
+) -> pd.DataFrame:
+    """Per run with a changing WAN (manifest ``runs``, in order): its events applied, late and
+    failed, and the worst of its faults (the summary's ``fault_*`` metrics)."""
+    worst = {s["run_id"]: s for s in summary if "fault_detect" in s}
+    columns = [*params, "events", "late", "failed", "detect", "stall", "stall/pred", "recover"]
+    columns += ["survived", "trace corr"]
+    out = []
+    for run_id, info in runs.items():
+        ev = info.get("events") or {}
+        if not ev:
+            continue
+        s = worst.get(run_id, {})
+        stall = s.get("fault_stall")
+        survived = s.get("fault_survived")
+        given = info.get("params") or {}
+        out.append(
+            [
+                *(str(given.get(p, "")) for p in params),
+                str(ev.get("applied", 0)),
+                str(ev.get("late", 0)),
+                str(ev.get("failed", 0)),
+                _duration(s.get("fault_detect")),
+                _duration(stall if stall is not None else s.get("fault_flow_stall")),
+                _value(s.get("fault_stall_over_predicted"), lambda v: f"{v:.2f}"),
+                _duration(s.get("fault_recover")),
+                "-" if survived is None else ("yes" if survived else "no"),
+                _value(s.get("trace_correlation"), lambda v: f"{v:.3f}"),
+            ]
+        )
+    return pd.DataFrame(out, columns=columns)
+
+
+def dcqcn_display(summary: list[dict[str, Any]], params: list[str]) -> pd.DataFrame:
+    """Per run with DCQCN flows: measured over the settled half, each beside DCQCN's fluid
+    model (dilated units)."""
+    columns = [*params, "flows", "rate", "Jain", "util", "model", "queue mean", "model"]
+    columns += ["cut every", "model", "cut by", "model", "converge", "model", "lost"]
+    size = lambda v: format_size(v)  # noqa: E731
+    rate = lambda v: format_rate(v)  # noqa: E731
+    out = []
+    for s in summary:
+        if "dcqcn_flows" not in s:
+            continue
+        lost = s.get("dcqcn_lost") or 0
+        out.append(
+            [
+                *(str(s.get(p, "")) for p in params),
+                f"{s['dcqcn_flows']:.0f}",
+                _value(s.get("dcqcn_rate_mean_bps"), rate),
+                _value(s.get("dcqcn_jain"), lambda v: f"{v:.3f}"),
+                _value(s.get("dcqcn_utilisation"), lambda v: f"{v:.1%}"),
+                _value(s.get("dcqcn_pred_utilisation"), lambda v: f"{v:.1%}"),
+                _value(s.get("dcqcn_queue_mean_bytes"), size),
+                _value(s.get("dcqcn_pred_queue_mean_bytes"), size),
+                _duration(s.get("dcqcn_cut_interval_s")),
+                _duration(s.get("dcqcn_pred_cut_interval_s")),
+                _value(s.get("dcqcn_cut_depth_bps"), rate),
+                _value(s.get("dcqcn_pred_cut_depth_bps"), rate),
+                _duration(s.get("dcqcn_convergence_s")),
+                _duration(s.get("dcqcn_pred_convergence_s")),
+                f"{lost:.0f} LOSSY" if s.get("dcqcn_lossy") else "0",
+            ]
+        )
+    return pd.DataFrame(out, columns=columns)

@@ -17,7 +17,6 @@ from rich.table import Table
 from testbed.cli.common import add_engine_option, need_root
 from testbed.cli.console import escape, make_console
 from testbed.core.errors import ScenarioError, TestbedError
-from testbed.core.units import format_duration, format_rate, format_size
 
 out = make_console()
 err = make_console(stderr=True)
@@ -250,6 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def print_summary(exp) -> None:
+    from analysis.display import dcqcn_display, dynamics_display
     from testbed.experiment.workloads import kind_of
 
     links = exp.tables.get("links") or []
@@ -258,13 +258,24 @@ def print_summary(exp) -> None:
     workloads = [r.scenario.rank_workload for r in exp.runs]
     kinds = dict.fromkeys(kind_of(w) for w in workloads if w is not None)
     for kind in kinds:
-        table = kind.table(exp.summaries, list(exp.runs[0].params))
-        if table is not None:
-            out.print(table)
-    if any(info.get("events") for info in exp.manifest["runs"].values()):
-        out.print(_dynamics_table(exp))
-    if any("dcqcn_flows" in s for s in exp.summaries):
-        out.print(_dcqcn_table(exp))
+        shown = kind.table(exp.summaries, list(exp.runs[0].params))
+        if shown is not None and not shown[1].empty:
+            print_frame(*shown)
+    params = list(exp.runs[0].params)
+    runs = {
+        r.run_id: exp.manifest["runs"][r.run_id]
+        for r in exp.runs
+        if r.run_id in exp.manifest["runs"]
+    }
+    tables = [
+        ("WAN dynamics and faults (per run: the worst over its faults)",
+         dynamics_display(runs, exp.summaries, params)),
+        ("DCQCN flows (settled half; model = DCQCN's fluid model; dilated units)",
+         dcqcn_display(exp.summaries, params)),
+    ]  # fmt: skip
+    for title, frame in tables:
+        if not frame.empty:
+            print_frame(title, frame)
     for run_id, info in exp.manifest["runs"].items():
         if info["status"] != "ok":
             colour = "yellow" if info["status"] == "skipped" else "red"
@@ -280,89 +291,14 @@ def print_summary(exp) -> None:
             )
 
 
-def _dynamics_table(exp) -> Table:
-    """Per run with a changing WAN: its events and the worst of its faults (analysis.faults)."""
-    t = Table(title="WAN dynamics and faults (per run: the worst over its faults)")
-    params = list(exp.runs[0].params)
-    columns = (*params, "events", "late", "failed", "detect", "stall", "stall/pred", "recover")
-    for col in (*columns, "survived", "trace corr"):
-        t.add_column(col, justify="right")
-    worst = {s["run_id"]: s for s in exp.summaries if "fault_detect" in s}
-
-    def dur(v: Any) -> str:
-        return "-" if v is None or v != v else format_duration(v)
-
-    def num(v: Any, fmt: str) -> str:
-        return "-" if v is None or v != v else format(v, fmt)
-
-    for run in exp.runs:
-        info = exp.manifest["runs"].get(run.run_id, {})
-        ev = info.get("events") or {}
-        if not ev:
-            continue
-        s = worst.get(run.run_id, {})
-        survived = s.get("fault_survived")
-        t.add_row(
-            *(escape(str(run.params.get(p, ""))) for p in params),
-            str(ev.get("applied", 0)),
-            str(ev.get("late", 0)),
-            str(ev.get("failed", 0)),
-            dur(s.get("fault_detect")),
-            dur(
-                s.get("fault_stall")
-                if s.get("fault_stall") is not None
-                else s.get("fault_flow_stall")
-            ),
-            num(s.get("fault_stall_over_predicted"), ".2f"),
-            dur(s.get("fault_recover")),
-            "-" if survived is None else ("yes" if survived else "no"),
-            num(s.get("trace_correlation"), ".3f"),
-        )
-    return t
-
-
-def _dcqcn_table(exp) -> Table:
-    """Per run with DCQCN flows: measured over the settled half, beside the fluid model."""
-    t = Table(title="DCQCN flows (settled half; model = DCQCN's fluid model; dilated units)")
-    params = list(exp.runs[0].params)
-    columns = (*params, "flows", "rate", "Jain", "util", "model", "queue mean", "model")
-    for col in (*columns, "cut every", "model", "cut by", "model", "converge", "model", "lost"):
-        t.add_column(col, justify="right")
-
-    def num(v: Any, fmt: str) -> str:
-        return "-" if v is None or v != v else format(v, fmt)
-
-    def dur(v: Any) -> str:
-        return "-" if v is None or v != v else format_duration(v)
-
-    def size(v: Any) -> str:
-        return "-" if v is None or v != v else format_size(v)
-
-    def rate(v: Any) -> str:
-        return "-" if v is None or v != v else format_rate(v)
-
-    for s in exp.summaries:
-        if "dcqcn_flows" not in s:
-            continue
-        lost = s.get("dcqcn_lost") or 0
-        t.add_row(
-            *(escape(str(s.get(p, ""))) for p in params),
-            f"{s['dcqcn_flows']:.0f}",
-            rate(s.get("dcqcn_rate_mean_bps")),
-            num(s.get("dcqcn_jain"), ".3f"),
-            num(s.get("dcqcn_utilisation"), ".1%"),
-            num(s.get("dcqcn_pred_utilisation"), ".1%"),
-            size(s.get("dcqcn_queue_mean_bytes")),
-            size(s.get("dcqcn_pred_queue_mean_bytes")),
-            dur(s.get("dcqcn_cut_interval_s")),
-            dur(s.get("dcqcn_pred_cut_interval_s")),
-            rate(s.get("dcqcn_cut_depth_bps")),
-            rate(s.get("dcqcn_pred_cut_depth_bps")),
-            dur(s.get("dcqcn_convergence_s")),
-            dur(s.get("dcqcn_pred_convergence_s")),
-            f"{lost:.0f} LOSSY" if s.get("dcqcn_lossy") else "0",
-        )
-    return t
+def print_frame(title: str, frame: Any) -> None:
+    """A table of analysis.display (text cells) in the terminal, right-aligned."""
+    t = Table(title=title)
+    for col in frame.columns:
+        t.add_column(str(col), justify="right")
+    for row in frame.itertuples(index=False):
+        t.add_row(*(escape(str(v)) for v in row))
+    out.print(t)
 
 
 def print_checks(links: list[dict]) -> None:

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from helpers import RUN_TAG, scenario
 from pydantic import Field
-from rich.table import Table
 
 import analysis
 from analysis.report import write_report
@@ -81,14 +80,12 @@ class PingPong(WorkloadKind):
     def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
         return rows.assign(arm="pingpong", op=rows["round"])
 
-    def table(self, summaries: list[dict], params: list[str]) -> Table | None:
-        t = Table(title="pingpong rounds")
-        for col in ("rounds", "round p50"):
-            t.add_column(col)
-        for s in summaries:
-            if "round_p50" in s:
-                t.add_row(str(s["rounds"]), f"{s['round_p50'] * 1e3:.1f} ms")
-        return t
+    def table(self, summaries: list[dict], params: list[str]) -> tuple[str, pd.DataFrame]:
+        rows = [s for s in summaries if "round_p50" in s]
+        shown = [
+            {"rounds": s["rounds"], "round p50": f"{s['round_p50'] * 1e3:.1f} ms"} for s in rows
+        ]
+        return "pingpong rounds", pd.DataFrame(shown)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from testbed.config.workloads import register_workload
 
 if TYPE_CHECKING:
     import pandas as pd
-    from rich.table import Table
 
     from analysis.model import Topology
     from testbed.config.fields import WorkloadModel
@@ -72,8 +71,9 @@ class WorkloadKind:
     def finish(self, summaries: list[dict], rows: list[dict], point_keys: list[str]) -> None:
         """After every run: what needs the other runs' summaries too (in place)."""
 
-    def table(self, summaries: list[dict], params: list[str]) -> Table | None:
-        """Its table in ``testbed run``'s output (None: none)."""
+    def table(self, summaries: list[dict], params: list[str]) -> tuple[str, pd.DataFrame] | None:
+        """Its table in ``testbed run``'s output: a title and text cells (analysis.display
+        builds the built-in kinds'), or None."""
         return None
 
 

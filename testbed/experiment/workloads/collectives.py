@@ -7,8 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-from rich.markup import escape
-from rich.table import Table
 
 from analysis.display import collectives_display
 from analysis.operations import rank_operations
@@ -39,16 +37,11 @@ class Collectives(WorkloadKind):
     def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
         return rank_operations(rows)
 
-    def table(self, summaries: list[dict], params: list[str]) -> Table | None:
-        shown = collectives_display(summaries, params)
-        if shown.empty:
-            return None
-        t = Table(title="collectives (time = slowest rank per iteration)")
-        for col in shown.columns:
-            t.add_column(col, justify="right")
-        for row in shown.itertuples(index=False):
-            t.add_row(*(escape(str(v)) for v in row))
-        return t
+    def table(self, summaries: list[dict], params: list[str]) -> tuple[str, pd.DataFrame]:
+        return (
+            "collectives (time = slowest rank per iteration)",
+            collectives_display(summaries, params),
+        )
 
 
 KIND = Collectives()

@@ -11,8 +11,6 @@ import dataclasses
 from typing import Any
 
 import pandas as pd
-from rich.markup import escape
-from rich.table import Table
 
 from analysis.display import training_display
 from analysis.model import Topology, predict, predict_push_pull
@@ -152,18 +150,11 @@ class Training(WorkloadKind):
     def finish(self, summaries: list[dict], rows: list[dict], point_keys: list[str]) -> None:
         fill_targets(summaries, rows, point_keys)
 
-    def table(self, summaries: list[dict], params: list[str]) -> Table | None:
-        shown = training_display(summaries, params)
-        if shown.empty:
-            return None
-        t = Table(
-            title="training (step time = slowest rank; WAN bytes = both directions' counters)"
+    def table(self, summaries: list[dict], params: list[str]) -> tuple[str, pd.DataFrame]:
+        return (
+            "training (step time = slowest rank; WAN bytes = both directions' counters)",
+            training_display(summaries, params),
         )
-        for col in shown.columns:
-            t.add_column(col, justify="right")
-        for row in shown.itertuples(index=False):
-            t.add_row(*(escape(str(v)) for v in row))
-        return t
 
 
 KIND = Training()
