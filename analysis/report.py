@@ -22,6 +22,7 @@ import html
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -34,7 +35,13 @@ from analysis import plots as P
 from analysis import routing as R
 from analysis import tables as T
 from analysis import training_plots as TP
-from analysis.display import collectives_display, selfcheck_display, training_display
+from analysis.display import (
+    collectives_display,
+    dcqcn_display,
+    dynamics_display,
+    selfcheck_display,
+    training_display,
+)
 from analysis.loader import Results, load
 from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
 
@@ -208,6 +215,24 @@ def _collectives_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Se
     return out
 
 
+def _per_run(
+    res: Results,
+    build: Callable[[dict[str, Any], list[dict[str, Any]], list[str]], pd.DataFrame],
+) -> pd.DataFrame:
+    """A per-run table of analysis.display from each results directory's manifest (its runs
+    and summary rows), with the directory's name when there are several."""
+    frames = []
+    for source, manifest in res.manifests.items():
+        params = [p for p in res.params if any(p in (r.get("params") or {}) for r in
+                  (manifest.get("runs") or {}).values())]  # fmt: skip
+        frame = build(manifest.get("runs") or {}, manifest.get("summary") or [], params)
+        if len(res.manifests) > 1 and not frame.empty:
+            frame.insert(0, "results", source)
+        frames.append(frame)
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def _collectives_shown(res: Results, table: pd.DataFrame) -> pd.DataFrame:
     """The collectives table as ``testbed run`` prints it, with the run's status (and which
     results directory, when there are several)."""
@@ -354,6 +379,9 @@ def _dcqcn_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         "the testbed's dilated units (real = times / dilation, rates x dilation). LOSSY: a "
         "datagram was lost (RoCE assumes a lossless fabric; no PFC exists here).",
     )
+    per_run = _per_run(res, lambda _runs, summary, params: dcqcn_display(summary, params))
+    if not per_run.empty:  # as testbed run printed it
+        sec.tables.append(("Per run, beside the fluid model", per_run))
     if not shown.empty:
         csv["dcqcn"] = shown
         sec.tables.append(("", T.formatted(shown)))
@@ -437,6 +465,9 @@ def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         "more than 20 ms. Drops: per direction, the packets the faults dropped and reset (the "
         "fault rules' counters) beside the bottleneck queue's own drops (where traced).",
     )
+    per_run = _per_run(res, dynamics_display)
+    if not per_run.empty:  # as testbed run printed it
+        sec.tables.append(("Per run: the worst over its faults", per_run))
     if not fr.faults.empty:
         csv["faults"] = fr.faults.drop(columns=["intervals"], errors="ignore")
         origin = F.clock_origins(fr.operations, res.events)
