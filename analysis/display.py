@@ -141,7 +141,7 @@ def training_display(
                 else _duration(s.get("time_to_loss")),
                 "step p50": _duration(s.get("step_time_p50")),
                 "step p95": _duration(s.get("step_time_p95")),
-                "WAN/step": "-" if _none(wan) else format_size(round(float(wan))),
+                "WAN/step": _value(wan, lambda v: format_size(round(float(v)))),
                 "comm/step": _duration(s.get("comm_per_step")),
                 "predicted": _duration(s.get("predicted_comm_per_step")),
                 "meas/pred": num(s.get("comm_measured_over_predicted"), ".2f"),
