@@ -14,9 +14,9 @@ import pytest
 
 from analysis.loader import load
 from analysis.model import TERMS, Link, Topology
+from analysis.run_summary import collectives_summary as run_summarize
 from analysis.summary import SUMMARY_COLUMNS, iteration_times, summarize, summary_rows
 from testbed.core.stats import quantile
-from analysis.run_summary import collectives_summary as run_summarize
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "results" / "collectives"
 NUMBERS = ["ranks", "iterations", "time_p50", "time_p95", "algbw", "busbw"]
