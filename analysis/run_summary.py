@@ -13,8 +13,19 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.model import TERMS, Link, Topology, predict_terms, unsupported
+from analysis.model import (
+    TERMS,
+    Link,
+    Topology,
+    predict,
+    predict_push_pull,
+    predict_terms,
+    unsupported,
+)
 from analysis.summary import summary_rows
+from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
+from traffic.training.schedule import schedule_from_config, syncs
+from traffic.training.shapes import model_shapes
 
 
 def topology_from(value: Topology | dict[str, Any] | None) -> Topology | None:
@@ -66,6 +77,97 @@ def collectives_summary(
         {**params, **row, **terms(row), "cpu_saturated": saturated}
         for row in summary_rows(rows, ranks=n, predict=model)
     ]
+
+
+def predicted_comm_per_step(workload: dict[str, Any], topo: Topology) -> float | None:
+    """The α-β model's communication seconds per step for the algorithm's schedule: world syncs
+    on the run's topology, leaders' syncs on one rank per cluster, cluster syncs on the slowest
+    cluster alone. Streaming's overlap is not subtracted (this is the communication, not the
+    stall); the parameter server's exchange is synchronous (its staleness is not subtracted
+    either). None where the model has no answer."""
+    clusters = [(c, m) for c, m in topo.clusters if m]
+    n = sum(m for _, m in clusters)
+    leaders = dataclasses.replace(topo, clusters=tuple((c, 1) for c, _ in clusters))
+
+    def one(group: str, collective: str, payload: int) -> float | None:
+        try:
+            if collective == "push-pull":
+                return predict_push_pull(payload, workload["parameter_server"]["servers"], topo)
+            if group == "cluster":
+                return max(
+                    _collective(collective, payload, _alone(topo, c, m), m) for c, m in clusters
+                )
+            if group == "leaders":
+                return _collective(collective, payload, leaders, len(clusters))
+            return _collective(collective, payload, topo, n)
+        except ValueError:
+            return None
+
+    s = schedule_from_config(workload, model_shapes(workload["model"]))
+    return predicted_comm([(x.group, x.collective, x.payload) for x in syncs(s)], s.steps, one)
+
+
+def _alone(topo: Topology, cluster: str, ranks: int) -> Topology:
+    return dataclasses.replace(topo, clusters=((cluster, ranks),), links=())
+
+
+def _collective(collective: str, payload: int, topo: Topology, ranks: int) -> float:
+    if ranks < 2:
+        return 0.0
+    if collective == "all_gather":  # int8 codes: every rank's payload gathered everywhere
+        return predict("all_gather", "flat", payload * ranks, topo)
+    return predict("all_reduce", "flat", payload, topo)
+
+
+def training_summary(
+    rows: list[dict],
+    queues: list[dict],
+    workload: dict[str, Any],
+    info: dict[str, Any],
+    params: dict[str, Any],
+) -> list[dict]:
+    """A training run's summary row (analysis.training.summarize_training) with the α-β
+    model's communication per step for its schedule, from its steps that ended ok, its WAN
+    counters (queues.parquet), its resolved ``workload`` and manifest entry ``info``."""
+    if not rows:
+        return []
+    topo = topology_from(info.get("topology"))
+    predicted = predicted_comm_per_step(workload, topo) if topo is not None else None
+    target = workload.get("target_loss")
+    row = summarize_training(pd.DataFrame(rows), pd.DataFrame(queues), target, predicted)
+    return [{**params, **row, "cpu_saturated": bool(info.get("cpu_saturated"))}]
+
+
+def fill_targets(summaries: list[dict], training_rows: list[dict], point_keys: list[str]) -> None:
+    """Where the scenario set no target: the target is the plain DDP run's final loss at the
+    same sweep point (same parameters except the workload's; a DDP run with a compression hook
+    is the baseline only where no plain one ran), and time_to_loss follows from it. Recomputed
+    for every row on each call: a later run may be the baseline of earlier ones."""
+
+    def point(s: dict) -> tuple:
+        return tuple(str(s.get(k)) for k in point_keys if not k.startswith("workload."))
+
+    def plain(s: dict) -> bool:
+        return all(v in (None, "none") for k, v in s.items() if k.startswith("workload.ddp."))
+
+    baseline: dict[tuple, tuple[bool, float | None]] = {}  # point -> (plain, final loss)
+    for s in summaries:
+        if s.get("algorithm") != "ddp":
+            continue
+        key = point(s)
+        if key not in baseline or (plain(s) and not baseline[key][0]):
+            baseline[key] = (plain(s), s.get("final_loss"))
+    by_run = pd.DataFrame(training_rows)
+    for s in summaries:
+        if s.get("target_from") == "scenario":
+            continue
+        target = baseline.get(point(s), (False, None))[1]
+        if target is None or by_run.empty:
+            continue
+        s["target_loss"], s["target_from"] = target, "ddp"
+        s["time_to_loss"] = time_to_loss(
+            step_table(by_run[by_run["run_id"] == s["run_id"]]), target
+        )
 
 
 def recompute(manifest_run: dict[str, Any], rows: pd.DataFrame) -> list[dict]:

@@ -96,7 +96,7 @@ def test_summary_of_a_run() -> None:
 
 
 def test_the_target_is_the_plain_ddp_runs_loss_whatever_the_order() -> None:
-    from testbed.experiment.workloads.training import fill_targets
+    from analysis.run_summary import fill_targets
 
     params = ["workload.algorithm", "workload.ddp.hook"]
 
