@@ -9,10 +9,12 @@ the prediction in it, can always be reproduced from the directory alone.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
+from analysis import dcqcn
+from analysis.faults import summarize_faults
 from analysis.model import (
     TERMS,
     Link,
@@ -22,8 +24,11 @@ from analysis.model import (
     predict_terms,
     unsupported,
 )
+from analysis.network import reference
+from analysis.routing import failover_metrics
 from analysis.summary import summary_rows
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
+from testbed.core.dcqcn import DcqcnParams
 from traffic.training.schedule import schedule_from_config, syncs
 from traffic.training.shapes import model_shapes
 
@@ -168,6 +173,107 @@ def fill_targets(summaries: list[dict], training_rows: list[dict], point_keys: l
         s["time_to_loss"] = time_to_loss(
             step_table(by_run[by_run["run_id"] == s["run_id"]]), target
         )
+
+
+def run_metrics(
+    ops: pd.DataFrame,
+    resolved: dict[str, Any],
+    info: dict[str, Any],
+    network: pd.DataFrame | list[dict],
+    tables: dict[str, pd.DataFrame | list[dict]],
+) -> dict[str, Any]:
+    """The metrics every summary row of a run carries beside its workload's: its faults'
+    (analysis.faults; with ``ops``, its ranks' operations), failover (routing events), DCQCN
+    flows (measured beside the fluid model) and bulk flows; each empty without what it
+    measures. ``tables``: the run's events, tcp, queues, flows_goodput, routing, dcqcn and
+    dcqcn_rx rows; ``info``: its manifest entry (the flows' setups)."""
+    frames = {name: pd.DataFrame(rows) for name, rows in tables.items()}
+    empty = pd.DataFrame()
+    return (
+        fault_metrics(ops, resolved, network, frames)
+        | dcqcn_metrics(info.get("dcqcn") or {}, frames)
+        | bulk_metrics(info.get("bulk") or {}, frames.get("flows_goodput", empty), frames)
+    )
+
+
+def fault_metrics(
+    ops: pd.DataFrame,
+    resolved: dict[str, Any],
+    network: pd.DataFrame | list[dict],
+    frames: dict[str, pd.DataFrame],
+) -> dict[str, Any]:
+    """analysis.faults.summarize_faults over the run's events, priced on its reference
+    direction as built (analysis.network, the report's too); failover from routing events."""
+    events = frames.get("events", pd.DataFrame())
+    if events.empty:
+        return {}
+    ref = reference(network)
+
+    def table(name: str) -> pd.DataFrame | None:
+        frame = frames.get(name)
+        return frame if frame is not None and not frame.empty else None
+
+    metrics = summarize_faults(
+        events,
+        ops,
+        resolved,
+        ref.get("rtt_s") or 0.0,
+        tcp=table("tcp"),
+        queues=table("queues"),
+        goodput=table("flows_goodput"),
+        rate_bps=ref.get("wan_rate_bps"),
+    )
+    routing = table("routing")
+    if routing is not None:
+        metrics |= failover_metrics(events, routing)
+    return metrics
+
+
+def dcqcn_metrics(setups: dict[str, Any], frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """The DCQCN flows' metrics, measured over the settled half and predicted by the fluid model
+    (analysis.dcqcn), from their setups (the manifest's ``dcqcn``), events and receive counts."""
+    ev = frames.get("dcqcn", pd.DataFrame())
+    if not setups or ev.empty:
+        return {}
+    rx = frames.get("dcqcn_rx", pd.DataFrame())
+    queues = frames.get("queues", pd.DataFrame())
+    first = setups[min(setups, key=int)]
+    ends = ev[ev["kind"] == "end"].set_index("flow")
+    sent = {int(cast(int, f)): int(n) for f, n in ends["sent"].items()} if "sent" in ends else {}
+    size = int(first["size"])
+    capacity = dcqcn.payload_capacity(first["bottleneck_bps"], size)
+    out = dcqcn.measure(ev, rx, queues, first["direction"], capacity, sent) if not rx.empty else {}
+    starts = ev[ev["kind"] == "start"].set_index("flow")["t"]
+    if out and first["aqm"] and first["aqm"].get("kind") in ("red", "step"):
+        origin = float(starts.min())
+        flows = [int(f) for f in sorted(setups, key=int)]
+        res = dcqcn.predict(
+            DcqcnParams(**first["params"]),
+            line_rate_bps=first["line_rate_bps"],
+            bottleneck_bps=first["bottleneck_bps"],
+            rtt_s=first["rtt_s"],
+            aqm=first["aqm"],
+            size=size,
+            starts_s=[float(starts.get(f, origin) - origin) for f in flows],
+            duration_s=float(ends["t"].max() - origin) if not ends.empty else 10.0,
+            buffer_bytes=first["buffer_bytes"],
+        )
+        out |= dcqcn.predicted(res)
+        out |= dcqcn.ratios(out)
+    return out
+
+
+def bulk_metrics(
+    setup: dict[str, Any], goodput: pd.DataFrame, frames: dict[str, pd.DataFrame]
+) -> dict[str, Any]:
+    """The bulk flows' rate per flow, fairness, utilisation and queue (analysis.dcqcn ``bulk_*``)
+    through the first one's bottleneck: a DCQCN run's comparison; empty without bulk flows."""
+    if not setup or goodput.empty:
+        return {}
+    rows = goodput[goodput["flow"].isin(setup["flows"])]
+    queues = frames.get("queues", pd.DataFrame())
+    capacity = dcqcn.tcp_capacity(setup["bottleneck_bps"])
+    return dcqcn.measure_bulk(rows, queues, setup["direction"], capacity)
 
 
 def recompute(manifest_run: dict[str, Any], rows: pd.DataFrame) -> list[dict]:

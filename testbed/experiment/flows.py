@@ -63,7 +63,8 @@ def dcqcn_setup(flow: DcqcnTraffic, plan: NetworkPlan, dilation: float) -> dict[
     """What a DCQCN flow runs with, in the testbed's (dilated) units, and the bottleneck the
     fluid model needs: ``params``, ``line_rate_bps`` (the flow's ``line_rate`` / dilation,
     else twice the bottleneck's rate, so that one flow builds a queue: DCQCN reacts to none
-    otherwise), ``direction``, ``bottleneck_bps``, ``rtt_s``, ``buffer_bytes``, ``aqm``."""
+    otherwise), ``direction``, ``bottleneck_bps``, ``rtt_s``, ``buffer_bytes``, ``aqm``, the
+    datagram ``size``."""
     d = flow_bottleneck(flow, plan)
     rate = d.rate if d is not None else 100e6
     back = next((r for r in plan.wan if d is not None and r.src == d.dst and r.dst == d.src), None)
@@ -77,6 +78,7 @@ def dcqcn_setup(flow: DcqcnTraffic, plan: NetworkPlan, dilation: float) -> dict[
         "buffer_bytes": d.buffer if d is not None else None,
         "aqm": d.aqm.model_dump() if d is not None and d.aqm is not None else None,
         "dilation": dilation,
+        "size": flow.size,
     }
 
 

@@ -28,7 +28,7 @@ from testbed.core.results import DYNAMICS_TABLES, FORMAT_VERSION, TRACE_TABLES
 from testbed.experiment.execute import RunInterrupted, execute
 from testbed.experiment.ranks import require_torch
 from testbed.experiment.results import ResultsDir, RunResult, versions
-from testbed.experiment.run_metrics import bulk_summary, dcqcn_summary, fault_summary
+from testbed.experiment.run_metrics import metrics_of
 from testbed.experiment.workloads import KINDS, RunRows, kind_of
 
 FINAL = ("ok", "failed", "skipped")
@@ -114,7 +114,7 @@ class Experiment:
         )
         for s in summary:
             s["kind"] = kind.name if kind is not None else "traffic"
-        faults = fault_summary(spec, result) | dcqcn_summary(spec, result) | bulk_summary(result)
+        faults = metrics_of(spec, result)
         if faults and not summary:  # every operation failed: the fault metrics still count
             summary = [{**params, "kind": "traffic"}]
         for s in summary:
