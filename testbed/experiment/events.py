@@ -117,19 +117,23 @@ def _impairment_of(c: Change) -> tuple[float, ...]:
     return (c.delay, c.jitter, c.loss, c.reorder, c.ge_p, c.ge_r)
 
 
+# a fault's start action (testbed.core.events) -> how it is applied (``on``) and undone
+FAULT_MECHANISMS: dict[str, Callable[[Event, EventTarget, bool], str]] = {
+    "blackhole": lambda e, t, on: t.faults().blackhole(e.directions, on=on),
+    "reset": lambda e, t, on: t.faults().reset(_named(e.link, e), on=on),
+    "link_down": lambda e, t, on: t.faults().link(_named(e.link, e), up=not on),
+    "gateway_down": lambda e, t, on: t.faults().gateway(_named(e.cluster, e), up=not on),
+}
+
+
 def apply_event(event: Event, target: EventTarget) -> str:
     """Apply ``event``; the operation used (text for events.parquet). Raises on failure."""
     a = event.action
     if a == "set":
         return target.set(event.changes)
-    if a in ("blackhole", "unblackhole"):
-        return target.faults().blackhole(event.directions, on=a == "blackhole")
-    if a in ("reset", "unreset"):
-        return target.faults().reset(_named(event.link, event), on=a == "reset")
-    if a in ("link_down", "link_up"):
-        return target.faults().link(_named(event.link, event), up=a == "link_up")
-    if a in ("gateway_down", "gateway_up"):
-        return target.faults().gateway(_named(event.cluster, event), up=a == "gateway_up")
+    start = ENDS.get(a, a)
+    if start in FAULT_MECHANISMS:
+        return FAULT_MECHANISMS[start](event, target, a == start)
     raise ValueError(f"unknown event action {a!r}")
 
 

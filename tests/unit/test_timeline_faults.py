@@ -45,3 +45,11 @@ def test_timelines_speak_the_vocabulary() -> None:
         seen |= {e.action for e in timeline.events}
     assert seen <= set(ACTIONS)
     assert {"set", "blackhole", "unblackhole"} <= seen
+
+
+def test_every_fault_action_has_one_mechanism_in_the_event_runner() -> None:
+    """The runner applies and undoes each fault action of the vocabulary through its one entry."""
+    from testbed.core.events import FAULT_ACTIONS
+    from testbed.experiment.events import FAULT_MECHANISMS
+
+    assert set(FAULT_MECHANISMS) == {a.start for a in FAULT_ACTIONS}
