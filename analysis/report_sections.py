@@ -1,0 +1,455 @@
+"""The report's sections: which exist for a results set, their text, tables (analysis.display's
+where `testbed run` prints the same) and figures; one builder per section, and each workload
+kind's sections by kind (:data:`KIND_SECTIONS`). PURE: no files written here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from analysis import dcqcn_plots as DP
+from analysis import fault_plots as FP
+from analysis import faults as F
+from analysis import multipath as M
+from analysis import multipath_plots as MP
+from analysis import plots as P
+from analysis import routing as R
+from analysis import tables as T
+from analysis import training_plots as TP
+from analysis.display import (
+    collectives_display,
+    dcqcn_display,
+    dynamics_display,
+    selfcheck_display,
+    training_display,
+)
+from analysis.loader import Results
+from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
+
+
+@dataclass
+class Section:
+    """A report section: ``key`` (anchor), ``title``, intro text, tables and figures."""
+
+    key: str
+    title: str
+    text: str = ""
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    plots: list[P.Plot] = field(default_factory=list)
+
+
+def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
+    """The report's sections and the raw (SI-unit) tables to write as CSV."""
+    out: list[Section] = []
+    csv: dict[str, pd.DataFrame] = {}
+    warnings = T.warnings_table(res).reset_index(drop=True)
+    csv["runs"] = T.runs_table(res)
+    csv["warnings"] = warnings
+
+    out.append(Section("overview", "Overview", pairs=T.header(res)))
+    if warnings.empty:
+        out.append(Section("warnings", "Warnings", "None: every run finished ok."))
+    else:
+        counts = warnings["kind"].value_counts()
+        text = "; ".join(f"{n} {k}" for k, n in counts.items())
+        shown = warnings.drop(columns=["results"] if res.runs["results"].nunique() < 2 else [])
+        out.append(Section("warnings", "Warnings", text, tables=[("", shown)]))
+    runs = T.formatted(csv["runs"], drop=("reason",))
+    out.append(Section("runs", "Runs", f"{len(runs)} run(s).", tables=[("", runs)]))
+    links = T.links_table(res)
+    if not links.empty:
+        csv["links"] = links
+        bad = int((links["ok"] == False).sum())  # noqa: E712
+        low, leak, tol = SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
+        text = (
+            "Before its workload each run measures every WAN direction: RTT with UDP probes, "
+            f"capacity with paced UDP (below {low:.0%} or above {leak:.0%} of the rate is "
+            "flagged) and one bulk TCP flow's goodput against the ceiling (below "
+            f"{1 - tol:.0%} or above {leak:.0%} is flagged). "
+            + (f"{bad} direction(s) off." if bad else "All within tolerance.")
+        )
+        keys = ["results", "run_id"] if res.runs["results"].nunique() > 1 else ["run_id"]
+        shown = pd.concat([links[keys].reset_index(drop=True), selfcheck_display(links)], axis=1)
+        out.append(Section("links", "Link self-check", text, tables=[("", shown)]))
+
+    expectations = T.expectations_table(res)
+    if not expectations.empty:
+        csv["expectations"] = expectations
+        counts = expectations["status"].value_counts()
+        text = "The scenario's `expect` entries, checked by `testbed run`: " + ", ".join(
+            f"{n} {k}" for k, n in counts.items()
+        )
+        shown = T.formatted(expectations)
+        out.append(Section("expectations", "Expectations", text, tables=[("", shown)]))
+    # each workload kind's sections (its own, else a table of its summary rows)
+    for kind in ("collectives", "training", *res.kind_summaries):
+        out += KIND_SECTIONS.get(kind, _kind_sections(kind))(res, csv)
+    if res.has("events"):
+        out.append(_faults_section(res, csv))
+    if res.has("dcqcn"):
+        out.append(_dcqcn_section(res, csv))
+    if res.has("flowpaths") or not M.multipath_queues(res.queues).empty:
+        out.append(_multipath_section(res, csv))
+    if res.has("routing"):
+        out.append(_failover_section(res, csv))
+    speedup = T.speedup_table(res)
+    if not speedup.empty:
+        csv["speedup"] = speedup
+        shown = T.formatted(speedup.drop(columns=[p for p in res.params if p in speedup]))
+        sec = Section(
+            "speedup",
+            "Flat vs hierarchical",
+            "Speed-up = flat time p50 / hierarchical time p50 at the same sweep point and size "
+            "(> 1: the WAN-aware algorithm is faster).",
+            tables=[("", shown)],
+        )
+        sec.plots = [p for p in (P.plot_speedup(res, speedup),) if p]
+        out.append(sec)
+    if T.is_congestion_sweep(res):
+        cong = T.congestion_table(res)
+        if not cong.empty:
+            csv["congestion"] = cong
+            shown = T.formatted(cong.drop(columns=[*res.params, "label"], errors="ignore"))
+            shown = shown.loc[:, [c for c in shown.columns if (shown[c] != "-").any()]]
+            sec = Section(
+                "congestion",
+                "Congestion",
+                "Per run: goodput (busbw × 8), the WAN data sockets' srtt and cwnd "
+                "(tcp.parquet), the bottleneck's backlog, drops and CE marks "
+                "(queues.parquet), retransmitted and CE-marked shares of the payload "
+                "(flows.parquet), where traced. A red profile with these TCP senders is "
+                "DCQCN's switch profile with TCP senders, not DCQCN (docs/congestion.md).",
+                tables=[("", shown)],
+            )
+            sec.plots = [
+                p
+                for p in (
+                    P.plot_congestion(res, cong),
+                    P.plot_throughput_delay(res, cong),
+                    P.plot_queues(res),
+                    P.plot_tcp(res),
+                )
+                if p
+            ]
+            out.append(sec)
+    return out, csv
+
+
+def _collectives_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
+    out: list[Section] = []
+    table = T.collective_table(res)
+    if not table.empty:
+        csv["summary"] = table
+        sec = Section(
+            "collectives",
+            "Collectives",
+            "nccl-tests conventions: time = the slowest rank per iteration, p50/p95 over "
+            "iterations; algbw = size / time p50; busbw = algbw × bus factor; predicted = α-β "
+            "model (docs/model.md); CPU = the emulating host was saturated.",
+            tables=[("", _collectives_shown(res, table))],
+        )
+        sec.plots = [p for p in (P.plot_time_vs_size(res), P.plot_busbw_vs_rate(res)) if p]
+        out.append(sec)
+    terms = T.model_terms_table(res)
+    if not terms.empty:
+        csv["model_terms"] = terms
+        out.append(
+            Section(
+                "model-terms",
+                "Model terms",
+                "The prediction split into what each modelled effect adds (docs/model.md, "
+                '"Terms and their measured inputs"): the synchronous α-β steps, what gloo\'s '
+                "segmented ring adds (two 1 MiB segments in flight, a recv-ready notify before "
+                "every send), what a congestion window below the BDP adds (only with measured "
+                "windows; the runner records none).",
+                tables=[("", T.formatted(terms))],
+            )
+        )
+    return out
+
+
+def _per_run(
+    res: Results,
+    build: Callable[[dict[str, Any], list[dict[str, Any]], list[str]], pd.DataFrame],
+) -> pd.DataFrame:
+    """A per-run table of analysis.display from each results directory's manifest (its runs
+    and summary rows), with the directory's name when there are several."""
+    frames = []
+    for source, manifest in res.manifests.items():
+        params = [p for p in res.params if any(p in (r.get("params") or {}) for r in
+                  (manifest.get("runs") or {}).values())]  # fmt: skip
+        frame = build(manifest.get("runs") or {}, manifest.get("summary") or [], params)
+        if len(res.manifests) > 1 and not frame.empty:
+            frame.insert(0, "results", source)
+        frames.append(frame)
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _collectives_shown(res: Results, table: pd.DataFrame) -> pd.DataFrame:
+    """The collectives table as ``testbed run`` prints it, with the run's status (and which
+    results directory, when there are several)."""
+    rows = table[table["collective"].notna()].reset_index(drop=True)
+    shown = collectives_display(rows, [p for p in res.params if p in rows])
+    shown["status"] = rows["status"].fillna("").astype(str).to_numpy()
+    if res.runs["results"].nunique() > 1:
+        shown.insert(0, "results", rows["results"].to_numpy())
+    return shown
+
+
+def _training_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
+    return [_training_section(res, csv)] if not res.training_summary.empty else []
+
+
+def _kind_sections(kind: str) -> Callable[[Results, dict[str, pd.DataFrame]], list[Section]]:
+    def sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
+        rows = res.kind_summaries.get(kind)
+        return [] if rows is None or rows.empty else [_kind_section(res, kind, rows, csv)]
+
+    return sections
+
+
+# the report's sections of a workload kind, by kind (a kind without an entry gets a table of
+# its summary rows)
+KIND_SECTIONS: dict[str, Callable[[Results, dict[str, pd.DataFrame]], list[Section]]] = {
+    "collectives": _collectives_sections,
+    "training": _training_sections,
+}
+
+
+TRAINING_COLUMNS = [
+    "algorithm", "steps", "final_loss", "target_loss", "time_to_loss", "step_time_p50",
+    "step_time_p95", "wan_bytes_per_step", "comm_per_step", "predicted_comm_per_step",
+    "comm_measured_over_predicted", "compute_utilisation", "cpu_saturated", "status",
+]  # fmt: skip
+
+
+FLOW_COLUMNS = [
+    "run_id", "src_host", "sport", "dst_host", "dport", "link", "paths", "moves", "bytes",
+    "bytes_by_path", "tcp_bytes_by_path",
+]  # fmt: skip
+
+
+def _multipath_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    windows = M.operation_windows(res.collectives)
+    util = M.path_utilisation(res.queues, res.flowpaths, windows)
+    flows = M.flow_paths(res.flowpaths, res.tcp)
+    sec = Section(
+        "multipath",
+        "Multipath WAN paths",
+        "Path utilisation per run, window (the whole run and each collective × algorithm × "
+        "size) and link direction: bytes per path from the paths' shaper counters "
+        "(queues.parquet; where traced) and their shares; carrying = paths with at least "
+        f"{M.CARRYING:.0%} of the bytes; flows = flow directions with at least "
+        f"{M.DATA_FLOW:.0%} of the bytes in the window, and the distinct paths they were seen "
+        "on (flowpaths.parquet). Flows: each TCP flow direction across a multipath link, its "
+        "paths in time order (0>1: moved from path 0 to path 1), bytes per path estimated from "
+        "the header samples and, where tcp_info was traced, the sender's bytes_sent split at "
+        "the move times (docs/multipath.md).",
+    )
+    if not util.empty:
+        csv["path_utilisation"] = util
+        shown = util.drop(columns=["start", "end"]).assign(bytes=util["bytes"].map(_mb))
+        if res.runs["results"].nunique() < 2:
+            shown = shown.drop(columns=["results"])
+        sec.tables.append(("Path utilisation", T.formatted(shown)))
+    if not flows.empty:
+        csv["flow_paths"] = flows.assign(moved_at=flows["moved_at"].map(str))
+        cross = flows[flows["src_host"].notna() & flows["dst_host"].notna()]
+        cross = cross.assign(bytes=cross["bytes"].map(_mb))
+        sec.tables.append(
+            ("Flows and their paths", T.formatted(cross[[c for c in FLOW_COLUMNS if c in cross]]))
+        )
+    sec.plots = [p for p in (MP.plot_path_timeline(res),) if p]
+    return sec
+
+
+def _failover_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    sec = Section(
+        "failover",
+        "Routing and failover",
+        "Per fault on a path of a multipath link (docs/multipath.md): detected by = the first "
+        "BFD or BGP session down on the path (none: static routing notices nothing); detect = "
+        "fault start to that event; moved = fault start until every gateway that routed over "
+        "the path had a route without it; restored = fault end until they had it again; stall "
+        "= the affected operations' time beyond the no-fault median (the fault table's). "
+        "Routing events: the gateways' FIB changes (ip monitor), BFD and BGP session changes "
+        "and updates (FRR's logs), seconds from the run's first fault.",
+    )
+    table = R.failover_table(res.events, res.routing)
+    if not table.empty:
+        faults = F.analyse(res).faults
+        if not faults.empty:
+            table = table.merge(
+                faults[["results", "run_id", "fault", "stall_s", "survived"]],
+                on=["results", "run_id", "fault"],
+                how="left",
+            )
+        if res.params:
+            table = table.merge(
+                res.runs[["results", "run_id", *res.params]], on=["results", "run_id"]
+            )
+        csv["failover"] = table
+        shown = table.drop(
+            columns=["start", "end"] + (["results"] * (res.runs["results"].nunique() < 2))
+        )
+        sec.tables.append(("Failover", T.formatted(shown)))
+    events = res.routing.copy()
+    first = (
+        res.events[res.events["source"] == "fault"]
+        .groupby(["results", "run_id"])["applied_unix"]
+        .min()
+        if res.has("events") and "applied_unix" in res.events
+        else pd.Series(dtype=float)
+    )
+    t0 = [
+        first.get((r, i), float("nan"))
+        for r, i in zip(events["results"], events["run_id"], strict=True)
+    ]
+    events = events.assign(t_s=events["time"] - pd.Series(t0, index=events.index))
+    csv["routing_events"] = events
+    cols = [
+        c
+        for c in ("run_id", "t_s", "gateway", "source", "event", "link", "paths", "detail")
+        if c in events
+    ]
+    sec.tables.append(("Routing events", T.formatted(events[cols])))
+    return sec
+
+
+def _mb(v: float) -> str:
+    return f"{v / 1e6:.3g} MB"
+
+
+def _dcqcn_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    shown = DP.table(res)
+    sec = Section(
+        "dcqcn",
+        "DCQCN flows",
+        "Per run (docs/congestion.md, DCQCN): the real RP/NP over UDP through the marking "
+        "bottleneck, measured over the settled half (the second half of the span all flows "
+        "share) beside DCQCN's fluid model for the same parameters (`pred`); times and rates in "
+        "the testbed's dilated units (real = times / dilation, rates x dilation). LOSSY: a "
+        "datagram was lost (RoCE assumes a lossless fabric; no PFC exists here).",
+    )
+    per_run = _per_run(res, lambda _runs, summary, params: dcqcn_display(summary, params))
+    if not per_run.empty:  # as testbed run printed it
+        sec.tables.append(("Per run, beside the fluid model", per_run))
+    if not shown.empty:
+        csv["dcqcn"] = shown
+        sec.tables.append(("", T.formatted(shown)))
+    sec.plots = [p for p in (DP.plot_rates_and_queue(res), DP.plot_versus_rtt(res)) if p]
+    return sec
+
+
+def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    s = res.training_summary
+    shown = s[[c for c in ("results", *res.params, *TRAINING_COLUMNS) if c in s.columns]]
+    if res.runs["results"].nunique() < 2:
+        shown = shown.drop(columns=["results"], errors="ignore")
+    csv["training"] = shown
+    sec = Section(
+        "training",
+        "Training",
+        "Per run (docs/training.md): the step time is the slowest rank's; WAN bytes are the "
+        "links' own counters; comm = time blocked in communication per step against the α-β "
+        "model of the algorithm's schedule; time to loss = wall clock until the mean validation "
+        "loss reached the target (the scenario's, else the DDP run's final loss).",
+        tables=[("", _training_shown(res, s))],
+    )
+    sec.plots = [
+        p for p in (TP.plot_loss(res), TP.plot_time_to_loss(res), TP.plot_wan_bytes(res)) if p
+    ]
+    return sec
+
+
+def _training_shown(res: Results, summary: pd.DataFrame) -> pd.DataFrame:
+    """The training table as ``testbed run`` prints it, with the run's status (and which
+    results directory, when there are several)."""
+    rows = summary.reset_index(drop=True)
+    shown = training_display(rows, [p for p in res.params if p in rows])
+    if "status" in rows:
+        shown["status"] = rows["status"].fillna("").astype(str).to_numpy()
+    if res.runs["results"].nunique() > 1:
+        shown.insert(0, "results", rows["results"].to_numpy())
+    return shown
+
+
+def _kind_section(
+    res: Results, kind: str, rows: pd.DataFrame, csv: dict[str, pd.DataFrame]
+) -> Section:
+    """The summary rows of a workload kind without a section of its own, as its kind wrote them."""
+    shown = rows.drop(columns=["results"]) if res.runs["results"].nunique() < 2 else rows
+    csv[kind] = shown
+    return Section(
+        kind,
+        f"Workload: {kind}",
+        f"The summary rows of the `{kind}` workload kind, one per row its kind summarised.",
+        tables=[("", T.formatted(shown))],
+    )
+
+
+FAULT_SHOWN = [
+    "results", "run_id", "fault", "kind", "link", "at_s", "duration", "detect_s",
+    "affected_ops", "op_outcome", "baseline_s", "stall_s", "predicted_stall_s",
+    "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "flow_stall_s",
+    "flow_predicted_s", "tcp_retransmits",
+    "tcp_rto_max_ms", "tcp_backoff_max", "tcp_ca_states", "verdict",
+]  # fmt: skip
+
+
+def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
+    fr = F.analyse(res)
+    sec = Section(
+        "faults",
+        "WAN dynamics and faults",
+        'Per fault (docs/faults.md, "Results and report"): at = its start after the run\'s '
+        "first operation; detect = fault start to the first error; stall = the affected "
+        "operations' time beyond the median no-fault operation of the same run and arm; "
+        "predicted = Linux TCP's probes through the outage (silent: a tail loss probe at "
+        "2·srtt, then retransmissions at PTO + RTO0·(2^k−1); ICMP: ≈ D + RTO0; after a silent "
+        "outage's RTO, the rest of the operation in slow start); recover = fault end to the "
+        "end of the first successful operation ending after it; survived = that operation "
+        "came with no error in between; flow stall = how long the bulk traffic crossing the "
+        "fault stopped (goodput samples), against the RTO series from the fault's start; tcp = "
+        "the WAN data sockets' tcp_info from 1 s before "
+        "to 5 s after the fault (where traced). Trace replay: achieved vs target rate per second "
+        "(seconds darkened by a fault left out). Events: applied minus scheduled time, late = "
+        "more than 20 ms. Drops: per direction, the packets the faults dropped and reset (the "
+        "fault rules' counters) beside the bottleneck queue's own drops (where traced).",
+    )
+    per_run = _per_run(res, dynamics_display)
+    if not per_run.empty:  # as testbed run printed it
+        sec.tables.append(("Per run: the worst over its faults", per_run))
+    if not fr.faults.empty:
+        csv["faults"] = fr.faults.drop(columns=["intervals"], errors="ignore")
+        origin = F.clock_origins(fr.operations, res.events)
+        shown = fr.faults.assign(
+            at_s=[
+                s - origin.get((r, i), s)
+                for r, i, s in zip(
+                    fr.faults["results"], fr.faults["run_id"], fr.faults["start"], strict=True
+                )
+            ]
+        )
+        if res.params:
+            shown = shown.merge(
+                res.runs[["results", "run_id", *res.params]], on=["results", "run_id"]
+            )
+        cols = [c for c in FAULT_SHOWN if c in shown] + [p for p in res.params if p in shown]
+        sec.tables.append(("Faults", T.formatted(shown[cols])))
+    if not fr.drops.empty:
+        csv["fault_drops"] = fr.drops
+        sec.tables.append(("Drops by fault and by queue overflow", T.formatted(fr.drops)))
+    if not fr.traces.empty:
+        csv["trace_replay"] = fr.traces
+        sec.tables.append(("Trace replay", T.formatted(fr.traces)))
+    if not fr.lateness.empty:
+        csv["events_lateness"] = fr.lateness
+        sec.tables.append(("Event application", T.formatted(fr.lateness)))
+    sec.plots = [p for p in (FP.plot_timeline(res, fr),) if p]
+    return sec
