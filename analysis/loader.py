@@ -271,20 +271,15 @@ def _of_kind(summary: pd.DataFrame, kinds: pd.Series, kind: str) -> pd.DataFrame
     return rows.reset_index(drop=True)
 
 
-def _tcp(resolved: dict[str, Any]) -> dict[str, Any]:
-    """The run's congestion control(s) and ECN, every cluster's override included."""
-    out: dict[str, Any] = {}
-    tcp = resolved.get("tcp") or {}
-    ccs = [tcp.get("congestion")]
-    ecns = [tcp.get("ecn")]
-    for cluster in (resolved.get("clusters") or {}).values():
-        override = (cluster or {}).get("tcp") or {}
-        ccs.append(override.get("congestion") or tcp.get("congestion"))
-        ecns.append(override["ecn"] if override.get("ecn") is not None else tcp.get("ecn"))
-    ccs = [c for c in dict.fromkeys(ccs[1:] or ccs) if c]
-    out["congestion"] = "/".join(ccs) if ccs else None
-    out["ecn"] = any(bool(e) for e in ecns)
-    return out
+def _tcp(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's congestion control(s) (each cluster's, in cluster order) and whether any
+    cluster asks for ECN, from its manifest entry's ``tcp`` (per cluster, overrides applied)."""
+    clusters = list((run.get("tcp") or {}).values())
+    ccs = [c for c in dict.fromkeys(t.get("congestion") for t in clusters) if c]
+    return {
+        "congestion": "/".join(ccs) if ccs else None,
+        "ecn": any(bool(t.get("ecn")) for t in clusters),
+    }
 
 
 def _runs_frame(
@@ -319,7 +314,7 @@ def _runs_frame(
                 "world_size": run.get("world_size"),
                 "cpu_busy_mean": run.get("cpu_busy_mean"),
                 "cpu_saturated": bool(run.get("cpu_saturated", False)),
-                **_tcp(resolved),
+                **_tcp(run),
                 **reference(_rows_of(network, run_id), run.get("backend")),
                 "skipped_combinations": len(run.get("skipped_combinations") or []),
                 "trace_warnings": "; ".join(run.get("trace_warnings") or []),

@@ -36,6 +36,11 @@ def upgrade(
         )
     if version < 2:
         manifest = {**manifest, "summary": [_with_kind(s) for s in manifest.get("summary") or []]}
+        runs = manifest.get("runs") or {}
+        manifest["runs"] = {
+            run_id: run if run.get("tcp") else {**run, "tcp": tcp_from_resolved(run)}
+            for run_id, run in runs.items()
+        }
         if tables.get("network") is None or tables["network"].empty:
             rows = [
                 {"run_id": run_id, **row}
@@ -46,6 +51,18 @@ def upgrade(
             ]
             tables = {**tables, "network": pd.DataFrame(rows)}
     return {**manifest, "format_version": FORMAT_VERSION}, tables
+
+
+def tcp_from_resolved(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A version-1 run's TCP settings per cluster: the scenario's, each cluster's override
+    applied."""
+    resolved = run.get("resolved") or {}
+    tcp = resolved.get("tcp") or {}
+    out = {}
+    for name, cluster in (resolved.get("clusters") or {}).items():
+        override = {k: v for k, v in ((cluster or {}).get("tcp") or {}).items() if v is not None}
+        out[name] = {**tcp, **override}
+    return out or {"": tcp}
 
 
 def _with_kind(row: dict[str, Any]) -> dict[str, Any]:

@@ -132,6 +132,11 @@ class Experiment:
             "reason": result.reason,
             "skipped_combinations": result.skips,
             "resolved": spec.scenario.model_dump(mode="json"),
+            # every cluster's TCP settings, its override applied (what the analysis shows)
+            "tcp": {
+                c: spec.scenario.cluster_tcp(c).model_dump(mode="json")
+                for c in spec.scenario.clusters
+            },
             **info,
         }
         self.manifest["summary"] = self.summaries
