@@ -9,6 +9,7 @@ the prediction in it, can always be reproduced from the directory alone.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, cast
 
 import pandas as pd
@@ -180,7 +181,7 @@ def run_metrics(
     resolved: dict[str, Any],
     info: dict[str, Any],
     network: pd.DataFrame | list[dict],
-    tables: dict[str, pd.DataFrame | list[dict]],
+    tables: Mapping[str, pd.DataFrame | list[dict]],
 ) -> dict[str, Any]:
     """The metrics every summary row of a run carries beside its workload's: its faults'
     (analysis.faults; with ``ops``, its ranks' operations), failover (routing events), DCQCN
