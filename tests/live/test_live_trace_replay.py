@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from helpers import RUN_TAG
@@ -26,6 +27,28 @@ pytestmark = pytest.mark.live
 
 LEVELS = [80, 20, 60, 10, 40, 90]  # Mbit/s, 4 s each
 STEP_S = 4
+
+
+def edge_resolution(sec: pd.DataFrame, queues: pd.DataFrame, t0: float) -> pd.Series:
+    """Per second, how much more its achieved rate can read than crossed the link in it: the
+    byte counter is sampled (about every 10 ms) and interpolated at the second's edges, so the
+    sample interval that straddles an edge where the target steps spreads the other level's
+    bytes linearly over both sides: at most (that interval) x (the step up to the neighbour's
+    level) per 1 s, for each of the two edges."""
+    times = np.sort(queues[queues["direction"] == "east->west"]["time"].to_numpy(float))
+
+    def gap(edge: float) -> float:
+        i = int(np.searchsorted(times, edge))
+        return float(times[i] - times[i - 1]) if 0 < i < len(times) else 0.0
+
+    target = dict(zip(sec["second"], sec["target_bps"], strict=True))
+    slack = []
+    for k in sec["second"]:
+        here = target[k]
+        later = max(0.0, target.get(k + 1, here) - here) * gap(t0 + k + 1)
+        earlier = max(0.0, target.get(k - 1, here) - here) * gap(t0 + k)
+        slack.append(later + earlier)
+    return pd.Series(slack, index=sec.index)
 
 
 def replay(tmp_path: Path) -> Experiment:
@@ -65,11 +88,14 @@ def test_a_replayed_step_trace_is_followed_second_by_second(root, tmp_path) -> N
     bins = achieved_rates(trace_targets(events), queues)
     sec = per_second(bins).dropna()
     print(sec.assign(t=sec["target_bps"] / 1e6, a=sec["achieved_bps"] / 1e6)[["second", "t", "a"]])
+    slack = edge_resolution(sec, queues, float(bins["start"].min()))
+    print(slack / 1e6)
     assert len(sec) >= len(LEVELS) * STEP_S - 2
-    # HTB shapes at dequeue: no second carries more than its target (+2% for the token bucket's
-    # burst and the counter's 10 ms sampling at the edges)
-    over = sec[sec["achieved_bps"] > 1.02 * sec["target_bps"] + 0.2e6]
-    assert over.empty, over
+    # HTB shapes at dequeue: no second carries more than its target (+2% + 0.2 Mbit/s for the
+    # token bucket's burst), beyond the measurement's own resolution at the second's edges
+    # (edge_resolution: the counter sample straddling a step up, 10 ms of the next level)
+    over = sec[sec["achieved_bps"] > 1.02 * sec["target_bps"] + 0.2e6 + slack]
+    assert over.empty, over.assign(slack=slack)
     # the last two seconds of each level: the flow has caught up, the link delivers the rate;
     # one second can still dip (seen once in two runs: 0.85 of 90 Mbit/s, a loss of cubic's on
     # the busy machine), so the bound on every second is looser than on their median
