@@ -150,7 +150,9 @@ def _collectives_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Se
             "nccl-tests conventions: time = the slowest rank per iteration, p50/p95 over "
             "iterations; algbw = size / time p50; busbw = algbw × bus factor; predicted = α-β "
             "model (docs/model.md); CPU = the emulating host was saturated.",
-            tables=[("", _collectives_shown(res, table))],
+            tables=[
+                ("", _as_printed(res, table[table["collective"].notna()], collectives_display))
+            ],
         )
         sec.plots = [p for p in (P.plot_time_vs_size(res), P.plot_busbw_vs_rate(res)) if p]
         out.append(sec)
@@ -190,12 +192,17 @@ def _per_run(
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _collectives_shown(res: Results, table: pd.DataFrame) -> pd.DataFrame:
-    """The collectives table as ``testbed run`` prints it, with the run's status (and which
-    results directory, when there are several)."""
-    rows = table[table["collective"].notna()].reset_index(drop=True)
-    shown = collectives_display(rows, [p for p in res.params if p in rows])
-    shown["status"] = rows["status"].fillna("").astype(str).to_numpy()
+def _as_printed(
+    res: Results,
+    rows: pd.DataFrame,
+    display: Callable[[pd.DataFrame, list[str]], pd.DataFrame],
+) -> pd.DataFrame:
+    """Summary ``rows`` as ``testbed run`` prints them (analysis.display), with each run's
+    status (and which results directory, when there are several)."""
+    rows = rows.reset_index(drop=True)
+    shown = display(rows, [p for p in res.params if p in rows])
+    if "status" in rows:
+        shown["status"] = rows["status"].fillna("").astype(str).to_numpy()
     if res.runs["results"].nunique() > 1:
         shown.insert(0, "results", rows["results"].to_numpy())
     return shown
@@ -359,24 +366,12 @@ def _training_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         "links' own counters; comm = time blocked in communication per step against the α-β "
         "model of the algorithm's schedule; time to loss = wall clock until the mean validation "
         "loss reached the target (the scenario's, else the DDP run's final loss).",
-        tables=[("", _training_shown(res, s))],
+        tables=[("", _as_printed(res, s, training_display))],
     )
     sec.plots = [
         p for p in (TP.plot_loss(res), TP.plot_time_to_loss(res), TP.plot_wan_bytes(res)) if p
     ]
     return sec
-
-
-def _training_shown(res: Results, summary: pd.DataFrame) -> pd.DataFrame:
-    """The training table as ``testbed run`` prints it, with the run's status (and which
-    results directory, when there are several)."""
-    rows = summary.reset_index(drop=True)
-    shown = training_display(rows, [p for p in res.params if p in rows])
-    if "status" in rows:
-        shown["status"] = rows["status"].fillna("").astype(str).to_numpy()
-    if res.runs["results"].nunique() > 1:
-        shown.insert(0, "results", rows["results"].to_numpy())
-    return shown
 
 
 def _kind_section(
