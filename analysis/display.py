@@ -195,8 +195,6 @@ def dcqcn_display(summary: list[dict[str, Any]], params: list[str]) -> pd.DataFr
     model (dilated units)."""
     columns = [*params, "flows", "rate", "Jain", "util", "model", "queue mean", "model"]
     columns += ["cut every", "model", "cut by", "model", "converge", "model", "lost"]
-    size = lambda v: format_size(v)  # noqa: E731
-    rate = lambda v: format_rate(v)  # noqa: E731
     out = []
     for s in summary:
         if "dcqcn_flows" not in s:
@@ -206,16 +204,16 @@ def dcqcn_display(summary: list[dict[str, Any]], params: list[str]) -> pd.DataFr
             [
                 *(str(s.get(p, "")) for p in params),
                 f"{s['dcqcn_flows']:.0f}",
-                _value(s.get("dcqcn_rate_mean_bps"), rate),
+                _value(s.get("dcqcn_rate_mean_bps"), format_rate),
                 _value(s.get("dcqcn_jain"), lambda v: f"{v:.3f}"),
                 _value(s.get("dcqcn_utilisation"), lambda v: f"{v:.1%}"),
                 _value(s.get("dcqcn_pred_utilisation"), lambda v: f"{v:.1%}"),
-                _value(s.get("dcqcn_queue_mean_bytes"), size),
-                _value(s.get("dcqcn_pred_queue_mean_bytes"), size),
+                _value(s.get("dcqcn_queue_mean_bytes"), format_size),
+                _value(s.get("dcqcn_pred_queue_mean_bytes"), format_size),
                 _duration(s.get("dcqcn_cut_interval_s")),
                 _duration(s.get("dcqcn_pred_cut_interval_s")),
-                _value(s.get("dcqcn_cut_depth_bps"), rate),
-                _value(s.get("dcqcn_pred_cut_depth_bps"), rate),
+                _value(s.get("dcqcn_cut_depth_bps"), format_rate),
+                _value(s.get("dcqcn_pred_cut_depth_bps"), format_rate),
                 _duration(s.get("dcqcn_convergence_s")),
                 _duration(s.get("dcqcn_pred_convergence_s")),
                 f"{lost:.0f} LOSSY" if s.get("dcqcn_lossy") else "0",

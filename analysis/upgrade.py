@@ -8,12 +8,14 @@ scenario (every direction's configured settings; no buffer bytes, no floor taken
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
 
 from testbed.core.frames import MTU, goodput_factor
 from testbed.core.results import FORMAT_VERSION
+from testbed.core.units import format_buffer
 
 
 class FormatError(ValueError):
@@ -109,7 +111,7 @@ def network_from_resolved(resolved: dict[str, Any], mtu: int) -> list[dict[str, 
                         "reorder": mine.get("reorder"),
                         "buffer_bytes": None,
                         "bdp_bytes": None,
-                        "buffer": _buffer_label(buffer),
+                        "buffer": _buffer(buffer),
                         "aqm": _json(mine.get("aqm")),
                         "mtu": mtu,
                         "rtt_s": (mine.get("delay") or 0.0) + (other.get("delay") or 0.0),
@@ -126,13 +128,12 @@ def _settings(link: dict[str, Any], reverse: bool) -> dict[str, Any]:
     return out
 
 
-def _buffer_label(buffer: Any) -> str | None:
-    if isinstance(buffer, list | tuple) and len(buffer) == 2:
-        return f"{buffer[1]:g}bdp" if buffer[0] == "bdp" else f"{buffer[1]:.0f}B"
+def _buffer(spec: Any) -> str | None:
+    """A resolved buffer (``["bdp", 1.0]``, ``["bytes", 250000.0]``) as the scenario wrote it."""
+    if isinstance(spec, list | tuple) and len(spec) == 2:
+        return format_buffer(spec[0], spec[1])
     return None
 
 
 def _json(value: Any) -> str | None:
-    import json
-
     return json.dumps(value) if value else None

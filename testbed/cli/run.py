@@ -292,12 +292,18 @@ def print_summary(exp) -> None:
 
 
 def print_frame(title: str, frame: Any) -> None:
-    """A table of analysis.display (text cells) in the terminal, right-aligned."""
+    """A table of analysis.display (text cells) in the terminal, right-aligned; a ``status``
+    column in green where it says ok, else red."""
     t = Table(title=title)
     for col in frame.columns:
         t.add_column(str(col), justify="right")
+    status = list(frame.columns).index("status") if "status" in frame.columns else None
     for row in frame.itertuples(index=False):
-        t.add_row(*(escape(str(v)) for v in row))
+        cells = [escape(str(v)) for v in row]
+        if status is not None:
+            colour = "green" if row[status] == "ok" else "red"
+            cells[status] = f"[{colour}]{cells[status]}[/]"
+        t.add_row(*cells)
     out.print(t)
 
 
@@ -305,12 +311,4 @@ def print_checks(links: list[dict]) -> None:
     """The link self-check (links.parquet rows) as analysis.display shows it in the report."""
     from analysis.display import selfcheck_display
 
-    shown = selfcheck_display(links)
-    t = Table(title="link self-check")
-    for col in shown.columns:
-        t.add_column(col, justify="right")
-    for row in shown.itertuples(index=False):
-        *cells, status = (str(v) for v in row)
-        colour = "green" if status == "ok" else "red"
-        t.add_row(*(escape(c) for c in cells), f"[{colour}]{escape(status)}[/]")
-    out.print(t)
+    print_frame("link self-check", selfcheck_display(links))

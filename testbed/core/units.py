@@ -129,6 +129,11 @@ def parse_buffer(value: object) -> tuple[str, float]:
         ) from None
 
 
+def format_buffer(kind: str, value: float) -> str:
+    """A queue size as :func:`parse_buffer` reads it back: ``1bdp``, ``250000B``."""
+    return f"{value:g}bdp" if kind == "bdp" else f"{value:.0f}B"
+
+
 def format_rate(bps: float, spec: str = ".4g") -> str:
     """``bps`` with the largest decimal unit that keeps it >= 1 (``spec`` formats the number)."""
     for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):

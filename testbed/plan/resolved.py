@@ -10,6 +10,7 @@ from typing import Any
 
 from testbed.config.scenario import Scenario
 from testbed.core.direction import Direction
+from testbed.core.units import format_buffer
 from testbed.plan.model import NetworkPlan
 
 
@@ -50,5 +51,5 @@ def _buffer_spec(scenario: Scenario, name: Direction) -> str | None:
     for link in scenario.wan_paths:
         if set(link.between) == {name.src, name.dst} and link.path == name.path:
             kind, value = link.direction(reverse=link.between[0] != name.src)["buffer"]
-            return f"{value:g}bdp" if kind == "bdp" else f"{value:.0f}B"
+            return format_buffer(kind, value)
     return None

@@ -18,7 +18,6 @@ from testbed.config.workloads import register_workload
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analysis.model import Topology
     from testbed.config.fields import WorkloadModel
 
 
@@ -33,10 +32,6 @@ class RunRows:
     params: dict[str, Any]
     workload: Any
     traces: dict[str, list[dict]] = field(default_factory=dict)
-
-    @property
-    def topology(self) -> Topology | None:
-        return self.info.get("topology")
 
 
 class WorkloadKind:
