@@ -2,7 +2,7 @@
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit lint clean bench
+.PHONY: setup demo test test-unit test-stress lint clean bench
 
 setup:
 	scripts/setup.sh
@@ -16,6 +16,14 @@ test: setup
 # The fast tier: pure tests, no root, no namespaces (seconds).
 test-unit: setup
 	.venv/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)
+
+# The flake hunt: the `timing`-marked tests RUNS times beside stress-ng --cpu 1, one table of
+# each test's passes, failures and host-saturated xfails (scripts/test_stress.py); STRESS_ARGS
+# narrows the selection (pytest arguments, e.g. a file).
+RUNS ?= 3
+STRESS_ARGS ?=
+test-stress: setup
+	$(SUDO) .venv/bin/python scripts/test_stress.py --runs $(RUNS) -- $(STRESS_ARGS)
 
 # Style, the import layers (pyproject.toml's contracts), then types (pyright, basic mode).
 lint: setup

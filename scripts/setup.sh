@@ -16,9 +16,10 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # `engine: mininet` and `testbed.mininet` (docs/mininet.md). fping and irtt: flent's and irtt's
 # checks of the emulated links (tests/acceptance; flent itself comes from PyPI). frr (zebra,
 # bgpd, bfdd): `routing: {mode: bgp}` runs its own instances in the gateway namespaces
-# (docs/multipath.md); its package's system service is not started by this script.
+# (docs/multipath.md); its package's system service is not started by this script. stress-ng:
+# `make test-stress`'s background load beside the timing tests (scripts/test_stress.py).
 PACKAGES=(iproute2 iptables tcpdump qemu-system-x86 kmod zstd python3 python3-venv
-          iputils-ping iperf3 mininet net-tools bridge-utils fping irtt frr)
+          iputils-ping iperf3 mininet net-tools bridge-utils fping irtt frr stress-ng)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

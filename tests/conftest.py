@@ -5,7 +5,9 @@ no root, seconds: ``make test-unit``), ``tests/live`` (root and real namespaces;
 reason elsewhere), ``tests/guest`` (boots a QEMU guest), ``tests/acceptance`` (root: bounds
 other projects wrote - Mininet's link tests - on both engines). Every testbed a test makes is named
 ``t<pid>-<hex>`` and destroyed in a finalizer, and the session ends by checking that none of this
-run's testbeds is left (so a missing cleanup fails loudly).
+run's testbeds is left (so a missing cleanup fails loudly). Tests that assert on a time or a
+rate carry ``@pytest.mark.timing``: the plugin in ``tests/timing.py`` tells a saturated host from a
+failing product for them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from helpers import RUN_TAG, unique_name
 from testbed.config.loading import parse_scenario
 from testbed.live.network import Network
 from testbed.net import registry
+
+pytest_plugins = ["timing"]  # the `timing` marker's rerun on a saturated host
 
 TIERS = ("unit", "live", "guest", "acceptance")
 HERE = Path(__file__).resolve().parent

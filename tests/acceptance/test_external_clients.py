@@ -65,6 +65,7 @@ def rtt_ok(measured_ms: float, configured_ms: float) -> bool:
     return rtt_within_tolerance(measured_ms / 1e3, configured_ms / 1e3)
 
 
+@pytest.mark.timing
 def test_flent_ping_icmp_and_udp_see_the_configured_rtt(tb, tmp_path):
     with irtt_server(tb, "west-h0"):
         data = flent(tb, "east-h0", "west-h0", "ping", tmp_path)
@@ -73,6 +74,7 @@ def test_flent_ping_icmp_and_udp_see_the_configured_rtt(tb, tmp_path):
     assert rtt_ok(icmp, 40.0) and rtt_ok(udp, 40.0), (icmp, udp)
 
 
+@pytest.mark.timing
 def test_irtt_one_way_delay_per_direction(tb, tmp_path):
     """All namespaces share one kernel clock: irtt's one-way delays need no clock sync."""
     got = irtt(tb, "east-h0", "west-h0", tmp_path / "irtt.json")
@@ -81,12 +83,14 @@ def test_irtt_one_way_delay_per_direction(tb, tmp_path):
     assert rtt_ok(got["rtt"], 40.0), got
 
 
+@pytest.mark.timing
 def test_iperf3_goodput_reaches_the_ceiling(tb):
     rate = iperf3_goodput(tb, "east-h0", "west-h0", 6, omit=2)
     print({"goodput": rate})
     assert rate >= (1 - TOLERANCE) * 100e6 * GOODPUT_FACTOR, rate
 
 
+@pytest.mark.timing
 def test_flent_udp_flood_shows_the_buffer_as_delay(tb, tmp_path):
     """An unresponsive UDP flood at flent's default 100 Mbit/s of payload into a 100 Mbit/s link
     (more than it carries with the headers): the buffer fills, and ping under load rises by
@@ -101,6 +105,7 @@ def test_flent_udp_flood_shows_the_buffer_as_delay(tb, tmp_path):
 
 
 @pytest.mark.parametrize("test", ["tcp_1up", "tcp_nup", "rrul_be"])
+@pytest.mark.timing
 def test_flent_tcp_tests(tb, tmp_path, test):
     if shutil.which("netperf") is None or shutil.which("netserver") is None:
         pytest.skip(NETPERF_HOWTO)

@@ -110,6 +110,7 @@ def within(measured: float, expected: float, tolerance: float) -> bool:
 
 
 # -- mininet/test/test_hifi.py ----------------------------------------------------------------
+@pytest.mark.timing
 def test_link_bandwidth(engine, backend, testbeds):
     """testLinkBandwidth: bw 5 Mbit/s, iperf server rate within 80% tolerance: 4..6 Mbit/s."""
     tb = testbeds(engine, backend, wan(rate="5mbit"))
@@ -117,6 +118,7 @@ def test_link_bandwidth(engine, backend, testbeds):
     assert within(rate / 1e6, 5, 0.8), rate
 
 
+@pytest.mark.timing
 def test_link_delay(engine, backend, testbeds):
     """testLinkDelay: 15 ms per link end (RTT 60 ms), 3 reps: nothing lost, min, avg and max
     RTT each within 80% tolerance of 60 ms (48..72 ms)."""
@@ -136,6 +138,7 @@ def test_link_loss(engine, backend, testbeds):
 
 
 # -- mininet/test/test_walkthrough.py -----------------------------------------------------------
+@pytest.mark.timing
 def test_link_change(engine, backend, testbeds):
     """testLinkChange (`mn --link tc,bw=10,delay=10ms`): TCP 9.0 < bw < 10.1 Mbit/s and ping
     avg RTT 40..50 ms (2 links x 2 ends x 10 ms); the lower bound is what the emulators add
@@ -149,6 +152,7 @@ def test_link_change(engine, backend, testbeds):
 
 
 # -- examples/test/test_intfoptions.py (tolerance 25%, "for cloud CI tests") -----------------------
+@pytest.mark.timing
 def test_runtime_reconfiguration_of_one_direction(engine, backend, testbeds):
     """config(bw=10) -> TCP within 7.5..12.5 Mbit/s; config(loss=50) -> UDP 10M delivered
     37.5..62.5%; config(delay='15ms') on one interface -> RTT avg 11.25..18.75 ms. Here: the
@@ -181,6 +185,7 @@ def test_runtime_reconfiguration_of_one_direction(engine, backend, testbeds):
 # -- examples/test/test_linearbandwidth.py ------------------------------------------------------
 # measured 53-54 s in full-suite runs on 2 cores: 4x and more for a busy host
 @pytest.mark.timeout(240)
+@pytest.mark.timing
 def test_bandwidth_decreases_with_hop_count(engine, backend, testbeds):
     """linearbandwidth: bw 100 Mbit/s, delay 30 ms per link, reno, 5 s iperf across 1 to 4
     switches (2 to 5 links: 30 ms one way each): the bandwidth strictly decreases as the hop

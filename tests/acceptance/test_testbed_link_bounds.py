@@ -76,12 +76,14 @@ def ping(net, count: int) -> dict:
     return {"sent": sent, "received": got, **rtt}
 
 
+@pytest.mark.timing
 def test_link_bandwidth(single_switch):
     """testLinkBandwidth: bw 5 Mbit/s, iperf rate within 80% tolerance: 4..6 Mbit/s."""
     rate = iperf_mbit(single_switch(bw=5))
     assert within(rate, 5, 0.8), rate
 
 
+@pytest.mark.timing
 def test_link_delay(single_switch):
     """testLinkDelay: delay 15 ms on each link, one ping within 80% tolerance of 4 x 15 ms."""
     p = ping(single_switch(delay="15ms"), 1)
@@ -95,6 +97,7 @@ def test_link_loss(single_switch):
     assert p["received"] < p["sent"], p
 
 
+@pytest.mark.timing
 def test_link_change(single_switch):
     """testLinkChange (`mn --link tc,bw=10,delay=10ms`): TCP 9.0 < bw < 10.1 Mbit/s and ping
     RTT avg within 40..50 ms."""

@@ -48,6 +48,7 @@ def skip_without_frr():
         pytest.skip(why)
 
 
+@pytest.mark.timing
 def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(make_testbed, skip_without_frr):
     tb = make_testbed(bgp_paths())
     rec = tb.record
@@ -69,6 +70,7 @@ def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(make_testbed, sk
     assert not list(Path("/var/run/frr").glob(f"{rec.prefix}*"))
 
 
+@pytest.mark.timing
 def test_bfd_leaves_a_blackholed_path_and_bgp_takes_it_back(make_testbed, skip_without_frr):
     tb = make_testbed(bgp_paths())
     ops = FaultOps(tb.plan)
@@ -116,6 +118,7 @@ def test_a_killed_owner_leaves_what_testbed_clean_removes(root, skip_without_frr
 
 # measured 30-31 s in full-suite runs on 2 cores: 4x and more for a busy host
 @pytest.mark.timeout(180)
+@pytest.mark.timing
 def test_a_run_records_routing_events_and_the_failover(tmp_path, skip_without_frr):
     """Through the real runner: a 2 s blackhole of path 1 under an all-reduce, BGP + BFD."""
     from analysis import load

@@ -21,6 +21,7 @@ from traffic.dcqcn.rp import RpEvent
 pytestmark = pytest.mark.live
 
 
+@pytest.mark.timing
 def test_a_dcqcn_flow_is_cut_by_cnps_and_replays_exactly(make_testbed, tmp_path):
     data = scenario(
         wan=[

@@ -18,6 +18,7 @@ from testbed.experiment.sweep import Experiment
 pytestmark = pytest.mark.live
 
 
+@pytest.mark.timing
 def test_a_dcqcn_workload_runs_records_and_reports(root, tmp_path) -> None:
     data = {
         "name": f"{RUN_TAG}-dcqcn"[:32],
@@ -59,6 +60,7 @@ def test_a_dcqcn_workload_runs_records_and_reports(root, tmp_path) -> None:
     assert any(p.name == "dcqcn_rates.png" for p in report.pngs)
 
 
+@pytest.mark.timing
 def test_a_dcqcn_tenant_beside_an_all_reduce_is_recorded_when_the_workload_stops_it(
     root, tmp_path
 ) -> None:

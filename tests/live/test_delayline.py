@@ -409,6 +409,7 @@ def test_bad_config_exits_2(tmp_path: Path) -> None:
 @live
 @pytest.mark.live
 @pytest.mark.parametrize(("d_ab", "d_ba"), [(0.010, 0.010), (0.050, 0.050), (0.010, 0.030)])
+@pytest.mark.timing
 def test_rtt(topo: Topo, tmp_path: Path, d_ab: float, d_ba: float) -> None:
     with delay_line(topo, tmp_path, qcfg(Q_AB, "a->b", d_ab), qcfg(Q_BA, "b->a", d_ba)) as line:
         rtts, sent = ping_rtts(topo, 100, 0.01)
@@ -441,6 +442,7 @@ def test_loss_one_percent(topo: Topo, tmp_path: Path) -> None:
 
 @live
 @pytest.mark.live
+@pytest.mark.timing
 def test_jitter_keeps_order_and_matches_model(topo: Topo, tmp_path: Path) -> None:
     delay, jitter, n, gap = 0.020, 0.005, 500, 0.004
     with delay_line(
@@ -462,6 +464,7 @@ def test_jitter_keeps_order_and_matches_model(topo: Topo, tmp_path: Path) -> Non
 
 @live
 @pytest.mark.live
+@pytest.mark.timing
 def test_jitter_sparse_packets_std_is_jitter(topo: Topo, tmp_path: Path) -> None:
     """Packets far apart (>> jitter): order preservation never binds, so std ~ jitter."""
     delay, jitter, n, gap = 0.020, 0.003, 120, 0.025
@@ -477,6 +480,7 @@ def test_jitter_sparse_packets_std_is_jitter(topo: Topo, tmp_path: Path) -> None
 
 @live
 @pytest.mark.live
+@pytest.mark.timing
 def test_reorder(topo: Topo, tmp_path: Path) -> None:
     n = 400
     with delay_line(
@@ -493,6 +497,7 @@ def test_reorder(topo: Topo, tmp_path: Path) -> None:
 
 @live
 @pytest.mark.live
+@pytest.mark.timing
 def test_bulk_tcp_htb_100mbit(topo: Topo, tmp_path: Path) -> None:
     if shutil.which("iperf3") is None:
         pytest.skip("iperf3 missing")
@@ -571,6 +576,7 @@ def test_bulk_tcp_htb_100mbit(topo: Topo, tmp_path: Path) -> None:
 
 @live
 @pytest.mark.live
+@pytest.mark.timing
 def test_sigkill_stops_traffic(topo: Topo, tmp_path: Path) -> None:
     with delay_line(
         topo, tmp_path, qcfg(Q_AB, "a->b", 0.005), qcfg(Q_BA, "b->a", 0.005), check_clean=False
@@ -589,6 +595,7 @@ def test_sigkill_stops_traffic(topo: Topo, tmp_path: Path) -> None:
 
 @live
 @pytest.mark.live
+@pytest.mark.timing
 def test_stats_file_after_normal_run(topo: Topo, tmp_path: Path) -> None:
     with delay_line(topo, tmp_path, qcfg(Q_AB, "a->b", 0.005), qcfg(Q_BA, "b->a", 0.007)) as line:
         ping_rtts(topo, 50, 0.01)
@@ -754,6 +761,7 @@ def reload(line: Line, queues: list[dict[str, Any]], timeout: float = 5.0) -> di
 
 @live
 @pytest.mark.live
+@pytest.mark.timing
 def test_sighup_changes_delay_without_dropping_held_packets(topo: Topo, tmp_path: Path) -> None:
     """A stream a->b crosses a reload from 10 ms to 30 ms (and loss 0 -> 0): every datagram
     arrives, in order; those sent before the reload took 10 ms, those well after 30 ms. A

@@ -65,6 +65,7 @@ def jsonl(run_dir: Path, rank: int) -> list[dict]:
     return [json.loads(line) for line in (run_dir / f"rank-{rank}.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.timing
 def test_iterations_are_announced_and_a_set_moves_the_collective(root, tmp_path, monkeypatch):
     data = workload_scenario("ev-set", "10ms", iterations=6)
     with_timeline(
@@ -109,6 +110,7 @@ def test_iterations_are_announced_and_a_set_moves_the_collective(root, tmp_path,
     assert exp.manifest["runs"]["p000-r0"]["events"]["applied"] == 2
 
 
+@pytest.mark.timing
 def test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text(root, tmp_path):
     timeout = 3.0
     data = workload_scenario("ev-pg", "2ms", iterations=200, timeout=f"{timeout:g}s")
@@ -139,6 +141,7 @@ def test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text(root,
     assert (df[df["op"] < 2]["outcome"] == "ok").all() and len(df[df["op"] < 2]) == 8
 
 
+@pytest.mark.timing
 def test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout(root, tmp_path):
     """tcp.user_timeout (TCP_USER_TIMEOUT on the ranks' sockets): a rank with data unacknowledged
     through a blackhole gets ETIMEDOUT from its kernel after that long, long before gloo's
@@ -174,6 +177,7 @@ def test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout(r
     assert exp.manifest["runs"]["p000-r0"]["traffic_cut"] == [0]
 
 
+@pytest.mark.timing
 def test_training_steps_are_announced_and_a_failed_step_is_recorded(root, tmp_path, monkeypatch):
     monkeypatch.setenv("TESTBED_INJECT_FAULT", "train:rank:1:step:4")
     data = {
@@ -207,6 +211,7 @@ def test_training_steps_are_announced_and_a_failed_step_is_recorded(root, tmp_pa
     assert "injected failure at step 4" in steps[(1, 4)]["error"]
 
 
+@pytest.mark.timing
 def test_bulk_traffic_alone_records_its_goodput(root, tmp_path):
     data = scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}])
     data["name"] = f"{RUN_TAG}-ev-bulk"[:32]

@@ -209,6 +209,7 @@ def backlog(ns: str, dev: str) -> int:
 # --------------------------------------------------------------------------------- blackhole
 
 
+@pytest.mark.timing
 def test_a_2s_blackhole_stalls_tcp_for_the_rto_series_then_it_resumes(flows):
     """A silent drop of both directions: TCP backs off (RTO doubling) and the flow resumes at
     the first retransmission after the blackhole, not when it ends."""
@@ -277,6 +278,7 @@ def test_a_2s_blackhole_stalls_tcp_for_the_rto_series_then_it_resumes(flows):
 # ------------------------------------------------------------------------------------ reset
 
 
+@pytest.mark.timing
 def test_reset_gives_an_established_sender_econnreset_within_1s(line3, flows):
     ops = FaultOps(line3.plan)
     flow = Flow(line3, "east-h0", "mid-h0")
@@ -309,6 +311,7 @@ def test_reset_gives_an_established_sender_econnreset_within_1s(line3, flows):
 # -------------------------------------------------------------------------------- link down
 
 
+@pytest.mark.timing
 def test_link_down_is_survived_and_its_routes_come_back(line3, flows):
     ops = FaultOps(line3.plan)
     assert gateway_routes(line3) == planned_routes(line3)
@@ -413,6 +416,7 @@ def test_what_is_sent_while_a_gateway_or_link_is_down_is_lost_not_held(line3, do
 # ------------------------------------------------------------------------- rate and delay
 
 
+@pytest.mark.timing
 def test_set_rate_goodput_follows_100_30_100_mbit(line3, flows):
     backend = line3.backend
     d = next(d for d in line3.plan.wan if d.name == "east->mid")
@@ -475,6 +479,7 @@ def test_set_rate_by_rtnetlink_leaves_what_tc_class_change_leaves(line3, rate):
     print(ours)
 
 
+@pytest.mark.timing
 def test_a_delay_step_is_followed_by_the_rtt(line3):
     backend = line3.backend
     d = next(d for d in line3.plan.wan if d.name == "east->mid")
@@ -495,6 +500,7 @@ def test_a_delay_step_is_followed_by_the_rtt(line3):
     assert r1 == pytest.approx(0.040, abs=1e-3)
 
 
+@pytest.mark.timing
 def test_the_delay_line_bunches_at_a_delay_decrease_and_gaps_at_an_increase(line3):
     """Packets every ~1 ms; the delay goes 30 -> 10 ms (the packets that arrive while the old
     ones drain leave together after the last of them: a burst, in order) and back to 30 ms (a
@@ -601,6 +607,7 @@ def test_burst_loss_on_the_delay_line_matches_gilbert_elliott(line3):
         assert burst_drops == sum(lost)
 
 
+@pytest.mark.timing
 def test_a_zero_rate_trace_bin_holds_the_queue_and_loses_nothing(make_testbed) -> None:
     """A trace's zero-rate bin holds (Mahimahi): what is sent during it waits in the bottleneck
     queue and leaves at the release, none lost, in order; a blackhole would drop it."""

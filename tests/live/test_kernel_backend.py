@@ -40,6 +40,7 @@ def test_auto_picks_the_kernel_backend(make_testbed):
     assert "netem" in tb.backend.reason
 
 
+@pytest.mark.timing
 def test_netem_delay_within_1ms_of_configured_rtt(make_testbed):
     if os.environ.get("TESTBED_VM_ACCEL") == "tcg":
         # Measured in a TCG guest: 43.1 ms for 40 ms configured, of which 1.9 ms is the guest's
@@ -51,6 +52,7 @@ def test_netem_delay_within_1ms_of_configured_rtt(make_testbed):
     assert statistics.median(r["rtts"]) == pytest.approx(0.040, abs=1e-3)
 
 
+@pytest.mark.timing
 def test_rtt_compensation_sets_netem_to_configured_minus_floor(make_testbed):
     tb = make_testbed(wan(delay="20ms", jitter="1ms", reverse={"jitter": "0ms"}))
     comps = {c.direction: c for c in tb.compensation}
@@ -77,6 +79,7 @@ def test_rtt_compensation_sets_netem_to_configured_minus_floor(make_testbed):
     assert abs(error) <= 0.2e-3  # one way; same tolerance as the userspace test's RTT
 
 
+@pytest.mark.timing
 def test_netem_loss_and_jitter(make_testbed):
     tb = make_testbed(
         wan(delay="20ms", loss="5%", jitter="4ms", reverse={"loss": "0%", "jitter": "0ms"})
@@ -89,6 +92,7 @@ def test_netem_loss_and_jitter(make_testbed):
     assert std > 0.002, std  # jitter is applied (netem may reorder; the line would not)
 
 
+@pytest.mark.timing
 def test_long_fat_link_reaches_85_percent_with_netem_limit_sizing(make_testbed):
     # 100 ms RTT at 100 Mbit/s: 1.25 MB in flight, beyond netem's default 1000-packet limit
     # of full-size frames only with the plan's sizing.
@@ -273,6 +277,7 @@ def test_a_delay_step_grows_netems_packet_limit(make_testbed):
     target.set([old])  # back to 10 ms (the limit stays)
 
 
+@pytest.mark.timing
 def test_a_zero_rate_trace_bin_closes_a_plug_leaf_and_loses_nothing(make_testbed):
     """The kernel side of a trace's zero-rate bin: the HTB leaf of a traced direction is a plug,
     closed for the bin (HTB cannot shape to 0) and opened at the next rate; what was sent

@@ -55,6 +55,7 @@ def run_flow(make_testbed, aqm: dict, ecn: bool) -> dict:
     }
 
 
+@pytest.mark.timing
 def test_red_with_ecn_marks_instead_of_dropping_and_keeps_the_queue_short(make_testbed) -> None:
     tail = run_flow(make_testbed, {"kind": "droptail"}, ecn=True)
     red = run_flow(make_testbed, RED, ecn=True)

@@ -36,6 +36,7 @@ def _bbr_gain(ss_out: str) -> str | None:
     return best[1] if best else None
 
 
+@pytest.mark.timing
 def test_bbr_leaves_startup_with_the_auto_send_buffer(make_testbed):
     tb = make_testbed(
         scenario(

@@ -90,6 +90,7 @@ def test_wrong_result_fails_the_run_with_the_rank(root, tmp_path, monkeypatch):
     assert "WRONG all_reduce/flat" in run["reason"]
 
 
+@pytest.mark.timing
 def test_killed_rank_fails_its_run_and_the_sweep_goes_on(root, tmp_path):
     data = workload_scenario("kill", sizes=["1MiB"], iterations=400, timeout="30s")
     data["sweep"] = {"workload.iterations": [400, 2]}

@@ -30,6 +30,7 @@ def wan(**link) -> dict:
 
 
 @pytest.mark.parametrize("delay_ms", [10, 50])
+@pytest.mark.timing
 def test_rtt_median_within_1ms_of_configured(make_testbed, delay_ms):
     tb = make_testbed(wan(delay=f"{delay_ms}ms"))
     r = probe_rtt(tb, "east-h0", "west-h0", count=100, interval=0.01)
@@ -38,6 +39,7 @@ def test_rtt_median_within_1ms_of_configured(make_testbed, delay_ms):
     assert median == pytest.approx(2 * delay_ms / 1e3, abs=1e-3), r["rtts"][:10]
 
 
+@pytest.mark.timing
 def test_rtt_compensation_is_applied_and_recorded(make_testbed):
     """After `up` each direction's emulator runs configured - floor (checked exactly), the floor
     is recorded, and the data path carries the compensation once: the idle RTT median rises by
@@ -100,6 +102,7 @@ def test_delay_below_the_floor_is_refused(make_testbed):
     assert "east->west" in msg and "0.010 ms" in msg and "floor" in msg
 
 
+@pytest.mark.timing
 def test_asymmetric_delays_are_honoured_per_direction(make_testbed):
     tb = make_testbed(wan(delay="10ms", reverse={"delay": "30ms"}))
     r = probe_rtt(tb, "east-h0", "west-h0", count=60, interval=0.01)
@@ -109,6 +112,7 @@ def test_asymmetric_delays_are_honoured_per_direction(make_testbed):
     assert statistics.median(back["forward"]) == pytest.approx(0.030, abs=1e-3)
 
 
+@pytest.mark.timing
 def test_bulk_goodput_at_100mbit_25ms_is_at_least_85_percent(make_testbed):
     tb = make_testbed(
         scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "25ms"}])
@@ -133,6 +137,7 @@ def test_one_percent_loss_is_per_wire_packet(make_testbed):
     assert 0.005 <= stats["dropped_loss"] / stats["packets"] <= 0.015, stats
 
 
+@pytest.mark.timing
 def test_jitter_std_matches_the_model_and_keeps_order(make_testbed):
     tb = make_testbed(wan(delay="20ms", jitter="5ms", reverse={"jitter": "0ms"}))
     # 50 ms apart, far more than the jitter: order preservation never binds, so the one-way
@@ -226,6 +231,7 @@ def _process_ns(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/ns/net")
 
 
+@pytest.mark.timing
 def test_three_wires_get_one_line_each_from_one_launcher_and_down_stops_all(make_testbed):
     data = scenario(
         clusters={c: {"hosts": 1} for c in ("east", "west", "north")},

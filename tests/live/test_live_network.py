@@ -58,6 +58,7 @@ def test_transit_path_goes_through_the_middle_cluster(make_testbed):
     assert "ttl=59" in r.stdout, r.stdout
 
 
+@pytest.mark.timing
 def test_wan_goodput_per_direction_matches_asymmetric_htb_ceiling(make_testbed):
     tb = make_testbed(
         scenario(

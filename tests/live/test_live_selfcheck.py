@@ -23,6 +23,7 @@ def link(rate: str, delay: str) -> dict:
 
 
 @pytest.mark.parametrize(("rate", "delay"), [("100mbit", "20ms"), ("200mbit", "90ms")])
+@pytest.mark.timing
 def test_a_correct_link_reads_97_to_101_percent_both_ways(make_testbed, rate, delay):
     tb = make_testbed(link(rate, delay))
     for d in tb.plan.wan:
@@ -35,6 +36,7 @@ def test_a_correct_link_reads_97_to_101_percent_both_ways(make_testbed, rate, de
         assert c.delay_emulated_s == pytest.approx(d.delay - c.compensation_s)
 
 
+@pytest.mark.timing
 def test_a_shaper_20_percent_above_the_plan_is_flagged(make_testbed):
     tb = make_testbed(link("100mbit", "20ms"))
     d = tb.plan.wan[0]

@@ -78,6 +78,7 @@ def replay(tmp_path: Path) -> Experiment:
 
 # measured 30 s in full-suite runs on 2 cores: 4x and more for a busy host
 @pytest.mark.timeout(180)
+@pytest.mark.timing
 def test_a_replayed_step_trace_is_followed_second_by_second(root, tmp_path) -> None:
     exp = replay(tmp_path)
     path = exp.results.path

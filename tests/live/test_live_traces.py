@@ -55,6 +55,7 @@ def test_algorithm_and_ecn_in_effect_are_read_from_the_ranks_sockets(bbr_run) ->
     }
 
 
+@pytest.mark.timing
 def test_tcp_trace_has_sane_samples_of_the_wan_flows(bbr_run) -> None:
     tcp = table(bbr_run, "tcp")
     coll = table(bbr_run, "collectives")
@@ -76,6 +77,7 @@ def test_tcp_trace_has_sane_samples_of_the_wan_flows(bbr_run) -> None:
     assert tcp["time"].min() <= begin and tcp["time"].max() >= end - 0.2
 
 
+@pytest.mark.timing
 def test_queue_trace_follows_the_bottleneck(bbr_run) -> None:
     q = table(bbr_run, "queues")
     assert set(q["direction"]) == {"east->west", "west->east"}
@@ -89,6 +91,7 @@ def test_queue_trace_follows_the_bottleneck(bbr_run) -> None:
     assert (q.groupby("direction")["backlog_bytes"].max() > 0).all()
 
 
+@pytest.mark.timing
 def test_flows_from_the_pcaps_carry_the_collective(bbr_run) -> None:
     flows = table(bbr_run, "flows")
     assert set(flows["capture"]) == {"east->west@to-west", "west->east@to-east"}

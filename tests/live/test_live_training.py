@@ -36,6 +36,7 @@ def training_scenario(name: str, **workload) -> dict:
 
 # measured 99-130 s in full-suite runs on 2 cores: 4x and more for a busy host
 @pytest.mark.timeout(480)
+@pytest.mark.timing
 def test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp(root, tmp_path):
     data = training_scenario("train")
     data["sweep"] = {

@@ -35,6 +35,7 @@ def rtt_avg_ms(ping_output: str) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.timing
 def test_the_plan_as_mininet_nodes_with_the_project_links(mininet, make_testbed):
     before = root_namespace_state()
     wan = [{"between": ["east", "west"], "rate": "100mbit", "delay": "10ms"}]
@@ -61,6 +62,7 @@ def test_the_plan_as_mininet_nodes_with_the_project_links(mininet, make_testbed)
     assert root_namespace_state() == before  # Mininet put nothing in the initial namespace
 
 
+@pytest.mark.timing
 def test_a_run_on_the_mininet_engine_records_it(mininet, tmp_path):
     data = scenario(wan=[{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}])
     data |= {
@@ -87,6 +89,7 @@ def test_up_cli_is_for_the_mininet_engine_only(root, tmp_path):
     assert r.returncode == 2 and "--engine mininet" in r.stderr
 
 
+@pytest.mark.timing
 def test_up_cli_runs_mininet_commands_and_tears_down(mininet, tmp_path):
     path = tmp_path / "s.yaml"
     wan = [{"between": ["east", "west"], "rate": "100mbit", "delay": "10ms"}]
@@ -106,6 +109,7 @@ def test_up_cli_runs_mininet_commands_and_tears_down(mininet, tmp_path):
     assert not any(rec.name == name for rec in registry.records())
 
 
+@pytest.mark.timing
 def test_backend_tclink_is_mininets_own_link(mininet, make_testbed):
     """backend tclink: Mininet's TCLink on the WAN, unchanged: its HTB (handle 5:) shapes the
     gateway's egress; on a kernel without netem, delay is refused instead of silently absent."""

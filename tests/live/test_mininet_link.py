@@ -54,6 +54,7 @@ def mine() -> list[registry.Record]:
     return [r for r in registry.records() if r.name == f"mininet-{os.getpid()}"]
 
 
+@pytest.mark.timing
 def test_a_testbed_link_emulates_each_direction_and_leaves_nothing(net):
     from testbed.mininet import TestbedLink
 
@@ -156,6 +157,7 @@ def test_a_killed_script_leaves_what_testbed_clean_removes(root):
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.timing
 def test_topo_from_scenario_builds_the_clusters_and_the_wan(root, tmp_path):
     skip_without_mininet()
     from mininet.log import setLogLevel

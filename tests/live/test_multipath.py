@@ -17,6 +17,7 @@ def two_paths(hash_: str = "l4") -> dict:
     return two_path_scenario({"ecmp": {"hash": hash_}})
 
 
+@pytest.mark.timing
 def test_flows_cross_every_path_and_a_downed_path_moves_them(make_testbed):
     tb = make_testbed(two_paths())
     assert [d.name for d in tb.plan.wan] == [
@@ -41,6 +42,7 @@ def test_flows_cross_every_path_and_a_downed_path_moves_them(make_testbed):
     assert all(b > 2_000_000 for b in per_path.values()), per_path
 
 
+@pytest.mark.timing
 def test_l3_hash_keeps_one_host_pair_on_one_path(make_testbed):
     tb = make_testbed(two_paths("l3"))
     per_path, rate = flows(tb, parallel=4)

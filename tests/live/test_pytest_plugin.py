@@ -130,6 +130,7 @@ def test_a_users_training_step_keeps_its_state_and_gets_its_wan_bytes(root, pyte
 
 
 @pytest.mark.live
+@pytest.mark.timing
 def test_a_users_collective_survives_a_partition_and_sees_its_events(root, pytester):
     # the plugin's user story: "my code survives a 2 s partition and finishes within 10 s of it
     # ending", written as a user writes it

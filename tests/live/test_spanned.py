@@ -60,6 +60,7 @@ def assert_clean(prefix: str, spaces: list[str]) -> None:
     assert [links_in(ns) for ns in spaces] == [["lo", "u0"], ["lo", "u1"]]
 
 
+@pytest.mark.timing
 def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
     machines, make_testbed, tmp_path
 ):

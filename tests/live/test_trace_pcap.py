@@ -60,6 +60,7 @@ def retrans_segs(tb: Network, host: str) -> int:
     return int(values[names.index("RetransSegs")])
 
 
+@pytest.mark.timing
 def test_bulk_flow_is_captured_at_its_rate_without_retransmissions(make_testbed, tmp_path):
     # Drop-tail would drop the end of slow start (cubic overshoots a 1-BDP buffer): a receive
     # window of at most 512 KiB cannot fill a 1 MiB buffer, so this run has no loss at all.

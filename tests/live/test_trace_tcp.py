@@ -87,6 +87,7 @@ def assert_steady_ticks(times: pd.Series, period: float) -> None:
     assert span / round(span / period) == pytest.approx(period, rel=0.01)
 
 
+@pytest.mark.timing
 def test_sampler_follows_a_bbr_flow_with_ecn_across_the_wan(make_testbed):
     tb = make_testbed(scenario(wan=WAN, tcp={"congestion": "bbr", "ecn": True}))
     with sampler_for(tb, HOSTS) as sampler, bulk_flow(tb, "east-h0", "west-h0", 3.0) as result:
@@ -131,6 +132,7 @@ def test_sampler_follows_a_bbr_flow_with_ecn_across_the_wan(make_testbed):
     assert {r["host"] for r in sampler.rows} == {"east-h0", "west-h0"}
 
 
+@pytest.mark.timing
 def test_cubic_without_negotiated_ecn_and_one_off_reads(make_testbed):
     # ECN asked for by the sender's namespace only: the receiver (tcp_ecn=0) refuses it.
     clusters = {"east": {"hosts": 2, "tcp": {"ecn": True}}, "west": {"hosts": 2}}
@@ -156,6 +158,7 @@ def test_cubic_without_negotiated_ecn_and_one_off_reads(make_testbed):
     assert sender.delivery_rate_bps.between(50e6, 110e6).any(), sender.delivery_rate_bps.max()
 
 
+@pytest.mark.timing
 def test_sampler_reports_a_vanished_namespace_and_stops_promptly(make_testbed):
     tb = make_testbed(scenario())
     namespaces = [tb.namespace(h) for h in ("east-h0", "west-h0")]

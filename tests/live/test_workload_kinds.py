@@ -100,6 +100,7 @@ def pingpong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     WORKLOAD_KINDS.pop("pingpong", None)
 
 
+@pytest.mark.timing
 def test_a_kind_defined_in_a_test_runs_end_to_end(root, pingpong, tmp_path, capsys) -> None:
     data = scenario(
         name=f"{RUN_TAG}-kind",

@@ -1,0 +1,119 @@
+"""The ``timing`` marker's plugin: a timing test that fails on a saturated host is run once more,
+and reported as an xfail when it fails on a saturated host again.
+
+A bound on a time or a rate is derived from the measurement's resolution and spread on a host
+that runs the test; a host whose CPUs are busy with something else measures itself. The product's
+own monitor (:class:`testbed.trace.cpu.CpuMonitor`, the whole machine's busy share from
+``/proc/stat`` every 0.2 s) watches the call phase of every ``@pytest.mark.timing`` test (the
+phase that measures; setup only builds). ``decide`` is the whole rule:
+
+- a pass is a pass, on any host;
+- a failure on a host that was not saturated (``cpu_saturated``: more than half of the samples at
+  or above ``CPU_SATURATED``) is a failure;
+- a failure on a saturated host runs the test once more, with its fixtures made afresh (the
+  first attempt's reports are not logged; its failure is kept as a section of the final report);
+- a second failure on a saturated host is an xfail whose reason gives the monitor's numbers.
+
+The monitor sees the whole machine, so a test whose own processes saturate both cores reads as a
+saturated host too; the xfail reason's numbers and ``make test-stress``'s table keep such cases
+visible. A call shorter than one monitor period has no sample and counts as unsaturated. The
+test's pytest-timeout covers both attempts. Loaded by tests/conftest.py (``pytest_plugins``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any, Literal
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from testbed.trace.cpu import CpuMonitor
+
+Verdict = Literal["pass", "fail", "rerun", "xfail"]
+ATTEMPTS = 2  # the first, and one more when it failed on a saturated host
+
+_cpu_key = pytest.StashKey[dict[str, Any]]()
+
+
+def decide(failed: bool, saturated: bool, attempt: int) -> Verdict:
+    """What becomes of attempt ``attempt`` (1-based) of a timing test's call."""
+    if not failed:
+        return "pass"
+    if not saturated:
+        return "fail"
+    return "rerun" if attempt < ATTEMPTS else "xfail"
+
+
+def cpu_text(summary: dict[str, Any]) -> str:
+    """The monitor's summary of one call, in percent."""
+
+    def pct(key: str) -> str:
+        value = summary.get(key)
+        return "n/a" if value is None else f"{100 * value:.0f}%"
+
+    return (
+        f"busy mean {pct('cpu_busy_mean')}, p95 {pct('cpu_busy_p95')}, "
+        f"saturated share {pct('cpu_saturated_share')}"
+    )
+
+
+def saturated_reason(summary: dict[str, Any]) -> str:
+    """The xfail reason: the monitor's summary of the last attempt's call."""
+    return f"host saturated: {cpu_text(summary)}"
+
+
+def is_timing(item: pytest.Item) -> bool:
+    return item.get_closest_marker("timing") is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """Watch the host's CPU while a timing test's function runs."""
+    if not is_timing(item):
+        return (yield)
+    monitor = CpuMonitor()
+    monitor.start()
+    try:
+        return (yield)
+    finally:
+        monitor.stop()
+        item.stash[_cpu_key] = monitor.summary()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Run a timing test up to ``ATTEMPTS`` times as ``decide`` says; other tests are left to
+    pytest's own protocol."""
+    if not is_timing(item):
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    earlier: list[str] = []
+    for attempt in range(1, ATTEMPTS + 1):
+        if _cpu_key in item.stash:
+            del item.stash[_cpu_key]
+        # log=False: nothing is reported until the verdict; teardown to the real next item
+        # (function-scoped fixtures are always made afresh for the next attempt)
+        reports = runtestprotocol(item, log=False, nextitem=nextitem)
+        call = next((r for r in reports if r.when == "call"), None)
+        cpu = item.stash.get(_cpu_key, {})
+        saturated = bool(cpu.get("cpu_saturated"))
+        verdict = decide(call is not None and call.failed, saturated, attempt)
+        if verdict == "rerun" and call is not None:
+            earlier.append(
+                f"attempt {attempt} failed ({saturated_reason(cpu)}):\n{call.longreprtext}"
+            )
+            continue
+        if verdict == "xfail" and call is not None:
+            call.outcome = "skipped"
+            call.wasxfail = saturated_reason(cpu)  # type: ignore[attr-defined]
+        for text in earlier:  # shown with the final outcome (-rA shows it beside a pass)
+            (call or reports[0]).sections.append(("timing: earlier attempt", text))
+        for report in reports:  # JUnit XML takes the properties from the teardown report
+            report.user_properties.append(("timing_attempts", attempt))
+            if cpu:
+                report.user_properties.append(("timing_cpu", cpu_text(cpu)))
+            item.ihook.pytest_runtest_logreport(report=report)
+        break
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True

@@ -1,0 +1,47 @@
+"""The ``timing`` marker's rule (tests/timing.py): which failures are the host's, and the reason
+an xfail gives."""
+
+from __future__ import annotations
+
+import pytest
+from timing import ATTEMPTS, decide, saturated_reason
+
+
+@pytest.mark.parametrize(
+    ("failed", "saturated", "attempt", "verdict"),
+    [
+        (False, False, 1, "pass"),
+        (False, True, 1, "pass"),  # a pass on a busy host is still a pass
+        (True, False, 1, "fail"),  # an idle host: the product failed
+        (True, True, 1, "rerun"),
+        (False, True, 2, "pass"),  # the rerun passed
+        (True, False, 2, "fail"),  # failed again, now on an idle host
+        (True, True, 2, "xfail"),  # failed twice, saturated both times
+    ],
+)
+def test_decide(failed: bool, saturated: bool, attempt: int, verdict: str) -> None:
+    assert decide(failed, saturated, attempt) == verdict
+
+
+def test_one_rerun_at_most() -> None:
+    assert ATTEMPTS == 2
+    assert decide(True, True, ATTEMPTS) == "xfail"
+
+
+def test_the_reason_gives_the_monitors_numbers_in_percent() -> None:
+    summary = {
+        "cpu_busy_mean": 0.973,
+        "cpu_busy_p95": 1.0,
+        "cpu_saturated_share": 0.8,
+        "cpu_saturated": True,
+    }
+    assert saturated_reason(summary) == (
+        "host saturated: busy mean 97%, p95 100%, saturated share 80%"
+    )
+
+
+def test_the_reason_of_a_monitor_without_samples() -> None:
+    summary = {"cpu_busy_mean": None, "cpu_busy_p95": None, "cpu_saturated": False}
+    assert saturated_reason(summary) == (
+        "host saturated: busy mean n/a, p95 n/a, saturated share n/a"
+    )
