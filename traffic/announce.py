@@ -4,22 +4,24 @@ iteration (collectives) or step (training) starts, so that the event runner
 
 This module owns the message format, both ways (:func:`format_start`, :func:`format_end`,
 :func:`parse`: one ASCII datagram ``iteration K start UNIX MONO`` or ``end UNIX MONO``) and the
-sender (:class:`Announcer`). Standard library only: the ranks import it before torch, the runner
-imports it to read the messages.
+sender (:class:`Announcer`). Standard library and the leaf testbed.core.clock only: the ranks
+import it before torch, the runner imports it to read the messages.
 
 A path socket (not an abstract one) is reachable from every network namespace. Sending never
 blocks and never fails the rank (nobody listening and a full receive queue are ignored): an
 announcement is a service to the runner, not part of the workload. ``CLOCK_MONOTONIC`` is one
-clock for every process of the machine, so MONO compares directly with the runner's.
+clock for every process of the machine, so MONO compares directly with the runner's; both times
+come from a :class:`~testbed.core.clock.Clock` (the machine's unless a test gives one).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-import time
 from dataclasses import dataclass
 from typing import Any
+
+from testbed.core.clock import SYSTEM, Clock
 
 SPEC_KEY = "events_socket"  # in the ranks' spec: the socket's path; absent = no announcements
 
@@ -56,8 +58,9 @@ def parse(data: bytes) -> Announcement | None:
 class Announcer:
     """Sends a rank's announcements; a no-op unless this is rank 0 and the spec names a socket."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, *, clock: Clock = SYSTEM) -> None:
         self.path = path
+        self.clock = clock
         self.sock: socket.socket | None = None
         if path:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
@@ -76,11 +79,11 @@ class Announcer:
     def start(self, k: int) -> None:
         """Measured operation ``k`` starts now."""
         if self.sock is not None:
-            self._send(format_start(k, time.time(), time.monotonic()))
+            self._send(format_start(k, self.clock.wall(), self.clock.now()))
 
     def end(self) -> None:
         """The workload is over on this rank (done or failed)."""
         if self.sock is not None:
-            self._send(format_end(time.time(), time.monotonic()))
+            self._send(format_end(self.clock.wall(), self.clock.now()))
             self.sock.close()
             self.sock = None

@@ -3,7 +3,9 @@ announcements (traffic.announce: rank 0 sends "iteration K start UNIX MONO" on a
 socket in a private temporary directory). The origin is the first measured iteration's start
 (``clock: workload``), or the moment the runner sets it (``clock: wall``: the run's start;
 traffic without a workload: the traffic's start). It knows when the workload has ended, so no
-wait lasts forever. The event runner (testbed.experiment.events) and the flows wait on it.
+wait lasts forever. The event runner (testbed.experiment.events) and the flows wait on it. Its
+time and waits are a :class:`~testbed.core.clock.Clock` (``source``: the machine's by default), so
+a test can move them by hand; every change is counted, so a wait knows what woke it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from testbed.core.clock import SYSTEM, Clock
 from traffic.announce import parse
 
 WAKE = 0.25  # s: longest sleep between two looks at the clock (an announcement wakes it sooner)
@@ -30,8 +32,8 @@ class Instant:
     mono: float
 
     @classmethod
-    def now(cls) -> Instant:
-        return cls(time.time(), time.monotonic())
+    def now(cls, clock: Clock = SYSTEM) -> Instant:
+        return cls(clock.wall(), clock.now())
 
 
 class OriginClock:
@@ -40,10 +42,13 @@ class OriginClock:
     ``path`` is the socket the ranks' spec names (``events_socket``). With
     ``from_iterations`` (``clock: workload`` with a workload), the first announcement is the
     origin; otherwise the runner calls :meth:`set_origin`. :meth:`end` says the workload is over
-    (the ranks' "end" announcement does too): waits return None from then on."""
+    (the ranks' "end" announcement does too): waits return None from then on. ``clock`` is the
+    time source (``source``) of its waits and of the instants it takes itself."""
 
-    def __init__(self, from_iterations: bool = True) -> None:
+    def __init__(self, from_iterations: bool = True, *, clock: Clock = SYSTEM) -> None:
         self.from_iterations = from_iterations
+        self.source = clock
+        self.changes = 0  # how many times an announcement, the origin, the end or wake() came
         # A private directory: a short path (sun_path holds 108 bytes; run directories can be
         # longer), reachable from every network namespace, removed by close().
         self.dir = tempfile.mkdtemp(prefix="testbed-events-")
@@ -65,7 +70,12 @@ class OriginClock:
     def wake(self) -> None:
         """Wake every thread waiting on this clock (to see that it should stop)."""
         with self.cond:
-            self.cond.notify_all()
+            self._changed()
+
+    def _changed(self) -> None:
+        """With the lock held: count a change and wake every waiter."""
+        self.changes += 1
+        self.cond.notify_all()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -89,33 +99,26 @@ class OriginClock:
                     self.iterations.setdefault(got.iteration, at)
                     if self.origin is None and self.from_iterations:
                         self.origin = at
-                self.cond.notify_all()
+                self._changed()
 
     def set_origin(self, at: Instant | None = None) -> Instant:
         """The origin is ``at`` (now by default) unless one is set already; the origin."""
         with self.cond:
             if self.origin is None:
-                self.origin = at or Instant.now()
-            self.cond.notify_all()
+                self.origin = at or Instant.now(self.source)
+            self._changed()
             return self.origin
 
     def end(self) -> None:
         """The workload is over: nothing more will be announced."""
         with self.cond:
             self.ended = True
-            self.cond.notify_all()
+            self._changed()
 
     def _wait_for(self, get: Callable[[], Instant | None], timeout: float | None) -> Instant | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
-            while True:
-                got = get()
-                if got is not None or self.ended:
-                    return got
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                self.cond.wait(WAKE if left is None else min(left, WAKE))
+            self.source.wait_for(self.cond, lambda: get() is not None or self.ended, timeout)
+            return get()
 
     def wait_origin(self, timeout: float | None = None) -> Instant | None:
         """The origin; None when the workload ended without one or ``timeout`` passed."""
@@ -129,7 +132,8 @@ class OriginClock:
     def wait_change(self, timeout: float) -> None:
         """Sleep up to ``timeout``; an announcement, a new origin or the end wake it sooner."""
         with self.cond:
-            self.cond.wait(timeout)
+            seen = self.changes
+            self.source.wait_for(self.cond, lambda: self.changes != seen, timeout)
 
     def close(self) -> None:
         self._closed = True

@@ -10,7 +10,8 @@ row per event (``events.parquet``, docs/results.md).
   failed event is recorded with its error and the rest go on. At the end the events that never
   came are recorded as skipped (a trace's bins only as a count) and the faults still in force
   undone, so teardown and the next point start from a working network. Rows carry unix and
-  monotonic times; lateness is measured on the monotonic clock (the ranks announce with it).
+  monotonic times; lateness is measured on the monotonic clock (the ranks announce with it), read
+from the run clock's time source (``OriginClock.source``: a test moves it by hand).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -256,12 +256,11 @@ class EventRunner:
                     self.clock.wait_change(WAKE)
                     continue
                 at, where, (i, e) = got
-                left = at.mono - time.monotonic()
+                left = at.mono - self.clock.source.now()
                 if left > SPIN:
                     self.clock.wait_change(min(left - SPIN, WAKE))
                     continue
-                while time.monotonic() < at.mono:
-                    pass
+                self.clock.source.spin_until(at.mono)
                 if where < 0:
                     self.absolute.popleft()
                 else:
@@ -271,13 +270,14 @@ class EventRunner:
             self.crashed = exc
 
     def _apply(self, i: int, e: Event, at: Instant | None, status: str = "applied") -> None:
-        t0 = time.monotonic()
+        source = self.clock.source
+        t0 = source.now()
         operation, error = "", None
         try:
             operation = self.apply(e)
         except Exception as exc:  # the run goes on: recorded with its error
             error = f"{type(exc).__name__}: {exc}"
-        done = Instant.now()
+        done = Instant.now(source)
         if error is None:
             key = _key(e)
             if e.action in UNDO:

@@ -9,20 +9,20 @@ over it: a process that did not get ready raises :class:`~testbed.core.errors.Ne
 reason and output, and the process is killed and reaped on the way out.
 
 The stream must not have been read through its buffered file object before (its buffer would hold
-bytes this module cannot see); after :func:`wait_ready` either way of reading is fine.
+bytes this module cannot see); after :func:`wait_ready` either way of reading is fine. The timeout
+is kept on an injectable :class:`~testbed.core.clock.Clock` (the machine's by default).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import select
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from testbed.core.clock import SYSTEM, Clock
 from testbed.core.errors import NetError
 
 READY = "READY"
@@ -60,14 +60,16 @@ def wait_ready(
     *,
     stream: IO[Any] | None = None,
     substring: bool = False,
+    clock: Clock = SYSTEM,
 ) -> Readiness:
     """Read ``stream`` (``proc.stdout`` by default) until a line equal to ``token`` (stripped;
-    with ``substring``: containing it), EOF, the process's exit, or ``timeout`` seconds."""
+    with ``substring``: containing it), EOF, the process's exit, or ``timeout`` seconds (on
+    ``clock``)."""
     pipe = stream if stream is not None else proc.stdout
     if pipe is None:
         raise ValueError("wait_ready needs the process's output as a pipe (stdout=PIPE)")
     fd = pipe.fileno()
-    deadline = time.monotonic() + timeout
+    deadline = clock.now() + timeout
     read = bytearray()
     line = bytearray()
 
@@ -76,11 +78,10 @@ def wait_ready(
         return Readiness(ok, text, proc.poll(), timed_out)
 
     while True:
-        left = deadline - time.monotonic()
+        left = deadline - clock.now()
         if left <= 0:
             return outcome(False, timed_out=True)
-        readable, _, _ = select.select([fd], [], [], min(left, POLL))
-        if not readable:
+        if not clock.readable(fd, min(left, POLL)):
             if proc.poll() is not None:  # exited, but a child may still hold the pipe open
                 return outcome(False)
             continue
@@ -108,13 +109,14 @@ def ready(
     *,
     stream: IO[Any] | None = None,
     substring: bool = False,
+    clock: Clock = SYSTEM,
 ) -> Iterator[subprocess.Popen]:
     """``proc`` once it is ready; on the way out (also after an error) killed and reaped.
 
     Raises NetError("<what> did not start (<reason>): <output>") when it did not get ready; the
     output is what it wrote on the watched stream and, if its stderr is another pipe, there."""
     try:
-        got = wait_ready(proc, token, timeout, stream=stream, substring=substring)
+        got = wait_ready(proc, token, timeout, stream=stream, substring=substring, clock=clock)
         if not got:
             stop(proc)
             said = got.output.strip()

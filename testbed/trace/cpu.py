@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from testbed.core.clock import SYSTEM, Clock
 from testbed.core.stats import quantile
 from testbed.trace.sampler import PeriodicSampler
 
@@ -33,8 +34,8 @@ class CpuMonitor(PeriodicSampler):
     thread_name = "cpu-monitor"
     immediate = False  # a share needs two readings: the first is taken at start
 
-    def __init__(self, period: float = 0.2) -> None:
-        super().__init__(period)
+    def __init__(self, period: float = 0.2, *, clock: Clock = SYSTEM) -> None:
+        super().__init__(period, clock=clock)
         self.samples: list[float] = []
         self._last = (0, 0)
 

@@ -4,7 +4,8 @@ the machine's CPU) is a :class:`PeriodicSampler` that only says how to open, sam
 One drift rule for all of them (docs/traces.md, "Sampling"): ticks on the grid ``t0 + k *
 period`` of the monotonic clock, overrun ticks skipped and counted in ``missed_ticks`` (never a
 burst of catch-up samples), and a thread that never raises (an exception becomes a message in
-``errors``). ``sample_seconds`` holds each sample's thread CPU time: the cost of tracing.
+``errors``). ``sample_seconds`` holds each sample's thread CPU time: the cost of tracing. The grid
+and the waits are on an injectable :class:`~testbed.core.clock.Clock` (the machine's by default).
 """
 
 from __future__ import annotations
@@ -14,24 +15,29 @@ import time
 from types import TracebackType
 from typing import Self
 
+from testbed.core.clock import SYSTEM, Clock
+
 
 class PeriodicSampler:
     """Calls :meth:`sample` every ``period`` seconds in one daemon thread (see the module's
     drift rule). Subclasses override :meth:`open` (before the thread starts; may raise, then
     :meth:`close` runs and the error propagates), :meth:`sample` and :meth:`close` (after the
-    thread ended). Use as a context manager, or ``start()`` / ``stop()``."""
+    thread ended). Use as a context manager, or ``start()`` / ``stop()``. ``clock`` keeps the
+    grid's time and the waits between samples."""
 
     thread_name = "sampler"
     immediate = True  # the first sample at the start (False: one period after it)
 
-    def __init__(self, period: float) -> None:
+    def __init__(self, period: float, *, clock: Clock = SYSTEM) -> None:
         if period <= 0:
             raise ValueError(f"period must be > 0 seconds, got {period}")
         self.period = period
+        self.clock = clock
         self.errors: list[str] = []
         self.missed_ticks = 0
         self.sample_seconds: list[float] = []
-        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._stopping = False
         self._thread: threading.Thread | None = None
 
     # -- what a sampler does ---------------------------------------------------------------
@@ -54,12 +60,14 @@ class PeriodicSampler:
         except BaseException:
             self.close()
             raise
-        self._stop.clear()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 2 * self.period))
             if self._thread.is_alive():
@@ -84,11 +92,16 @@ class PeriodicSampler:
             self.errors.append(message)
 
     # -- the thread ------------------------------------------------------------------------
+    def _wait(self, seconds: float) -> bool:
+        """Wait ``seconds`` on the clock; whether :meth:`stop` ended the wait."""
+        with self._cond:
+            return self.clock.wait_for(self._cond, lambda: self._stopping, seconds)
+
     def _run(self) -> None:
-        tick = time.monotonic()
+        tick = self.clock.now()
         if not self.immediate:
             tick += self.period
-            if self._stop.wait(self.period):
+            if self._wait(self.period):
                 return
         while True:
             t0 = time.thread_time()
@@ -97,10 +110,10 @@ class PeriodicSampler:
             except Exception as exc:  # the thread must survive anything and keep its period
                 self.error(f"sampler: {type(exc).__name__}: {exc}")
             self.sample_seconds.append(time.thread_time() - t0)
-            now = time.monotonic()
+            now = self.clock.now()
             tick, missed = next_tick(tick, now, self.period)
             self.missed_ticks += missed
-            if self._stop.wait(tick - now):
+            if self._wait(tick - now):
                 return
 
 

@@ -1,13 +1,16 @@
-"""The readiness handshake (testbed.net.procs) against real tiny Python processes."""
+"""The readiness handshake (testbed.net.procs) against real tiny Python processes; its timeouts on a
+ManualClock (testbed.core.clock) that jumps each wait to its deadline, so a timeout is exact and
+takes no real time."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import time
 
 import pytest
 
+from testbed.core.clock import ManualClock
 from testbed.core.errors import NetError
 from testbed.net.procs import ready, wait_ready
 
@@ -38,8 +41,10 @@ def test_ready_line_and_nothing_after_it_is_consumed():
         assert got and got.ok and got.reason == "ready"
         assert got.output == "starting\nREADY\n"
         assert got.returncode is None  # still running: wait_ready never kills
-        time.sleep(0.2)  # "result 42" is in the pipe by now; it must still be there
-        assert proc.stdout.readline() == "result 42\n"
+        # everything after the ready line is still in the pipe: what the server wrote until it
+        # exited (at the end of its stdin) is exactly the line after it
+        rest, _ = proc.communicate("")
+        assert rest == "result 42\n"
     finally:
         proc.kill()
         proc.wait()
@@ -65,11 +70,12 @@ def test_exit_before_ready():
 
 def test_timeout_leaves_the_process_running():
     proc = child("import time\ntime.sleep(30)")
+    clock = ManualClock(1000.0, autojump=True)
     try:
-        t0 = time.monotonic()
-        got = wait_ready(proc, timeout=0.5)
+        got = wait_ready(proc, timeout=0.5, clock=clock)
         assert not got and got.timed_out and got.reason == "no ready line within the timeout"
-        assert 0.45 < time.monotonic() - t0 < 5
+        # it waited out the whole timeout on its clock, and not longer
+        assert clock.now() == pytest.approx(1000.5)
         assert proc.poll() is None
     finally:
         proc.kill()
@@ -114,7 +120,7 @@ def test_ready_context_times_out_and_kills():
     proc = child("import time\ntime.sleep(30)")
     with (
         pytest.raises(NetError, match="no ready line within the timeout"),
-        ready(proc, "slow", timeout=0.3),
+        ready(proc, "slow", timeout=0.3, clock=ManualClock(autojump=True)),
     ):
         pass
     assert proc.returncode is not None
@@ -138,10 +144,8 @@ def test_an_exited_process_is_not_alive_before_it_is_reaped() -> None:
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     start = process_start(proc.pid)
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-        assert time.monotonic() < deadline, "the child did not exit"
-        time.sleep(0.01)
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # until it exited, not reaping it
+    assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     try:
         assert process_start(proc.pid) is None
         assert not process_alive(proc.pid, start)

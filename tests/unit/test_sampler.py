@@ -1,14 +1,15 @@
 """The one periodic sampler (testbed.trace.sampler): its drift rule, exactly (next_tick) and on a
-real thread; errors, lifecycle; and the CPU monitor built on it."""
+real thread whose clock the test moves (testbed.core.clock.ManualClock); errors, lifecycle; and the
+CPU monitor built on it."""
 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
-from testbed.trace.cpu import CpuMonitor
+from testbed.core.clock import ManualClock
+from testbed.trace.cpu import CpuMonitor, read_cpu_times
 from testbed.trace.sampler import PeriodicSampler, next_tick
 
 
@@ -34,10 +35,17 @@ def test_next_tick_never_drifts():
         assert tick / period == pytest.approx(round(tick / period))
 
 
-# -- the rule on a real thread -----------------------------------------------------------------
+# -- the rule on a real thread, on a clock the test moves --------------------------------------
+# The sampler thread is real; its time is a ManualClock, so every grid point, missed tick and
+# wait is exact whatever the machine's load (the real clock's promptness is Python's own).
+T0 = 1000.0
+
+
 class Recorder(PeriodicSampler):
-    def __init__(self, period: float, slow: dict[int, float] | None = None) -> None:
-        super().__init__(period)
+    def __init__(
+        self, period: float, clock: ManualClock, slow: dict[int, float] | None = None
+    ) -> None:
+        super().__init__(period, clock=clock)
         self.times: list[float] = []
         self.slow = slow or {}
         self.opened = self.closed = 0
@@ -46,47 +54,38 @@ class Recorder(PeriodicSampler):
         self.opened += 1
 
     def sample(self) -> None:
-        self.times.append(time.monotonic())
-        time.sleep(self.slow.get(len(self.times) - 1, 0.0))
+        self.times.append(self.clock.now())
+        self.clock.sleep(self.slow.get(len(self.times) - 1, 0.0))  # the sample's cost
 
     def close(self) -> None:
         self.closed += 1
 
 
-def _offsets(times: list[float], period: float) -> list[float]:
-    """Each sample's position on the grid of the first one, in periods."""
-    return [(t - times[0]) / period for t in times]
-
-
 def test_thread_stays_on_the_grid_and_counts_an_overrun():
-    period = 0.1
+    clock = ManualClock(T0)
     # the second sample takes 2.5 periods: the grid points 2 and 3 pass while it runs
-    with Recorder(period, slow={1: 2.5 * period}) as s:
-        time.sleep(8.5 * period)
-    offsets = _offsets(s.times, period)
-    assert s.missed_ticks >= 2
-    assert offsets[2] >= 3.9  # no catch-up burst after the overrun: the next sample is at 4
-    # every sample sits on the grid (up to the wake-up latency of a shared machine), so the
-    # sampling did not drift however long each sample took
-    for k in offsets:
-        assert k - round(k) == pytest.approx(0, abs=0.4), offsets
+    with Recorder(1.0, clock, slow={1: 2.5}) as s:
+        clock.run_to(T0 + 8.5)
+    # on the grid t0 + k (no drift), 2 and 3 skipped and counted, no catch-up burst after
+    assert s.times == [T0 + k for k in (0, 1, 4, 5, 6, 7, 8)]
+    assert s.missed_ticks == 2
     # every grid point up to the last sample was either sampled or counted as missed
-    assert len(s.times) + s.missed_ticks == pytest.approx(round(offsets[-1]) + 1, abs=1)
+    assert len(s.times) + s.missed_ticks == 9
     assert s.opened == 1 and s.closed == 1
     assert len(s.sample_seconds) == len(s.times)
+    assert s.errors == []
 
 
 def test_not_immediate_samples_one_period_after_start():
     class Late(Recorder):
         immediate = False
 
-    period = 0.2
-    started = time.monotonic()
-    with Late(period) as s:
-        time.sleep(0.1)
+    clock = ManualClock(T0)
+    with Late(1.0, clock) as s:
+        clock.run_to(T0 + 0.5)
         assert s.times == []
-        time.sleep(0.3)
-    assert s.times and s.times[0] - started >= period * 0.9
+        clock.run_to(T0 + 2.5)
+    assert s.times == [T0 + 1.0, T0 + 2.0]
 
 
 def test_sample_errors_are_kept_once_and_sampling_goes_on():
@@ -97,10 +96,11 @@ def test_sample_errors_are_kept_once_and_sampling_goes_on():
             self.calls += 1
             raise OSError("gone")
 
-    with Failing(0.02) as s:
-        time.sleep(0.2)
-    assert s.calls >= 3
-    assert s.errors == ["sampler: OSError: gone"]
+    clock = ManualClock(T0)
+    with Failing(1.0, clock=clock) as s:
+        clock.run_to(T0 + 4.5)
+    assert s.calls == 5  # at 0, 1, 2, 3 and 4: an error does not cost the grid a tick
+    assert s.errors == ["sampler: OSError: gone"] and s.missed_ticks == 0
 
 
 def test_open_failure_closes_and_raises():
@@ -108,7 +108,7 @@ def test_open_failure_closes_and_raises():
         def open(self) -> None:
             raise FileNotFoundError("no namespace")
 
-    s = Broken(0.1)
+    s = Broken(0.1, ManualClock(T0))
     with pytest.raises(FileNotFoundError):
         s.start()
     assert s.closed == 1
@@ -116,28 +116,38 @@ def test_open_failure_closes_and_raises():
 
 
 def test_stop_is_prompt_and_start_once():
-    s = Recorder(10.0)
+    """stop() wakes the thread from its wait: it ends with none of the clock's time passed (it
+    waited for the next tick, ten seconds away, before)."""
+    clock = ManualClock(T0)
+    s = Recorder(10.0, clock)
     s.start()
     with pytest.raises(RuntimeError, match="already started"):
         s.start()
-    t0 = time.monotonic()
+    clock.run_to(T0)  # the thread has sampled and waits for the tick at T0 + 10
     s.stop()
-    assert time.monotonic() - t0 < 2.0
-    assert len(s.times) == 1  # the immediate first sample only
+    assert s._thread is not None and not s._thread.is_alive()
+    assert clock.now() == T0 and clock.waiting() == 0
+    assert s.errors == []  # not "did not stop within its timeout"
+    assert s.times == [T0]  # the immediate first sample only
+    assert s.closed == 1
 
 
 def test_period_must_be_positive():
     with pytest.raises(ValueError, match="period"):
-        Recorder(0)
+        Recorder(0, ManualClock(T0))
 
 
 # -- the CPU monitor ---------------------------------------------------------------------------
 def test_cpu_monitor_reads_this_machine():
-    with CpuMonitor(period=0.05) as cpu:
-        end = time.monotonic() + 0.4
-        while time.monotonic() < end:  # keep one core busy
+    """Real /proc/stat readings, the sampler's time on a manual clock: one sample per period,
+    taken after this thread kept a core busy for at least one jiffy since the baseline."""
+    clock = ManualClock(T0)
+    with CpuMonitor(period=1.0, clock=clock) as cpu:
+        busy0, _ = read_cpu_times()
+        while read_cpu_times()[0] == busy0:  # keep one core busy until the kernel counted it
             pass
-    assert cpu.samples and all(0.0 <= x <= 1.0 for x in cpu.samples)
+        clock.run_to(T0 + 1.5)
+    assert len(cpu.samples) == 1 and all(0.0 <= x <= 1.0 for x in cpu.samples)
     summary = cpu.summary()
     assert 0.0 < summary["cpu_busy_mean"] <= 1.0
     assert set(summary) == {
