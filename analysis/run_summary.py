@@ -9,6 +9,7 @@ the prediction in it, can always be reproduced from the directory alone.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -20,18 +21,24 @@ from analysis.model import (
     TERMS,
     Link,
     Topology,
+    host_bw_from_phases,
     predict,
     predict_push_pull,
     predict_terms,
     unsupported,
 )
+from analysis.model.topology import rank_hosts
 from analysis.network import reference
 from analysis.routing import failover_metrics
+from analysis.steps import measured_topology, phase_medians, wan_step_starts
 from analysis.summary import summary_rows
 from analysis.training import predicted_comm, step_table, summarize_training, time_to_loss
 from testbed.core.dcqcn import DcqcnParams
 from traffic.training.schedule import schedule_from_config, syncs
 from traffic.training.shapes import model_shapes
+
+# hierarchical all_reduce's phases inside a cluster: what the host's copy rate decides
+INTRA_PHASES = ("cluster_reduce", "cluster_broadcast")
 
 
 def topology_from(value: Topology | dict[str, Any] | None) -> Topology | None:
@@ -46,43 +53,97 @@ def topology_from(value: Topology | dict[str, Any] | None) -> Topology | None:
 
 
 def collectives_summary(
-    rows: list[dict], info: dict[str, Any], params: dict[str, Any]
+    rows: list[dict],
+    info: dict[str, Any],
+    params: dict[str, Any],
+    tcp: pd.DataFrame | list[dict] | None = None,
 ) -> list[dict]:
     """The run's summary rows (:func:`analysis.summary.summarize`: slowest rank per iteration,
     p50/p95, algbw/busbw at p50, the model's prediction), its terms as ``model_<term>`` columns
     (analysis.model.predict_terms), the sweep ``params`` in front and the run's CPU verdict
-    behind. Operations that failed (``outcome`` error|timeout) are not timings: left out."""
+    behind. Operations that failed (``outcome`` error|timeout) are not timings: left out.
+
+    The prediction takes what the run measured of its inputs (:func:`model_inputs`): with the
+    run's tcp_info samples (``tcp``), every WAN direction's window at the start of the point's
+    steps (slow start from the initial window when it starts cold, the restart after idle) and
+    its srtt; with hierarchical all_reduce rows, the copy rate its leaders' intra-cluster
+    phases imply. ``model_inputs`` says which it had."""
     rows = [r for r in rows if r.get("outcome", "ok") == "ok" and r.get("iteration", 0) >= 0]
     if not rows:
         return []
     n = info.get("world_size") or len({r["rank"] for r in rows})
     topo = topology_from(info.get("topology"))
+    frame = pd.DataFrame(rows).assign(run_id="run")  # one run: its rows and its samples
+    steps = (
+        wan_step_starts(pd.DataFrame(tcp).assign(run_id="run"), frame)
+        if topo is not None and tcp is not None and len(tcp)
+        else pd.DataFrame()
+    )
+    host_bw = measured_host_bw(frame, topo) if topo is not None else None
 
-    cache: dict[tuple[str, str, int], dict[str, float] | None] = {}
+    cache: dict[tuple[str, str, int], tuple[dict[str, float] | None, str]] = {}
 
-    def split(coll: str, algo: str, size: int) -> dict[str, float] | None:
-        """The prediction's terms (analysis.model.predict_terms; they sum to predict), once per
-        point: replaying gloo's ring is the costly part."""
+    def split(coll: str, algo: str, size: int) -> tuple[dict[str, float] | None, str]:
+        """The prediction's terms (analysis.model.predict_terms; they sum to the timed loop's
+        prediction) and the inputs it measured, once per point: replaying gloo is costly."""
         if (coll, algo, size) not in cache:
             if topo is not None and unsupported(coll, algo, topo) is None:
-                cache[(coll, algo, size)] = predict_terms(coll, algo, size, topo)
+                mine, inputs = topo, []
+                if not steps.empty:
+                    at = steps[(steps["algorithm"] == algo) & (steps["size"] == size)]
+                    if "collective" in at:
+                        at = at[at["collective"] == coll]
+                    if not at.empty:
+                        mine, inputs = measured_topology(topo, at), ["tcp windows"]
+                if host_bw is not None:
+                    mine = dataclasses.replace(mine, host_bw_bps=host_bw)
+                    inputs.append("host copy rate")
+                terms = predict_terms(coll, algo, size, mine)
+                cache[(coll, algo, size)] = (terms, ", ".join(inputs) or "none")
             else:
-                cache[(coll, algo, size)] = None
+                cache[(coll, algo, size)] = (None, "none")
         return cache[(coll, algo, size)]
 
     def model(coll: str, algo: str, size: int, _ranks: int) -> float | None:
-        got = split(coll, algo, size)
+        got = split(coll, algo, size)[0]
         return sum(got.values()) if got else None
 
-    def terms(row: dict) -> dict[str, float | None]:
-        got = split(row["collective"], row["algorithm"], int(row["size"]))
-        return {f"model_{t}": got[t] if got else None for t in TERMS}
+    def terms(row: dict) -> dict[str, Any]:
+        got, inputs = split(row["collective"], row["algorithm"], int(row["size"]))
+        return {f"model_{t}": got[t] if got else None for t in TERMS} | {"model_inputs": inputs}
 
     saturated = bool(info.get("cpu_saturated", False))
     return [
         {**params, **row, **terms(row), "cpu_saturated": saturated}
         for row in summary_rows(rows, ranks=n, predict=model)
     ]
+
+
+def measured_host_bw(rows: pd.DataFrame, topo: Topology) -> float | None:
+    """The copy rate the run's hierarchical all_reduce leaders' intra-cluster phases imply
+    (analysis.model.host_bw_from_phases on ``cluster_reduce`` + ``cluster_broadcast``, leaders'
+    timers: analysis.steps.phase_medians), the median over sizes; None without such rows or
+    when the phases are too short to tell (below their latency part)."""
+    phases = [f"phases_{p}" for p in INTRA_PHASES]
+    if not set(phases) <= set(rows.columns) or "algorithm" not in rows:
+        return None
+    mine = rows[(rows["algorithm"] == "hierarchical") & (rows.get("collective") == "all_reduce")]
+    if mine.empty:
+        return None
+    where = rank_hosts(topo)
+    leaders = sorted({min(r for r in range(len(where)) if where[r][0] == c) for c, _ in where})
+    rates = []
+    for r in phase_medians(mine, leaders).to_dict("records"):
+        seconds = sum(r[p] for p in phases)
+        try:
+            rates.append(
+                host_bw_from_phases(
+                    seconds, INTRA_PHASES, "all_reduce", "hierarchical", r["size"], topo
+                )
+            )
+        except ValueError:
+            continue
+    return statistics.median(rates) if rates else None
 
 
 def predicted_comm_per_step(workload: dict[str, Any], topo: Topology) -> float | None:
@@ -277,14 +338,17 @@ def bulk_metrics(
     return dcqcn.measure_bulk(rows, queues, setup["direction"], capacity)
 
 
-def recompute(manifest_run: dict[str, Any], rows: pd.DataFrame) -> list[dict]:
+def recompute(
+    manifest_run: dict[str, Any], rows: pd.DataFrame, tcp: pd.DataFrame | None = None
+) -> list[dict]:
     """A collectives run's summary rows from its results directory: its collectives.parquet
-    rows (``rows``, without the ``results`` column) and its manifest entry."""
+    rows (``rows``, without the ``results`` column), its manifest entry and its tcp.parquet
+    rows (``tcp``, the prediction's measured windows)."""
     params = dict(manifest_run.get("params") or {})
     drop = ["results", "run_id", "repeat", *params]
     clean = rows.drop(columns=[c for c in drop if c in rows.columns])
     records = [{k: v for k, v in r.items() if not _missing(v)} for r in clean.to_dict("records")]
-    return collectives_summary(records, manifest_run, params)
+    return collectives_summary(records, manifest_run, params, tcp)
 
 
 def _missing(value: Any) -> bool:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from analysis.loader import Results
 from analysis.loader import short_value as _short
+from analysis.model import TERMS
 from testbed.core.units import format_duration, format_rate, format_size
 
 ALGORITHM_PARAM = "workload.algorithms"  # a sweep over algorithms: not part of a "point"
@@ -84,16 +85,18 @@ def collective_table(res: Results) -> pd.DataFrame:
     return sort_by_params(df[cols], res, SUMMARY_KEYS)
 
 
-MODEL_TERMS = ["model_alpha_beta", "model_segments_and_notify", "model_cwnd"]
+MODEL_TERMS = [f"model_{term}" for term in TERMS]
 
 
 def model_terms_table(res: Results) -> pd.DataFrame:
     """The α-β prediction split into its terms (analysis.model.predict_terms, docs/model.md,
     "Terms and their measured inputs"): the synchronous α-β steps, what gloo's segmented ring
-    adds, what a congestion window below the BDP adds; with the measured p50 beside them. Empty
+    adds, what a congestion window below the BDP adds, what the ranks' staggered barrier exits add
+    to the slowest rank's timer; with the measured p50 beside them. Empty
     when the runner recorded no terms (older results)."""
     df = res.summary
-    if df.empty or not set(MODEL_TERMS) <= set(df.columns) or df["model_alpha_beta"].isna().all():
+    # results from before a term existed show the terms they recorded
+    if df.empty or "model_alpha_beta" not in df or df["model_alpha_beta"].isna().all():
         return pd.DataFrame()
     point = ["results", *[p for p in res.params if p in df], "collective", "algorithm", "size"]
     cols = [*point, "time_p50", *MODEL_TERMS, "predicted", "measured_over_predicted"]
@@ -457,6 +460,8 @@ FORMATS = {
     "model_alpha_beta": _fmt_time,
     "model_segments_and_notify": _fmt_time,
     "model_cwnd": _fmt_time,
+    "model_loss": _fmt_time,
+    "model_barrier_skew": _fmt_time,
     "flat_time_p50": _fmt_time,
     "rtt_configured_s": _fmt_time,
     "rtt_median_s": _fmt_time,
@@ -517,6 +522,8 @@ HEADERS = {
     "model_alpha_beta": "α-β",
     "model_segments_and_notify": "+ segments & notify",
     "model_cwnd": "+ cwnd",
+    "model_loss": "+ loss",
+    "model_barrier_skew": "+ barrier skew",
     "goodput_bps": "goodput",
     "wan_goodput_bps": "WAN ceiling",
     "wan_rate_bps": "WAN rate",

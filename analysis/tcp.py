@@ -89,18 +89,31 @@ def burst_overflow_bytes(
     return max(0.0, peak - buffer_bytes)
 
 
+# the window a loss leaves (multiplicative decrease): Linux's CUBIC (beta 717/1024) and Reno
+LOSS_BETA = {"cubic": 0.7, "reno": 0.5}
+
+
 class TcpWindow:
     """One connection's congestion window, as a fluid: bytes leave at the bottleneck's rate while
     fewer than ``cwnd`` are unacknowledged, and a chunk is acknowledged one round trip after it
     left. Each acknowledged byte grows the window by one byte below ``ssthresh`` (slow start) and
     by mss/cwnd above it (congestion avoidance), as Linux's Reno/CUBIC growth does to first order.
-    Losses are not modelled."""
+    A loss is priced only where it is given: once the window grows past ``loss_at`` (the window
+    a burst overflowed the bottleneck's queue at), it is cut to ``beta`` x that and ssthresh with
+    it (fast recovery's cost beyond the smaller window is not modelled)."""
 
-    def __init__(self, cwnd_bytes: float, ssthresh_bytes: float | None = None) -> None:
+    def __init__(
+        self,
+        cwnd_bytes: float,
+        ssthresh_bytes: float | None = None,
+        loss_at: float | None = None,
+        beta: float = LOSS_BETA["cubic"],
+    ) -> None:
         if cwnd_bytes <= 0:
             raise ValueError(f"cwnd must be > 0, got {cwnd_bytes}")
         self.cwnd = float(cwnd_bytes)
         self.ssthresh = float(cwnd_bytes if ssthresh_bytes is None else ssthresh_bytes)
+        self.loss_at, self.beta = loss_at, beta
         self._unacked: list[tuple[float, float]] = []  # (acknowledged at, bytes)
 
     def _ack_until(self, t: float) -> float:
@@ -112,6 +125,8 @@ class TcpWindow:
                 self.cwnd += nbytes
             else:
                 self.cwnd += MSS * nbytes / self.cwnd
+            if self.loss_at is not None and self.cwnd > self.loss_at:
+                self.cwnd = self.ssthresh = self.beta * self.loss_at
         return sum(b for _, b in self._unacked)
 
     def send(self, t: float, nbytes: float, rate_bps: float, rtt_s: float) -> float:

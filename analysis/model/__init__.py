@@ -4,7 +4,8 @@ The package owns the *predicted* time of every collective × algorithm the testb
 report can show measured / predicted. It imports neither torch nor the emulation layers: the
 runner builds a :class:`Topology` (plain data) from its NetworkPlan, with ``goodput = rate ×
 plan.goodput_factor``. ``topology``: the network and one step of concurrent transfers;
-``gloo``: gloo's segmented ring replayed; ``collectives``: the algorithms and the predictions
+``gloo``: gloo's segmented ring replayed; ``harness``: the timed loop (barrier, then the
+collective) rank by rank; ``collectives``: the algorithms and the predictions
 (:func:`predict_terms` splits one into its terms, :func:`predict_phases` into the phases the ranks
 time). The TCP window it uses is analysis.tcp's. docs/model.md has the full reasoning.
 
@@ -22,6 +23,7 @@ from analysis.model.collectives import (
     predict_phases,
     predict_push_pull,
     predict_terms,
+    predict_timed,
     unsupported,
 )
 from analysis.model.gloo import gloo_ring_lengths, gloo_ring_segments
@@ -40,6 +42,7 @@ __all__ = [
     "predict_phases",
     "predict_push_pull",
     "predict_terms",
+    "predict_timed",
     "rank_clusters",
     "unsupported",
     "wan_path",

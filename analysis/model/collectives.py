@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from analysis.model.gloo import GlooRing, gloo_rings
+from analysis.model.gloo import GlooRing, gloo_ring_finishes, gloo_rings
+from analysis.model.harness import Starts, steady_slowest
 from analysis.model.topology import (
     Edge,
     Phase,
@@ -275,17 +276,64 @@ def host_bw_from_phases(
     return bits / (measured_s - fixed)
 
 
-TERMS = ("alpha_beta", "segments_and_notify", "cwnd")
+TERMS = ("alpha_beta", "segments_and_notify", "cwnd", "loss", "barrier_skew")
+
+
+def finishes(
+    collective: str, algorithm: str, size_bytes: float, topo: Topology, starts: Starts
+) -> Starts:
+    """When each rank finishes the collective, each starting at ``starts[rank]``. gloo's ring
+    all_reduce (flat, and the leaders' ring of hierarchical) is replayed with each rank's own
+    start; hierarchical all_reduce's cluster reduce starts when the cluster's last rank arrived
+    and its broadcast ends the leader's ring for every rank of the cluster. Anything else cannot
+    finish before its last rank started: every rank ends :func:`predict` after the last start."""
+    where = rank_hosts(topo)
+    n, s = len(where), float(size_bytes)
+    ring = topo.ring == "gloo" and collective in ("all_reduce", "reduce_scatter")
+    if ring and algorithm == "flat" and n > 1:
+        return gloo_ring_finishes(topo, where, [GlooRing(tuple(range(n)), s)], starts)
+    if ring and algorithm == "hierarchical" and collective == "all_reduce":
+        blocks = [[r for r in range(n) if where[r][0] == c] for c, m in topo.clusters if m]
+        ready = {
+            b[0]: max(starts[r] for r in b) + cost(topo, where, [_reduce(b, s)]) for b in blocks
+        }
+        leaders = tuple(b[0] for b in blocks)
+        done = (
+            gloo_ring_finishes(topo, where, [GlooRing(leaders, s)], ready)
+            if n > len(blocks) or len(leaders) > 1
+            else ready
+        )
+        return {r: done[b[0]] + cost(topo, where, [_broadcast(b, s)]) for b in blocks for r in b}
+    end = max(starts.values()) + predict(collective, algorithm, size_bytes, topo)
+    return dict.fromkeys(starts, end)
+
+
+def predict_timed(collective: str, algorithm: str, size_bytes: float, topo: Topology) -> float:
+    """The slowest rank's time of the timed loop (analysis.model.harness): barrier, then the
+    collective from each rank's own barrier exit, once the skew pattern has settled."""
+    reason = unsupported(collective, algorithm, topo)
+    if reason:
+        raise ValueError(reason)
+    where = rank_hosts(topo)
+    return steady_slowest(
+        topo,
+        where,
+        list(range(len(where))),
+        lambda starts: finishes(collective, algorithm, size_bytes, topo, starts),
+    )
 
 
 def predict_terms(
     collective: str, algorithm: str, size_bytes: float, topo: Topology
 ) -> dict[str, float]:
-    """The prediction split into what each modelled effect adds, in seconds (they sum to
-    :func:`predict`): ``alpha_beta`` the synchronous α-β steps; ``segments_and_notify`` what
-    gloo's segmented ring adds (two segments in flight, a recv-ready notify before every send,
-    a notify queued behind data); ``cwnd`` what a congestion window below the BDP at the start
-    (``cwnd_start_bytes``) adds."""
+    """The prediction split into what each modelled effect adds, in seconds (they sum to the
+    timed loop's slowest rank, :func:`predict_timed`): ``alpha_beta`` the synchronous α-β steps;
+    ``segments_and_notify`` what gloo's segmented ring adds (two segments in flight, a
+    recv-ready notify before every send, a notify queued behind data); ``cwnd`` what a congestion
+    window below the BDP at the start (``cwnd_start_bytes``) adds; ``loss`` what the smaller
+    window after a burst's loss (``cwnd_loss_bytes``) adds; ``barrier_skew`` what the
+    ranks' staggered exits from gloo's barrier add to (or take from) the slowest rank's own
+    timer. Signed: a term may be negative."""
     from dataclasses import replace
 
     unlimited = replace(
@@ -293,13 +341,24 @@ def predict_terms(
         cwnd_start_bytes=None,
         links=tuple(replace(lk, cwnd_start_bytes=None) for lk in topo.links),
     )
+    lossless = replace(topo, links=tuple(replace(lk, cwnd_loss_bytes=None) for lk in topo.links))
     base = predict(collective, algorithm, size_bytes, replace(unlimited, ring="synchronous"))
     if topo.ring == "synchronous":
-        return {"alpha_beta": base, "segments_and_notify": 0.0, "cwnd": 0.0}
-    ring = predict(collective, algorithm, size_bytes, unlimited)
-    windows = topo.cwnd_start_bytes is not None or any(lk.cwnd_start_bytes for lk in topo.links)
-    full = predict(collective, algorithm, size_bytes, topo) if windows else ring
-    return {"alpha_beta": base, "segments_and_notify": ring - base, "cwnd": full - ring}
+        ring = windowed = full = base
+    else:
+        ring = predict(collective, algorithm, size_bytes, unlimited)
+        windows = topo.cwnd_start_bytes is not None or any(lk.cwnd_start_bytes for lk in topo.links)
+        windowed = predict(collective, algorithm, size_bytes, lossless) if windows else ring
+        lost = windows and any(lk.cwnd_loss_bytes for lk in topo.links)
+        full = predict(collective, algorithm, size_bytes, topo) if lost else windowed
+    timed = predict_timed(collective, algorithm, size_bytes, topo)
+    return {
+        "alpha_beta": base,
+        "segments_and_notify": ring - base,
+        "cwnd": windowed - ring,
+        "loss": full - windowed,
+        "barrier_skew": timed - full,
+    }
 
 
 def predict_all(

@@ -76,23 +76,36 @@ def _queue_cap(topo: Topology, key: tuple, cap: float) -> float:
     return float("inf") if link.buffer_bytes is None else 8 * link.buffer_bytes / cap
 
 
-def _window_inputs(
-    topo: Topology, resources: list[tuple[tuple, float]]
-) -> tuple[float | None, float | None, float | None]:
-    """(start window, ssthresh, ACK round trip) of a connection crossing ``resources``: those of
-    its WAN hop with the smallest window (else the topology's) and the largest srtt of its hops;
-    all None off the WAN."""
+def _window_inputs(topo: Topology, resources: list[tuple[tuple, float]]) -> _Inputs | None:
+    """The window of a connection crossing ``resources``: that of its WAN hop with the smallest
+    start window (else the topology's), the largest srtt and the smallest loss window of its
+    hops; None off the WAN or when no window is given."""
     hops = [k[1:] for k, _ in resources if k[0] == "wan"]
     if not hops:
-        return None, None, None
+        return None
     links = [lk for lk in topo.links if (lk.src, lk.dst) in hops]
     given = [lk for lk in links if lk.cwnd_start_bytes is not None]
     rtts = [lk.srtt_s for lk in links if lk.srtt_s is not None]
-    rtt = max(rtts) if rtts else None
+    losses = [lk for lk in links if lk.cwnd_loss_bytes is not None]
+    lost = min(losses, key=lambda lk: lk.cwnd_loss_bytes or 0.0) if losses else None
+    loss = (lost.cwnd_loss_bytes, lost.loss_beta) if lost else (None, 0.7)
     if not given:
-        return topo.cwnd_start_bytes, topo.ssthresh_bytes, rtt
+        if topo.cwnd_start_bytes is None:
+            return None
+        return _Inputs(topo.cwnd_start_bytes, topo.ssthresh_bytes, max(rtts, default=None), *loss)
     tight = min(given, key=lambda lk: lk.cwnd_start_bytes or 0.0)
-    return tight.cwnd_start_bytes, tight.ssthresh_bytes or topo.ssthresh_bytes, rtt
+    assert tight.cwnd_start_bytes is not None
+    ssthresh = tight.ssthresh_bytes or topo.ssthresh_bytes
+    return _Inputs(tight.cwnd_start_bytes, ssthresh, max(rtts, default=None), *loss)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    cwnd: float
+    ssthresh: float | None
+    srtt: float | None
+    loss_at: float | None
+    beta: float
 
 
 @dataclass(frozen=True)
@@ -104,11 +117,24 @@ class GlooRing:
 
 
 def gloo_rings(topo: Topology, where: Where, rings: list[GlooRing]) -> float:
-    """Seconds until every rank of the concurrent ``rings`` has finished gloo's ring all_reduce:
-    an event replay of gloo's loop (above) on FIFO links. A message waits for the transfers queued
-    ahead of it on its tightest resource (so a notify queues behind a data burst going the same
-    way), then takes α + latency; data segments take 8·bytes/capacity on that resource, or longer
-    when a WAN connection's window (``cwnd_start_bytes``, a :class:`TcpWindow`) runs out."""
+    """Seconds until every rank of the concurrent ``rings`` has finished gloo's ring all_reduce,
+    all ranks starting at 0 (:func:`gloo_ring_finishes`)."""
+    return max(gloo_ring_finishes(topo, where, rings).values())
+
+
+def gloo_ring_finishes(
+    topo: Topology,
+    where: Where,
+    rings: list[GlooRing],
+    starts: dict[int, float] | None = None,
+) -> dict[int, float]:
+    """When each rank of the concurrent ``rings`` finishes gloo's ring all_reduce, each starting
+    at ``starts[rank]`` (default 0): an event replay of gloo's loop (above) on FIFO links. A
+    message waits for the transfers queued ahead of it on its tightest resource (so a notify
+    queues behind a data burst going the same way), then takes α + latency; data segments take
+    8·bytes/capacity on that resource, or longer when a WAN connection's window
+    (``cwnd_start_bytes``, a :class:`TcpWindow`) runs out. A rank that starts late finds the
+    notifies of its earlier neighbours already there."""
 
     events: list[tuple[float, int, str, tuple]] = []
     seq = 0
@@ -128,7 +154,8 @@ def gloo_rings(topo: Topology, where: Where, rings: list[GlooRing]) -> float:
             ]
             # receives from group[k+1] (up), sends to group[k-1] (down)
             plan[r] = (ring.group[(k + 1) % g], ring.group[(k - 1) % g], io)
-    state = {r: [0, 0, 0.0] for r in plan}  # phase, iteration, local time
+    starts = starts or {}
+    state = {r: [0, 0, float(starts.get(r, 0.0))] for r in plan}  # phase, iteration, local time
     recv_done: dict[tuple, float] = {}
     send_done: dict[tuple, float] = {}
     notified: dict[tuple, float] = {}
@@ -182,11 +209,11 @@ def gloo_rings(topo: Topology, where: Where, rings: list[GlooRing]) -> float:
                 push(start + latency + topo.alpha_s, "arrive", (what, a, b, p, i, 0))
                 continue
             done = start + 8 * nbytes / cap
-            cwnd, ssthresh, srtt = _window_inputs(topo, res)
-            if cwnd is not None:
+            got = _window_inputs(topo, res)
+            if got is not None:
                 if (a, b) not in windows:
-                    windows[(a, b)] = TcpWindow(cwnd, ssthresh)
-                done = windows[(a, b)].send(start, nbytes, cap, srtt or 2 * latency)
+                    windows[(a, b)] = TcpWindow(got.cwnd, got.ssthresh, got.loss_at, got.beta)
+                done = windows[(a, b)].send(start, nbytes, cap, got.srtt or 2 * latency)
             free[key] = done
             push(done, "sent", (what, a, b, p, i, nbytes))
             push(done + latency + topo.alpha_s, "arrive", (what, a, b, p, i, nbytes))
@@ -203,4 +230,4 @@ def gloo_rings(topo: Topology, where: Where, rings: list[GlooRing]) -> float:
             advance(b)
     if len(finish) != len(plan):
         raise AssertionError("gloo ring replay stalled")  # a bug here, not bad input
-    return max(finish.values())
+    return finish

@@ -45,6 +45,11 @@ class Link:
     # the round trip their ACKs take while data flows both ways (tcp_info srtt: the propagation
     # plus both directions' queues); None = twice the path's one-way latency
     srtt_s: float | None = None
+    # the window at which its connections lost a burst (measured: the step's peak window when it
+    # retransmitted), and the congestion control's cut then (cubic 0.7, reno 0.5); None = no
+    # loss priced
+    cwnd_loss_bytes: float | None = None
+    loss_beta: float = 0.7
 
 
 @dataclass(frozen=True)
@@ -93,11 +98,18 @@ class Topology:
         for link in self.links:
             if link.src not in names or link.dst not in names or link.src == link.dst:
                 raise ValueError(f"link {link.src}->{link.dst} must join two clusters of {names}")
-            limits = (("cwnd_start_bytes", 0), ("ssthresh_bytes", 0), ("srtt_s", 0))
+            limits = (
+                ("cwnd_start_bytes", 0),
+                ("ssthresh_bytes", 0),
+                ("srtt_s", 0),
+                ("cwnd_loss_bytes", 0),
+            )
             for name, low in (*limits, ("buffer_bytes", -1)):
                 value = getattr(link, name)
                 if value is not None and value <= low:
                     raise ValueError(f"link {link.src}->{link.dst}: {name} is out of range")
+            if not 0 < link.loss_beta < 1:
+                raise ValueError(f"link {link.src}->{link.dst}: loss_beta must be in (0, 1)")
             if link.goodput_bps <= 0 or link.delay_s < 0:
                 raise ValueError(f"link {link.src}->{link.dst}: goodput must be > 0, delay >= 0")
         for c, bw in self.fabric_goodput_bps.items():

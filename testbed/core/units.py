@@ -143,7 +143,10 @@ def format_rate(bps: float, spec: str = ".4g") -> str:
 
 
 def format_duration(seconds: float, spec: str = ".4g") -> str:
-    if seconds <= 0:
+    """Seconds in s, ms or us; signed (a model term may take time off: ``-39.7 ms``)."""
+    if seconds < 0:
+        return "-" + format_duration(-seconds, spec)
+    if seconds == 0:
         return "0"
     if seconds < 1e-3:
         return f"{seconds * 1e6:{spec}} us"

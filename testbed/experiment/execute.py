@@ -39,7 +39,7 @@ from testbed.plan.resolved import network_rows
 from testbed.trace.cpu import CpuMonitor
 from testbed.trace.routing import RoutingEvents
 from testbed.trace.routing import wanted as routing_wanted
-from testbed.trace.run_traces import RunTraces, with_wan_counters
+from testbed.trace.run_traces import RunTraces, with_tcp_windows, with_wan_counters
 
 
 # -- model inputs from the plan ----------------------------------------------------------------
@@ -130,6 +130,8 @@ def execute(
         # flows' queue (a DCQCN run's against Kmin/Kmax and the fluid model); each path's
         # bytes over time (a multipath link's balance)
         sc = sc.model_copy(update={"trace": with_wan_counters(sc.trace)})
+    if rank_workload is not None and kind_of(rank_workload).tcp_windows and not sc.trace.tcp_info:
+        sc = sc.model_copy(update={"trace": with_tcp_windows(sc.trace)})
     run_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(spec.run_id, "failed")
     name = f"{sc.name[:30]}-{spec.run_id}-{random.randrange(16**4):04x}"

@@ -52,6 +52,16 @@ def with_wan_counters(trace: Trace) -> Trace:
     return trace.model_copy(update={"queues": period})
 
 
+WINDOW_PERIOD = 0.02  # s: tcp_info of a workload whose prediction takes the measured windows
+
+
+def with_tcp_windows(trace: Trace) -> Trace:
+    """``trace`` with tcp_info sampled at least every WINDOW_PERIOD: the window each WAN
+    connection starts a step with (a sample in the idle gap before it) and its srtt."""
+    period = min(trace.tcp_info or WINDOW_PERIOD, WINDOW_PERIOD)
+    return trace.model_copy(update={"tcp_info": period})
+
+
 class RunTraces:
     """Context manager around the workload of one run."""
 

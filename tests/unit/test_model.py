@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -18,9 +19,12 @@ from analysis.model import (
     predict_phases,
     predict_push_pull,
     predict_terms,
+    predict_timed,
     rank_clusters,
     wan_path,
 )
+from analysis.model.harness import barrier_exits
+from analysis.model.topology import rank_hosts
 from analysis.tcp import (
     INITIAL_CWND_SEGMENTS,
     TcpWindow,
@@ -335,9 +339,11 @@ def test_tcp_window_slow_start_from_the_initial_window_doubles_per_round_trip() 
 def test_cwnd_term_counts_slow_start_from_the_initial_window() -> None:
     t = pair(1e9, 0.01, cwnd_start_bytes=INITIAL_CWND_SEGMENTS * MSS_BYTES)
     terms = predict_terms("all_reduce", "flat", S, t)
-    assert set(terms) == {"alpha_beta", "segments_and_notify", "cwnd"}
+    assert set(terms) == {"alpha_beta", "segments_and_notify", "cwnd", "loss", "barrier_skew"}
     assert terms["cwnd"] > 0 and terms["segments_and_notify"] > 0
-    assert sum(terms.values()) == pytest.approx(predict("all_reduce", "flat", S, t))
+    without_skew = sum(v for k, v in terms.items() if k != "barrier_skew")
+    assert without_skew == pytest.approx(predict("all_reduce", "flat", S, t))
+    assert sum(terms.values()) == pytest.approx(predict_timed("all_reduce", "flat", S, t))
     assert predict_terms("all_reduce", "flat", S, pair(1e9, 0.01))["cwnd"] == 0.0
 
 
@@ -409,3 +415,43 @@ def test_push_pull_refuses_unknown_servers_and_empty_payloads() -> None:
         predict_push_pull(S, "everywhere", topo())
     with pytest.raises(ValueError, match="positive"):
         predict_push_pull(0, "first-cluster", topo())
+
+
+def test_gloo_barrier_lets_the_ranks_away_from_rank_0s_cluster_out_one_way_delay_apart() -> None:
+    # 2 clusters x 2 ranks by cluster, 20 ms one way: in round 1 ranks 0 and 2 wait for a WAN
+    # message (from 3 and 1), ranks 1 and 3 for a local one; round 2 is all WAN, so 1 and 3 leave
+    # one one-way delay before 0 and 2 (the live demo's ranks: 20.0 ms apart at the median)
+    t = topo(ranks=2, rate=1e8, delay=0.02)
+    where = rank_hosts(t)
+    exits = barrier_exits(t, where, [0, 1, 2, 3], dict.fromkeys(range(4), 0.0))
+    assert exits[0] - exits[1] == pytest.approx(0.02, abs=1e-3)
+    assert exits[2] - exits[3] == pytest.approx(0.02, abs=1e-3)
+    assert exits[0] == pytest.approx(exits[2])
+
+
+def test_timed_loop_adds_the_skew_the_slowest_rank_waits_for() -> None:
+    # hierarchical: a non-leader leaves the barrier first and waits for its leader's ring, so
+    # the slowest rank's timer holds the skew; the term is what the loop adds to predict()
+    t = topo(ranks=2, rate=1e8, delay=0.02, ring="gloo")
+    terms = predict_terms("all_reduce", "hierarchical", MiB, t)
+    assert terms["barrier_skew"] > 0.01
+    assert sum(terms.values()) == pytest.approx(predict_timed("all_reduce", "hierarchical", MiB, t))
+    # one cluster: no WAN, the barrier leaves everyone within microseconds of each other
+    one = Topology(clusters=(("a", 4),), links=(), fabric_goodput_bps={}, fabric_delay_s={})
+    assert abs(predict_terms("all_reduce", "flat", MiB, one)["barrier_skew"]) < 1e-3
+
+
+def test_a_loss_window_cuts_the_window_and_costs_time() -> None:
+    # 1 Gbit/s, 20 ms RTT: BDP 2.5 MB. A window that loses at 2 MB falls to 0.7 x 2 MB and
+    # sends below the BDP from then on; without the loss it grows and stays link-limited
+    start = 1.995e6  # in congestion avoidance: past 2 MB within a few round trips
+    lossy = TcpWindow(start, start, loss_at=2e6, beta=0.7)
+    end_lossy = lossy.send(0.0, 64 * MiB, 1e9, 0.02)
+    assert lossy.cwnd < 2e6 and lossy.ssthresh == pytest.approx(1.4e6)
+    end_clean = TcpWindow(start, start).send(0.0, 64 * MiB, 1e9, 0.02)
+    assert end_lossy > end_clean * 1.2
+    t = pair(1e9, 0.01, cwnd_start_bytes=start)
+    lossy_topo = replace(t, links=tuple(replace(lk, cwnd_loss_bytes=2e6) for lk in t.links))
+    terms = predict_terms("all_reduce", "flat", 64 * MiB, lossy_topo)
+    assert terms["loss"] > 0
+    assert predict_terms("all_reduce", "flat", 64 * MiB, t)["loss"] == 0.0

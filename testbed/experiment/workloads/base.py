@@ -49,6 +49,9 @@ class WorkloadKind:
     rows_table: ClassVar[str]  # the results table the ranks' rows go to (<name>.parquet)
     # sample the WAN byte counters (the queue trace) while it runs, whatever ``trace:`` says
     wan_counters: ClassVar[bool] = False
+    # sample the ranks' sockets' tcp_info while it runs when ``trace:`` does not: the windows
+    # its prediction takes (analysis.steps.measured_topology)
+    tcp_windows: ClassVar[bool] = False
 
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         """What every rank's spec.json gets beside the launcher's own keys."""

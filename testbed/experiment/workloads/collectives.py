@@ -20,6 +20,7 @@ class Collectives(WorkloadKind):
     schema = Workload
     rank_module = "traffic.rank"
     rows_table = "collectives"
+    tcp_windows = True
 
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         return {
@@ -32,7 +33,7 @@ class Collectives(WorkloadKind):
         }
 
     def summarize(self, run: RunRows) -> list[dict]:
-        return collectives_summary(run.rows, run.info, run.params)
+        return collectives_summary(run.rows, run.info, run.params, run.traces.get("tcp"))
 
     def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
         return rank_operations(rows)
