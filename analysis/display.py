@@ -72,7 +72,8 @@ def collectives_display(
 ) -> pd.DataFrame:
     """The collectives summary (nccl-tests conventions: time = the slowest rank per iteration),
     a row per run x collective x algorithm x size, the sweep ``params`` in front: p50/p95,
-    algbw/busbw, the α-β prediction and measured/predicted, flags (CPU-saturated, WRONG)."""
+    algbw/busbw, the α-β prediction and measured/predicted, flags (CPU-saturated, WRONG,
+    loss-unpriced: the WAN retransmitted where the model priced no loss)."""
     frame = pd.DataFrame(summary)
     out = []
     for s in frame.to_dict("records"):
@@ -83,6 +84,10 @@ def collectives_display(
             flags.append("CPU-saturated")
         if not _none(s.get("correct")) and not s.get("correct"):
             flags.append("WRONG")
+        if not _none(s.get("wan_retransmits")) and s["wan_retransmits"] and not s.get("model_loss"):
+            # the WAN lost segments the model priced no loss for (a slow-start overshoot, a
+            # loss in a minority of the steps): the prediction is a floor
+            flags.append("loss-unpriced")
         pred, ratio = s.get("predicted"), s.get("measured_over_predicted")
         out.append(
             {

@@ -110,7 +110,14 @@ def collectives_summary(
 
     def terms(row: dict) -> dict[str, Any]:
         got, inputs = split(row["collective"], row["algorithm"], int(row["size"]))
-        return {f"model_{t}": got[t] if got else None for t in TERMS} | {"model_inputs": inputs}
+        lost = None
+        if not steps.empty:
+            at = steps[(steps["algorithm"] == row["algorithm"]) & (steps["size"] == row["size"])]
+            lost = float(at["retransmits"].sum())
+        return {f"model_{t}": got[t] if got else None for t in TERMS} | {
+            "model_inputs": inputs,
+            "wan_retransmits": lost,  # segments the WAN connections resent in the timed steps
+        }
 
     saturated = bool(info.get("cpu_saturated", False))
     return [

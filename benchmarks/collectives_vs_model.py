@@ -27,11 +27,12 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.model import Topology, host_bw_from_phases, predict_phases, predict_terms
+from analysis.model import TERMS, Topology, host_bw_from_phases, predict_phases, predict_terms
 from analysis.steps import measured_topology, phase_medians, wan_step_starts
 from benchmarks._results import write_section
 from testbed.config.sweep import RunSpec, expand
@@ -68,6 +69,47 @@ def scenario(
         },
         **({"trace": {"tcp_info": "10ms"}, "sweep": {"wan[0].rate": rates}} if shaped else {}),
     }
+
+
+def cold_scenario(sizes: list[str], delays: list[str]) -> dict:
+    """Every run a fresh set of ranks (new connections: the initial window, no ssthresh) timing
+    one iteration without warm-up at 100 Mbit/s, buffer 1 BDP, over ``delays``; the runner's own
+    tcp_info sampling gives the model the window each step starts with."""
+    return {
+        "name": "bench-cold",
+        "clusters": {"east": {"hosts": 2}, "west": {"hosts": 2}},
+        "wan": [{"between": ["east", "west"], "rate": "100mbit", "delay": delays[0]}],
+        "workload": {
+            "collectives": ["all_reduce"],
+            "algorithms": ["flat", "hierarchical"],
+            "sizes": sizes,
+            "warmup": 0,
+            "iterations": 1,
+            "timeout": "900s",
+        },
+        "sweep": {"wan[0].delay": delays},
+    }
+
+
+def cold(args: argparse.Namespace, emit: Callable[[str], None], tmp: str) -> None:
+    """The cold sweep: measured against the runner's recorded prediction, term by term."""
+    delays = args.cold_delays.split(",")
+    exp = run(cold_scenario(args.cold_sizes.split(","), delays), tmp)
+    emit("Cold start (warm-up 0, one iteration per run, fresh connections; 100 Mbit/s, buffer ")
+    emit("1 BDP; the runner's prediction as recorded, its windows from the run's tcp_info):\n")
+    emit("| one-way delay | algorithm | size | measured | α-β | + segments & notify | + cwnd | "
+         "+ loss | + barrier skew | predicted | measured / predicted | CPU flag | "
+         "goal 0.85-1.15 |")  # fmt: skip
+    emit("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in exp.summaries:
+        ratio = s["time_p50"] / s["predicted"]
+        terms = " | ".join(f"{s['model_' + t]:+.3f} s" for t in TERMS[1:])
+        emit(
+            f"| {s['wan[0].delay']} | {s['algorithm']} | {s['size'] >> 20} MiB | "
+            f"{s['time_p50']:.3f} s | {s['model_alpha_beta']:.3f} s | {terms} | "
+            f"{s['predicted']:.3f} s | {ratio:.2f} | {'yes' if s['cpu_saturated'] else 'no'} | "
+            f"{'met' if 0.85 <= ratio <= 1.15 else 'missed'} |"
+        )
 
 
 def run(spec: dict, out: str) -> Experiment:
@@ -124,6 +166,9 @@ def main() -> None:
     p.add_argument("--rates", default="100mbit,1gbit")
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--keep", metavar="DIR", help="keep the results directories under DIR")
+    p.add_argument("--cold", action="store_true", help="only the cold-start sweep")
+    p.add_argument("--cold-sizes", default="1MiB,16MiB")
+    p.add_argument("--cold-delays", default="5ms,10ms,20ms,40ms")
     args = p.parse_args()
     sizes, rates = args.sizes.split(","), args.rates.split(",")
     for s in sizes:
@@ -137,6 +182,12 @@ def main() -> None:
         text.append(line)
 
     emit(f"## Collectives vs the α-β model ({platform.release()}, {time.strftime('%Y-%m-%d')})\n")
+    if args.cold:
+        with tempfile.TemporaryDirectory() as scratch:
+            cold(args, emit, args.keep or scratch)
+        if args.write:
+            write_section("collectives_vs_model.py --cold", "\n".join(text))
+        return
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
         floor = run(scenario("bench-floor", args.hosts, sizes, args.iterations, None), tmp)
