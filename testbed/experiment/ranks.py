@@ -4,12 +4,15 @@ This module owns the rank spec (:class:`RankSpec`, the ``spec.json`` every rank 
 master is, the world, the placement, plus the workload's own keys) and :class:`RankLaunch`: one
 ``python -m <module> --spec spec.json --rank R`` process per rank inside its host (recorded by
 pid, so teardown stops it; its port and environment from :mod:`testbed.live.processes`), its
-output in ``rank-R.log``, watched until every rank has exited, a link failed, a deadline passed or
-one rank failed and the others had ``failure_grace`` seconds to report their own error. A rank
-still running then gets ``SIGUSR1`` (the rank modules dump their stacks into their log on it), a
-moment to write the dump, and ``SIGKILL``. Where a rank is and whether it joined come from its
-``rank-R.state`` (traffic.entry's rank-status protocol; a program without one counts as joined
-once its ``rank-R.jsonl`` exists). Its one user: :class:`testbed.experiment.session.RankSession`.
+output in ``rank-R.log``, watched until every rank has exited, a link failed, or a deadline
+passed (:class:`Deadlines`; one rank failed: the others had ``failure_grace`` seconds to report
+their own error). Which deadline passed is a pure function of the times the loop saw
+(:func:`deadline_decision`), so each is tested on explicit times rather than a machine's speed.
+A rank still running then gets ``SIGUSR1`` (the rank modules dump their stacks into their log on
+it), a moment to write the dump, and ``SIGKILL``. Where a rank is and whether it joined come
+from its ``rank-R.state`` (traffic.entry's rank-status protocol; a program without one counts as
+joined once its ``rank-R.jsonl`` exists). Its one user:
+:class:`testbed.experiment.session.RankSession`.
 """
 
 from __future__ import annotations
@@ -17,16 +20,17 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.core.clock import SYSTEM, Clock
 from testbed.core.errors import TestbedError
 from testbed.live.processes import rank_env
 from testbed.live.protocol import HostProcess, LiveNetwork
@@ -42,6 +46,102 @@ STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent cal
 # deadline passed ("setup-timeout"), no rank wrote anything for the stall time ("stalled"),
 # another rank failed ("stopped") or a link did ("link").
 STOP_REASONS = ("timeout", "setup-timeout", "stalled", "stopped", "link")
+
+
+# -- the deadlines -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Deadlines:
+    """The launch's clocks in seconds (None: none). ``setup``: until every rank joined or
+    exited; ``run``: from then on (from the start without ``setup``); ``stall``: from then on,
+    while no rank's output grows; ``failure_grace``: after one rank failed, for the others to
+    report their own error."""
+
+    run: float | None
+    setup: float | None = None
+    stall: float | None = None
+    failure_grace: float = 5.0
+
+
+@dataclass
+class RankTimes:
+    """When the wait loop saw one rank do something (its clock's seconds; None: not yet)."""
+
+    progress: float | None = None  # its output (rank-R.jsonl, rank-R.log) last grew
+    joined: float | None = None  # it had joined torch.distributed (traffic.entry's state)
+    exited: float | None = None  # it had exited
+    failed: float | None = None  # it had exited with a code other than 0
+
+
+@dataclass(frozen=True)
+class Wait:
+    """No deadline has passed: look again, at the latest at ``until`` (inf: none pending)."""
+
+    until: float
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A deadline passed: ``deadline`` is the :class:`Deadlines` field, ``reason`` the
+    :data:`STOP_REASONS` entry the ranks still running are stopped with, ``since`` + the
+    deadline's seconds = ``at``, when it fell due. ``ranks`` are the ranks it is about: the first
+    failed rank (failure_grace), the ranks that had neither joined nor exited (setup), the ranks
+    still running (run, stall)."""
+
+    reason: str
+    deadline: str
+    since: float
+    at: float
+    ranks: tuple[int, ...]
+
+
+def deadline_decision(
+    now: float, start: float, ranks: Mapping[int, RankTimes], deadlines: Deadlines
+) -> Wait | Stop:
+    """Whether a deadline has passed at ``now`` for a launch that started at ``start``.
+
+    Each deadline falls due at exactly its clock's start plus its seconds: the failure grace
+    from the first failure; setup from ``start`` until every rank joined or exited (without a
+    setup deadline the ranks count as ready at ``start``); run from ready; stall from the later
+    of ready and the last output of any rank. When several are due (a loop that looked late),
+    the one that fell due first names the stop; on a tie, the first of that order."""
+    running = tuple(r for r, t in sorted(ranks.items()) if t.exited is None)
+    due: list[Stop] = []
+
+    failures = [(t.failed, r) for r, t in ranks.items() if t.failed is not None]
+    if failures:
+        failed_at, first = min(failures)
+        due.append(
+            Stop(
+                "stopped", "failure_grace", failed_at, failed_at + deadlines.failure_grace, (first,)
+            )
+        )
+
+    ready: float | None = start
+    if deadlines.setup is not None:
+        arrived = {r: _first(t.joined, t.exited) for r, t in sorted(ranks.items())}
+        late = tuple(r for r, at in arrived.items() if at is None)
+        if late:
+            ready = None
+            due.append(Stop("setup-timeout", "setup", start, start + deadlines.setup, late))
+        else:
+            ready = max((at for at in arrived.values() if at is not None), default=start)
+
+    if ready is not None and deadlines.run is not None:
+        due.append(Stop("timeout", "run", ready, ready + deadlines.run, running))
+    if ready is not None and deadlines.stall is not None:
+        written = [t.progress for t in ranks.values() if t.progress is not None]
+        since = max([ready, *written])
+        due.append(Stop("stalled", "stall", since, since + deadlines.stall, running))
+
+    passed = [stop for stop in due if now >= stop.at]
+    if passed:
+        return min(passed, key=lambda stop: stop.at)  # min keeps the first of equal ones
+    return Wait(min((stop.at for stop in due), default=math.inf))
+
+
+def _first(*times: float | None) -> float | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
 
 
 # -- the spec ----------------------------------------------------------------------------------
@@ -105,8 +205,10 @@ class RankLaunch:
     ``run()`` starts, waits and stops; afterwards ``codes`` holds every rank's exit code (None:
     never started), ``stopped`` rank -> why it was stopped (:data:`STOP_REASONS`) with
     ``stopped_state`` the rank's state at that moment, and ``run()``'s return value the link
-    problems that ended it (empty otherwise). ``state`` and ``joined`` read the ranks' state
-    files (traffic.entry) unless given."""
+    problems that ended it (empty otherwise); ``fired`` the deadline that ended the wait (None:
+    every rank exited, or a link failed), ``started`` when the wait began and ``times`` what it
+    saw each rank do, on ``clock``. ``state`` and ``joined`` read the ranks' state files
+    (traffic.entry) unless given."""
 
     def __init__(
         self,
@@ -118,6 +220,7 @@ class RankLaunch:
         *,
         state: Callable[[int], Any] | None = None,
         joined: Callable[[int], bool] | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.tb = tb
         self.ranks = ranks
@@ -131,6 +234,10 @@ class RankLaunch:
         self.procs: dict[int, HostProcess] = {}
         self.stopped: dict[int, str] = {}
         self.stopped_state: dict[int, Any] = {}
+        self.clock = clock
+        self.started: float | None = None  # when the wait began, on ``clock``
+        self.times: dict[int, RankTimes] = {}
+        self.fired: Stop | None = None
 
     @property
     def codes(self) -> dict[int, int | None]:
@@ -181,66 +288,60 @@ class RankLaunch:
                         stdout=log,
                         stderr=subprocess.STDOUT,
                     )
-            return self._wait(timeout, setup_timeout, failure_grace, stall)
+            return self._wait(Deadlines(timeout, setup_timeout, stall, failure_grace))
         finally:
             self.stop_all("stopped")
 
-    def output_size(self) -> int:
-        """Bytes the ranks have written so far (their jsonl and log files): their progress."""
+    def output_size(self, rank: int | None = None) -> int:
+        """Bytes the ranks (or ``rank``) have written so far (jsonl and log files): progress."""
         total = 0
         for slot in self.ranks:
+            if rank is not None and slot.rank != rank:
+                continue
             for path in (self.log_path(slot.rank), rows_path(self.run_dir, slot.rank)):
                 with contextlib.suppress(OSError):
                     total += path.stat().st_size
         return total
 
-    def _wait(
-        self,
-        timeout: float | None,
-        setup_timeout: float | None,
-        failure_grace: float,
-        stall: float | None = None,
-    ) -> list[str]:
-        start = time.monotonic()
-        ready_at: float | None = start if setup_timeout is None else None
-        first_failure: float | None = None
-        written, progress_at = -1, start
+    def _wait(self, deadlines: Deadlines) -> list[str]:
+        """Look at the ranks every POLL until they all exited, a link failed or
+        :func:`deadline_decision` says a deadline passed (then stop what still runs)."""
+        start = self.started = self.clock.now()
+        self.times = {r: RankTimes() for r in self.procs}
+        written: dict[int, int] = {}
         while True:
-            now = time.monotonic()
-            if stall is not None:
-                size = self.output_size()
-                if size != written:
-                    written, progress_at = size, now
-            codes = {r: p.poll() for r, p in self.procs.items()}
+            now = self.clock.now()
+            for r, p in self.procs.items():
+                seen = self.times[r]
+                if deadlines.stall is not None:
+                    size = self.output_size(r)
+                    if size != written.get(r):
+                        written[r], seen.progress = size, now
+                code = p.poll()
+                if code is not None and seen.exited is None:
+                    seen.exited = now
+                    seen.failed = now if code != 0 else None
+                if (
+                    deadlines.setup is not None
+                    and seen.joined is None
+                    and seen.exited is None
+                    and self.joined(r)
+                ):
+                    seen.joined = now
             link_problems = self.tb.problems()
             if link_problems:
                 self.stop_all("link")
                 return list(link_problems)
-            if all(c is not None for c in codes.values()):
+            if all(t.exited is not None for t in self.times.values()):
                 return []
-            if first_failure is None and any(c not in (None, 0) for c in codes.values()):
-                first_failure = now
-            if ready_at is None and all(codes[r] is not None or self.joined(r) for r in codes):
-                ready_at = now
-            # After one rank failed, give the others a moment to report their own error, then
-            # stop them: they would only wait for the failed one until their deadline.
-            if first_failure is not None and now - first_failure > failure_grace:
-                self.stop_all("stopped")
+            # After one rank failed, the others get a moment to report their own error, then
+            # they are stopped: they would only wait for the failed one until their deadline.
+            decision = deadline_decision(now, start, self.times, deadlines)
+            if isinstance(decision, Stop):
+                self.fired = decision
+                self.stop_all(decision.reason)
                 return []
-            if ready_at is None and setup_timeout is not None and now - start > setup_timeout:
-                self.stop_all("setup-timeout")
-                return []
-            if ready_at is not None and timeout is not None and now - ready_at > timeout:
-                self.stop_all("timeout")
-                return []
-            if (
-                ready_at is not None
-                and stall is not None
-                and now - max(progress_at, ready_at) > stall
-            ):
-                self.stop_all("stalled")
-                return []
-            time.sleep(POLL)
+            self.clock.sleep(min(POLL, decision.until - now))
 
     def stop_all(self, why: str) -> None:
         """SIGUSR1 to every rank still running (a stack dump into its log), then SIGKILL."""
@@ -252,13 +353,13 @@ class RankLaunch:
             self.stopped_state[r] = self.state(r)
             with contextlib.suppress(ProcessLookupError):
                 p.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + STACK_WAIT
-        while time.monotonic() < deadline:
+        deadline = self.clock.now() + STACK_WAIT
+        while self.clock.now() < deadline:
             if all(
                 p.poll() is not None or STACK_HEAD.search(self.log(r)) for r, p in running.items()
             ):
-                time.sleep(0.1)  # the dump is a few writes from a signal handler: let it finish
+                self.clock.sleep(0.1)  # the dump is a few writes from a signal handler
                 break
-            time.sleep(POLL)
+            self.clock.sleep(POLL)
         for p in running.values():
             procs.stop(p)

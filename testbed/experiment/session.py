@@ -3,11 +3,12 @@
 :class:`RankSession` is what the sweep's run (:func:`testbed.experiment.execute.execute`) and the
 pytest plugin's ``run_ranks`` (:mod:`testbed.testing.ranktest`) share: the spec (rank 0's host
 the master), the launch (:class:`testbed.experiment.ranks.RankLaunch`) with its deadlines
-(:class:`Deadlines`: setup until every rank joined, then the operations' or a stall deadline),
-the clock origin and event runner of a timeline when there is one, the WAN bottlenecks' byte
-counters when asked, and reading back the outcome: every rank's rows (``rank-R.jsonl``), state
-(``rank-R.state``, traffic.entry's protocol), exit code, why it was stopped, its log and stack,
-and the sweep's problem line per rank (:func:`rank_problems`).
+(:class:`testbed.experiment.ranks.Deadlines`, re-exported here: setup until every rank joined,
+then the operations' or a stall deadline), the clock origin and event runner of a timeline when
+there is one, the WAN bottlenecks' byte counters when asked, and reading back the outcome:
+every rank's rows (``rank-R.jsonl``), state (``rank-R.state``, traffic.entry's protocol), exit
+code, why it was stopped, its log and stack, and the sweep's problem line per rank
+(:func:`rank_problems`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ import contextlib
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from testbed.core.errors import TestbedError
 from testbed.experiment.clock import OriginClock
 from testbed.experiment.events import EventRunner
-from testbed.experiment.ranks import STACK_HEAD, RankLaunch, RankSpec
+from testbed.experiment.ranks import STACK_HEAD, Deadlines, RankLaunch, RankSpec
 from testbed.live.network import Network
 from testbed.live.protocol import LiveNetwork
 from testbed.plan.ranks import RankSlot
@@ -51,19 +51,6 @@ def setup_deadline() -> float:
         return float(value) if value else SETUP_DEADLINE
     except ValueError:
         raise TestbedError(f"TESTBED_SETUP_DEADLINE={value!r}: not a number of seconds") from None
-
-
-@dataclass(frozen=True)
-class Deadlines:
-    """The launch's clocks in seconds (None: none). ``setup``: until every rank joined or
-    exited; ``run``: from then on (from the start without ``setup``); ``stall``: from then on,
-    while no rank's output grows; ``failure_grace``: after one rank failed, for the others to
-    report their own error."""
-
-    run: float | None
-    setup: float | None = None
-    stall: float | None = None
-    failure_grace: float = 5.0
 
 
 class RankSession:
