@@ -80,6 +80,8 @@ def ping(net, count: int) -> dict:
 def test_link_bandwidth(single_switch):
     """testLinkBandwidth: bw 5 Mbit/s, iperf rate within 80% tolerance: 4..6 Mbit/s."""
     rate = iperf_mbit(single_switch(bw=5))
+    # Mininet's 4..6; the ceiling is 5 x 1448/1514 = 4.78 (4 is 84% of it); bytes over 5 s with
+    # slow start in (64 KiB = 0.1 Mbit/s); no RESULTS.md spread at 5 Mbit/s
     assert within(rate, 5, 0.8), rate
 
 
@@ -88,6 +90,8 @@ def test_link_delay(single_switch):
     """testLinkDelay: delay 15 ms on each link, one ping within 80% tolerance of 4 x 15 ms."""
     p = ping(single_switch(delay="15ms"), 1)
     assert p["received"] == p["sent"] == 1, p
+    # Mininet's 48..72; TestbedLink is not compensated: 60 ms + two lines' floors each way
+    # (~0.4 ms a line, RESULTS.md "Engines", Mininet + TestbedLink); ping's summary is in us
     assert all(within(p[k], 60, 0.8) for k in ("min", "avg", "max")), p
 
 
@@ -103,6 +107,9 @@ def test_link_change(single_switch):
     RTT avg within 40..50 ms."""
     net = single_switch(bw=10, delay="10ms")
     p = ping(net, 4)
+    # Mininet's 40..50: 40 ms + the lines' floors (~0.8 ms, uncompensated: never below 40)
     assert p["received"] == 4 and 40 <= p["avg"] <= 50, p
     rate = iperf_mbit(net)
+    # Mininet's: the ceiling 9.56 Mbit/s, 9.0 is 94% of it; 5 s of iperf3 with slow start in
+    # at 40 ms RTT (~0.1 Mbit/s) resolves 0.1 Mbit/s: ~4 steps of margin; 10.1 admits 5.6%
     assert 9.0 < rate < 10.1, rate

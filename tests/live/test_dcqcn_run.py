@@ -48,6 +48,9 @@ def test_a_dcqcn_workload_runs_records_and_reports(root, tmp_path) -> None:
     end = ev[ev["kind"] == "end"].iloc[0]
     assert end["cnps_received"] == kinds["cnp"]  # every CNP taken by the RP is in its log
     assert kinds["cnp"] <= kinds["cnp_sent"]  # none appear from nowhere (the path is lossless)
+    # a presence check: the NP's rate samples reach a tenth of the 100 Mbit/s link (the RP
+    # starts at 200e6 and settles near the link: RESULTS.md "DCQCN against its fluid model",
+    # dcqcn-one-flow, 85.2 Mbit/s); not a rate tolerance
     assert rx["ce"].sum() > 0 and rx["rate_bps"].max() > 10e6
     info = exp.manifest["runs"]["p000-r0"]["dcqcn"]["0"]
     assert info["line_rate_bps"] == 200e6 and info["params"]["rate_timer"] == pytest.approx(0.022)
@@ -99,7 +102,9 @@ def test_a_dcqcn_tenant_beside_an_all_reduce_is_recorded_when_the_workload_stops
     assert kinds["start"] == 1 and kinds["end"] == 1 and kinds["cut"] > 0
     end = ev[ev["kind"] == "end"].iloc[0]
     assert end["cnps_received"] == kinds["cnp"] <= kinds["cnp_sent"]
-    # it sent until the workload ended, not for its planned 600 s
+    # it sent until the workload ended, not for its planned 600 s: 120 s is the workload's own
+    # op timeout (three 64 KiB all-reduces take well under a second each, RESULTS.md "DCQCN
+    # beside an all-reduce" up to 36 s with a NIC-default tenant); a liveness bound, 5x < 600
     assert end["t"] - ev[ev["kind"] == "start"].iloc[0]["t"] < 120
     (row,) = exp.manifest["summary"]
     assert row["dcqcn_flows"] == 1 and row["time_p50"] > 0

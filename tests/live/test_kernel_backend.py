@@ -49,6 +49,8 @@ def test_netem_delay_within_1ms_of_configured_rtt(make_testbed):
     tb = make_testbed(wan(delay="20ms"))
     r = probe_rtt(tb, "east-h0", "west-h0", count=50, interval=0.02)
     assert r["lost"] == 0
+    # 1 ms: rtt_within_tolerance's floor; median of 50 ns-stamped probes, netem's delay set in us
+    # (compensated). No netem spread outside TCG is in RESULTS.md (this host has no sch_netem).
     assert statistics.median(r["rtts"]) == pytest.approx(0.040, abs=1e-3)
 
 
@@ -67,6 +69,7 @@ def test_rtt_compensation_sets_netem_to_configured_minus_floor(make_testbed):
             check=True,
         ).stdout
         (netem,) = [q["options"] for q in json.loads(shown) if q["kind"] == "netem"]
+        # 2 us: the plan writes whole microseconds (render.py) and tc prints them back rounded
         assert netem["delay"]["delay"] == pytest.approx(c.emulated_s, abs=2e-6), shown
         # the rest of the impairment is back after the calibration (which ran the delay alone)
         assert netem["delay"]["jitter"] == pytest.approx(d.jitter, abs=2e-6), shown
@@ -76,6 +79,10 @@ def test_rtt_compensation_sets_netem_to_configured_minus_floor(make_testbed):
     print(f"west->east median error {error * 1e3:+.3f} ms, floors {floors} ms")
     if os.environ.get("TESTBED_VM_ACCEL") == "tcg":
         return  # the timing under TCG is the emulator's (docs/vm.md): only the settings above
+    # Resolution: ns receive stamps, median of 100, netem set to +-2 us (checked above). The
+    # residual is the floor's drift since bring-up: up to 0.3 ms RTT (~0.15 ms one way) on a busy
+    # host (test_live_delay); RESULTS.md "Link fidelity" compensated RTT -0.15..+0.12 ms
+    # (userspace). 0.2 ms one way is ~1.3x that drift; netem's own spread is unmeasured here.
     assert abs(error) <= 0.2e-3  # one way; same tolerance as the userspace test's RTT
 
 
@@ -87,8 +94,11 @@ def test_netem_loss_and_jitter(make_testbed):
     # 50 probes/s: at 200/s one CI run in a TCG guest lost 28% for 5% configured, more than
     # netem explains; the Python prober and echo server under slow emulation are the suspects.
     r = probe_rtt(tb, "east-h0", "west-h0", count=500, interval=0.02)
+    # Binomial(500, 0.05): mean 25, sd 4.9; 10..40 is +-3.1 sd (a count, not a time)
     assert 0.02 <= r["lost"] / r["sent"] <= 0.08, r["lost"]
     std = statistics.pstdev(r["forward"])
+    # netem draws N(0, 4 ms) ("distribution normal", render.py); the std of ~475 draws errs by
+    # 1/sqrt(2n) = 3.2%: 2 ms (half the jitter) is a presence check, ~15 of those below
     assert std > 0.002, std  # jitter is applied (netem may reorder; the line would not)
 
 
@@ -99,6 +109,9 @@ def test_long_fat_link_reaches_85_percent_with_netem_limit_sizing(make_testbed):
     tb = make_testbed(wan(delay="50ms"))
     d = next(d for d in tb.plan.wan if d.name == "east->west")
     c = check_direction(tb, d, duration=8.0, pings=3)
+    # 85 Mbit/s = 88.9% of the ceiling (rate x 1448/1514 = 95.6), just below the self-check's
+    # 1 - SELFCHECK_TOLERANCE (86.1); bytes over 8 s (one GSO packet = 0.07 Mbit/s). Spread:
+    # FIELD-NOTES, stock kernel guest "HTB 100 Mbit/s + netem 10 ms -> 98 Mbit/s"; no 100 ms run.
     assert c.goodput_bps >= 0.85 * 100e6, c
 
 
@@ -300,4 +313,7 @@ def test_a_zero_rate_trace_bin_closes_a_plug_leaf_and_loses_nothing(make_testbed
     # not asserted: in the TCG guest 3 of 121 arrived out of order around the release once
     print(f"sent {sent}, arrived {len(got)}: {len(during)} during the hold, {late} out of order")
     assert len(got) == sent and during == []
+    # the plug opens by one rtnetlink request (ms) + 5 ms one way + 0.4 ms for 1 KB at 20 Mbit/s:
+    # ~10 ms on a real kernel; 0.2 s is for the TCG guest this runs in (its tc changes took 137 ms
+    # p50, RESULTS.md "WAN faults", kernel backend); the release itself is unmeasured there.
     assert min(t for _, t in got if t >= released - 0.02) - released < 0.2

@@ -76,7 +76,10 @@ def test_bbr_leaves_startup_with_the_auto_send_buffer(make_testbed):
     assert len(gains) >= 10, gains
     in_startup = gains.count(STARTUP_GAIN) / len(gains)
     # stuck runs showed STARTUP in 12-100% of the samples after 3 s; a free flow shows it only
-    # when it restarts after PROBE_RTT (one sample or two)
+    # when it restarts after PROBE_RTT (one sample or two).
+    # Resolution: one ss sample per >= 0.2 s over the last ~4 s: ~18 samples, each 5.6%
+    # (10% at the 10 allowed). 0.1 admits one STARTUP sample in 10-18, or two in 20: two in
+    # fewer than 20 samples (0.11-0.2) fail although the comment above calls that free.
     assert in_startup <= 0.1, (in_startup, gains)
     assert end["sum_received"]["bits_per_second"] > 0
     assert not tb.problems()

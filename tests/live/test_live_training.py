@@ -64,6 +64,8 @@ def test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp(root, tmp_path):
     # every rank of every run wrote every step
     assert (df.groupby("run_id")["step"].count() == 4 * 30).all()
     ratio = summary["diloco"]["wan_bytes_per_step"] / summary["ddp"]["wan_bytes_per_step"]
+    # bytes, not times: the WAN counters add headers and ACKs (and DiLoCo's outer step moves
+    # the model, not gradients); RESULTS.md "Training across the WAN", expect[0]: -9.2% at H=10
     assert ratio == pytest.approx(1 / 10, rel=0.15)
     # a synchronous parameter server averages the same gradients for the same AdamW: DDP's loss
     assert summary["parameter-server"]["final_loss"] == pytest.approx(
@@ -77,6 +79,9 @@ def test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp(root, tmp_path):
     assert ps_ratio == pytest.approx(4 / 3, rel=0.1)
     # DDP's own timers came back from its logger, and its exposed comm is a positive time
     own = summary["ddp"]["ddp_exposed_comm_per_step"]
+    # exposed comm is part of a step; DDP's logger times it on its own stamps, which read up to
+    # 1.003x the trainer's step p50 (RESULTS.md "Training across the WAN": 324.7 vs 323.6 ms):
+    # 2 x the step's p95 is far above that, a sign check more than a tolerance
     assert own is not None and 0 < own < summary["ddp"]["step_time_p95"] * 2
     assert summary["diloco"]["ddp_exposed_comm_per_step"] is None
     # the streaming variant sends the same bytes in fragments

@@ -76,6 +76,8 @@ def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
     try:
         prefix = tb.plan.prefix
         assert tb.machine_of("east-h1") == "node-a" and tb.machine_of("west-h0") == "node-b"
+        # the stand-ins share one kernel: 0.026-0.043 ms (RESULTS.md "Topology across
+        # machines"); 10 ms only says "measured and small", a sanity bound
         assert 0 < tb.underlay_rtt[("node-a", "node-b")] < 0.01
         # every host reaches every other, with full-size frames of the 1450-byte MTU
         hosts = [h for h in tb.hosts if "-h" in h]
@@ -93,6 +95,8 @@ def test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one(
         for name, r in spanned.items():
             assert r.ok, (name, r.problem)
             one = local[name]
+            # the goal's SELFCHECK_TOLERANCE of one machine's reading; RESULTS.md "Topology
+            # across machines": RTT within 0.02-0.08 ms (<= 0.6%), goodput 0.999-1.000 both ways
             assert abs(r.rtt_median_s - one.rtt_median_s) <= TOLERANCE * one.rtt_median_s, (r, one)
             assert abs(r.goodput_bps - one.goodput_bps) <= TOLERANCE * one.goodput_bps, (r, one)
             assert r.compensation_s is not None

@@ -80,9 +80,13 @@ def flow_rows(rows: list[dict], tb: Network, src: str, dst: str) -> tuple[pd.Dat
 def assert_steady_ticks(times: pd.Series, period: float) -> None:
     gaps = times.diff().dropna()
     assert (gaps > 0).all(), "row times must increase"
+    # a gap is the period plus the difference of two samples' read delays: 0.4-0.9 ms a sample,
+    # ~20 ms when one must dump (RESULTS.md "Measurements moved from docstrings", tcp.py); the
+    # median of ~30 gaps stays within 5% (5 ms); the max allows one 150 ms stall (2.5 periods)
     assert statistics.median(gaps) == pytest.approx(period, rel=0.05)
     assert gaps.max() < 2.5 * period, f"a tick was late or missed: {gaps.max():.3f} s"
-    # No drift: the ticks stay on the grid start + k * period.
+    # No drift: the ticks stay on the grid start + k * period. Off the grid by the two ends'
+    # read delays only: 1% of a 2-3 s span is 20-30 ms, one dumping tick (~20 ms).
     span = times.iloc[-1] - times.iloc[0]
     assert span / round(span / period) == pytest.approx(period, rel=0.01)
 
@@ -95,7 +99,8 @@ def test_sampler_follows_a_bbr_flow_with_ecn_across_the_wan(make_testbed):
     assert sampler.errors == []
     assert sampler.missed_ticks == 0
     sender, receiver = flow_rows(sampler.rows, tb, "east-h0", "west-h0")
-    # ~30 ticks while the flow lasts (3 s + handshake and draining), on both ends.
+    # ~30 ticks while the flow lasts (3 s + handshake and draining), on both ends; a row exists
+    # from the tick after the connect: 25 leaves 0.5 s for the start and the last reads.
     assert len(sender) >= 25 and len(receiver) >= 25, (len(sender), len(receiver))
     assert set(sender.local) == set(receiver.peer)  # the same connection, seen from both ends
     assert set(sender.peer_host) == {"west-h0"} and set(receiver.peer_host) == {"east-h0"}
@@ -106,20 +111,30 @@ def test_sampler_follows_a_bbr_flow_with_ecn_across_the_wan(make_testbed):
     full_queue_ms = wan.buffer * 8 / wan.rate * 1e3
     for rows in (sender, receiver):
         assert_steady_ticks(rows.time, PERIOD)
+        # tcp_info's RTTs are in us. 19: the compensated 20 ms less rtt_within_tolerance's 1 ms
+        # floor (RESULTS.md "Link fidelity": -0.15..+0.12 ms). 40: + a full 1-BDP queue (20 ms).
         assert 19 <= rows.srtt_ms.median() <= 40, rows.srtt_ms.describe()
+        # + 2 ms over a full queue for the path's floor and the line's lateness; below one 64 KiB
+        # GSO packet's serialisation (5.2 ms at 100 Mbit/s), which srtt's 1/8 EWMA damps
         assert rows.srtt_ms.between(19, 20 + full_queue_ms + 2).all(), rows.srtt_ms.describe()
+        # min RTT: propagation only; 25 = 20 + one GSO packet's serialisation (5.2 ms)
         assert rows.min_rtt_ms.between(19, 25).all(), rows.min_rtt_ms.describe()
         assert set(rows.algorithm) == {"bbr"}  # the namespace's congestion control
         assert rows.ecn.all()  # both ends have tcp_ecn=1: negotiated
         assert rows.dctcp_alpha.isna().all()
     # BBR's bandwidth model: none before its first delivery sample, then the bottleneck's rate.
     assert (sender.bbr_bw_bps.iloc[-10:] > 0).all()
+    # BBR's bw is a max over ~10 RTTs of delivery-rate samples, each over ~one 20 ms RTT, where
+    # one 64 KiB GSO packet is 26 Mbit/s: the ceiling (95.6) + one such step = 122 <= 130; 50 is
+    # about half the ceiling (startup's or a probe-RTT's low reads); median of the last 10 (1 s)
     assert 50e6 <= sender.bbr_bw_bps.iloc[-10:].median() <= 130e6, sender.bbr_bw_bps.iloc[-10:]
     assert sender.bbr_min_rtt_ms.between(19, 25).all()
     # The sender's delivery rate: the 100 Mbit/s bottleneck (HTB caps goodput ~95 Mbit/s).
     assert sender.delivery_rate_bps.between(50e6, 110e6).any(), sender.delivery_rate_bps.max()
     # Single samples can overshoot (ACKs released in a burst); the steady half cannot.
     steady = sender.delivery_rate_bps.iloc[len(sender) // 2 :]
+    # the median of >= 12 samples: within ~half a 26 Mbit/s step (one GSO packet per RTT) of
+    # the ceiling (95.6) on either side: 110 above; 50 as for bbr_bw
     assert 50e6 <= steady.median() <= 110e6, steady
     assert sender.mss.eq(1448).all() and (sender.cwnd > 10).any()
     # Cumulative counters only grow, and agree with what the receiver application counted.
@@ -127,6 +142,8 @@ def test_sampler_follows_a_bbr_flow_with_ecn_across_the_wan(make_testbed):
     assert sender.bytes_sent.is_monotonic_increasing
     assert receiver.bytes_received.is_monotonic_increasing
     last = receiver.bytes_received.iloc[-1]
+    # the last sample is up to one period (0.1 s, 1.2 MB at 95.6 Mbit/s) before the end of a
+    # ~36 MB flow: 3.3%; 10% allows three periods
     assert 0.9 * result["bytes"] <= last <= result["bytes"], (last, result["bytes"])
     # Rows only for the flow's two hosts: the idle hosts have no connections.
     assert {r["host"] for r in sampler.rows} == {"east-h0", "west-h0"}
@@ -147,14 +164,18 @@ def test_cubic_without_negotiated_ecn_and_one_off_reads(make_testbed):
     assert row["host"] == tb.namespace("east-h0") and row["peer_host"] is None
     assert row["peer"] == f"{tb.hosts['west-h0']}:{PORT}"
     assert row["algorithm"] == "cubic" and row["ecn"] is False
+    # 19 ms: the compensated 20 ms RTT less rtt_within_tolerance's 1 ms floor (tcp_info: us)
     assert row["srtt_ms"] >= 19 and row["bytes_acked"] > 0
     sender, receiver = flow_rows(sampler.rows, tb, "east-h0", "west-h0")
+    # ~20 ticks at 0.1 s over the 2 s flow; 15 leaves 0.5 s for the start and the last reads
     assert len(sender) >= 15 and len(receiver) >= 15
     for rows in (sender, receiver):
         assert set(rows.algorithm) == {"cubic"}
         assert not rows.ecn.any() and not rows.ecn_seen.any()
         assert rows.bbr_bw_bps.isna().all() and rows.dctcp_ce_state.isna().all()
+        # as in the bbr test: 20 ms compensated - 1 ms; min RTT + one GSO packet (5.2 ms)
         assert (rows.srtt_ms >= 19).all() and rows.min_rtt_ms.between(19, 25).all()
+    # any sample within half the ceiling (95.6) and + 14 Mbit/s (about half a 26 Mbit/s step)
     assert sender.delivery_rate_bps.between(50e6, 110e6).any(), sender.delivery_rate_bps.max()
 
 
@@ -173,6 +194,9 @@ def test_sampler_reports_a_vanished_namespace_and_stops_promptly(make_testbed):
             assert any(ns in e and "vanished" in e for e in sampler.errors), sampler.errors
         t0 = time.monotonic()
         sampler.stop()
+        # stop() wakes the waiting thread at once and joins it: at most one sample in progress
+        # (read_tcp_info 5-7 ms, a dump ~20 ms: RESULTS.md "Measurements moved from docstrings")
+        # plus a thread wake-up; 0.2 s (4 periods) is ~8x that
         assert time.monotonic() - t0 < 0.2
     finally:
         sampler.stop()

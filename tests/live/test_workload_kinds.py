@@ -122,6 +122,8 @@ def test_a_kind_defined_in_a_test_runs_end_to_end(root, pingpong, tmp_path, caps
     manifest = json.loads((results / "manifest.json").read_text())
     (row,) = manifest["summary"]
     assert row["kind"] == "pingpong" and row["rounds"] == 4
+    # the bound is the configured RTT itself: the compensated path can read 0.15-0.29 ms short
+    # (RESULTS.md "Link fidelity", a CI run), which gloo's per-step overhead must cover
     assert row["round_p50"] > 0.010  # 5 ms each way: an all-reduce of two ranks crosses twice
 
     res = analysis.load(results)
