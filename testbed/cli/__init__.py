@@ -13,6 +13,7 @@ Exit codes: 0 success, 1 a run or check failed, 2 bad input (scenario, arguments
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 
 from rich.text import Text
 
@@ -28,9 +29,17 @@ DESCRIPTION = (
 VERB_MODULES = (network, run, vm, report)
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("multicluster-testbed")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="testbed", description=DESCRIPTION)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for module in VERB_MODULES:
         module.register(sub)

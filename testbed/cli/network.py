@@ -18,13 +18,13 @@ from testbed.cli.plan_view import cmd_plan, cmd_validate
 def register(sub: Any) -> None:
     """Register the network verbs on the CLI's sub-parsers."""
     s = sub.add_parser("validate", help="check a scenario file")
-    s.add_argument("file")
+    s.add_argument("file", help="the scenario file (YAML)")
     s.set_defaults(fn=cmd_validate)
     s = sub.add_parser("plan", help="print what would be built, without touching the kernel")
-    s.add_argument("file")
+    s.add_argument("file", help="the scenario file (YAML)")
     s.set_defaults(fn=cmd_plan)
     s = sub.add_parser("up", help="build a network and leave it running")
-    s.add_argument("file")
+    s.add_argument("file", help="the scenario file (YAML)")
     s.add_argument("--name", help="testbed name (default: the scenario's name)")
     s.add_argument(
         "--foreground",
@@ -38,19 +38,34 @@ def register(sub: Any) -> None:
         help="engine mininet: Mininet's own CLI (`west_h0 ping east_h1`); tears down on exit",
     )
     s.set_defaults(fn=cmd_up)
-    s = sub.add_parser("exec", help="run a command inside a host: exec NAME HOST -- CMD...")
-    s.add_argument("name")
-    s.add_argument("host")
-    s.add_argument("cmd", nargs=argparse.REMAINDER)
+    s = sub.add_parser(
+        "exec",
+        help="run a command inside a host: exec NAME HOST -- ARGV...",
+        usage="testbed exec NAME HOST -- ARGV...",
+        description="Run ARGV inside HOST's network namespace of the running testbed NAME, "
+        "e.g. `testbed exec quickstart east-h0 -- ping -c3 west-h1`. The `--` ends testbed's "
+        "own options: what follows is the command and its arguments, passed as written (its "
+        "own options too, like -c3).",
+    )
+    s.add_argument("name", metavar="NAME", help="the testbed's name (testbed ls lists them)")
+    s.add_argument("host", metavar="HOST", help="a host of it, e.g. east-h0")
+    s.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- ARGV...",
+        help="the command and its arguments, after `--`",
+    )
     s.set_defaults(fn=cmd_exec)
     s = sub.add_parser("ls", help="list testbeds on this machine")
     s.set_defaults(fn=cmd_ls)
     s = sub.add_parser("down", help="tear a testbed down")
-    s.add_argument("name")
+    s.add_argument("name", help="the testbed's name (testbed ls lists them)")
     s.set_defaults(fn=cmd_down)
     s = sub.add_parser("clean", help="remove what crashed testbeds left behind")
     s.add_argument("--all", action="store_true", help="also remove persistent `up` testbeds")
     s.set_defaults(fn=cmd_clean)
     s = sub.add_parser("doctor", help="what this kernel offers and which backend is used")
-    s.add_argument("file", nargs="?")
+    s.add_argument(
+        "file", nargs="?", help="a scenario: also say which backend it gets and what it lacks"
+    )
     s.set_defaults(fn=cmd_doctor)

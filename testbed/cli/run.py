@@ -28,8 +28,8 @@ def register(sub: Any) -> None:
         "run",
         help="build each sweep point, self-check the links, run the workload, write results",
     )
-    s.add_argument("file")
-    s.add_argument("--out", default="results", help="results root directory (default: results)")
+    s.add_argument("file", help="the scenario file (YAML); its sweep and repeats are the runs")
+    s.add_argument("--out", default="results", help="results root directory (default: %(default)s)")
     s.add_argument(
         "--set",
         action="append",
@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
         "--selfcheck",
         type=float,
         default=1.0,
-        help="seconds of bulk TCP per WAN direction in the link self-check",
+        metavar="SECONDS",
+        help="seconds of bulk TCP per WAN direction in the link self-check (default: %(default)s)",
     )
     s.add_argument(
         "--point",
@@ -71,7 +72,9 @@ def register(sub: Any) -> None:
     )
     n.add_argument("--head", action="store_true", help="start a new cluster here (its head)")
     n.add_argument("--address", help="the head's HOST:PORT to join (not with --head)")
-    n.add_argument("--port", type=int, default=6379, help="the head's port (with --head)")
+    n.add_argument(
+        "--port", type=int, default=6379, help="the head's port (with --head; default: %(default)s)"
+    )
     n.add_argument(
         "--no-points",
         action="store_true",

@@ -30,8 +30,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="kernel package (default: linux-image-amd64, or linux-image-generic on Ubuntu), "
         "a concrete one like linux-image-6.1.0-50-amd64, or a .deb file",
     )
-    p.add_argument("--memory", default=str(DEFAULT_MEMORY_MIB), help="guest memory, MiB or 2G")
-    p.add_argument("--cpus", type=int, default=DEFAULT_CPUS, help="guest CPUs")
+    p.add_argument(
+        "--memory",
+        default=str(DEFAULT_MEMORY_MIB),
+        help="guest memory, MiB or 2G (default: %(default)s MiB)",
+    )
+    p.add_argument(
+        "--cpus", type=int, default=DEFAULT_CPUS, help="guest CPUs (default: %(default)s)"
+    )
     p.add_argument(
         "--share",
         action="append",
@@ -56,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--accel",
         choices=("auto", "kvm", "tcg"),
         default="auto",
-        help="auto: KVM if a guest really boots on it (tried once, remembered), else TCG",
+        help="auto: KVM if a guest really boots on it (tried once, remembered), else TCG "
+        "(default: %(default)s)",
     )
     p.add_argument("--verbose", action="store_true", help="show the guest's boot messages")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
