@@ -190,9 +190,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     need_root("run")
     if args.ray:
-        from testbed.live.ray_common import require_ray
+        from testbed.live.ray_common import connect_ray
 
-        require_ray()  # before a results directory is made
+        connect_ray(args.ray)  # before a results directory is made
     exp = Experiment(runs, args.file, args.resume or args.out, resume=bool(args.resume))
     if spanned:
         exp.ray_address = args.ray

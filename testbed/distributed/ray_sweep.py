@@ -27,7 +27,7 @@ from testbed.config.sweep import RunSpec
 from testbed.experiment.execute import execute
 from testbed.experiment.results import RunResult
 from testbed.experiment.sweep import Experiment
-from testbed.live.ray_common import NODE_DIR, RESOURCE, node_identity, require_ray
+from testbed.live.ray_common import NODE_DIR, RESOURCE, connect_ray, node_identity
 
 MAX_RETRIES = 3  # attempts after the first when a worker or node dies (Ray's default)
 LEAVE_ON_NODE = 32 * 1024 * 1024  # bytes: larger files stay on the node (path in the manifest)
@@ -102,8 +102,7 @@ def run_on_ray(
     on_done: Callable[[RunSpec, RunResult], None] | None = None,
 ) -> bool:
     """Every pending run of ``exp`` as a Ray task; True when all finished ok (or skipped)."""
-    ray = require_ray()
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    ray = connect_ray(address)
     try:
         # the attempts log lives on the head (Ray's own resource marks it): a node that dies
         # must not take it along, and without the head there is no cluster anyway

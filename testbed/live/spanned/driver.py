@@ -27,7 +27,7 @@ from testbed.config.scenario import Scenario
 from testbed.core.direction import Direction
 from testbed.core.errors import NetError, ScenarioError, TestbedError
 from testbed.live.processes import RANK_ENV
-from testbed.live.ray_common import RESOURCE, require_ray
+from testbed.live.ray_common import RESOURCE, connect_ray
 from testbed.live.spanned.agent import MachineAgent
 from testbed.live.spanned.nodes import MachineNode, machine_nodes
 from testbed.live.spanned.remote import RemoteProcess, RemoteServer
@@ -104,9 +104,7 @@ class SpannedNetwork:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def up(self) -> SpannedNetwork:
-        ray = self.ray = require_ray()
-        if not ray.is_initialized():
-            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        ray = self.ray = connect_ray(self.address)
         placement = self.scenario.placement
         assert placement is not None
         machines = sorted(set(placement.machines.values()))
