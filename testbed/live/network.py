@@ -105,9 +105,10 @@ class Network:
         part = self.underlay
         if self.scenario.placement is not None and part is None:
             raise UnsupportedError(
-                "placement: clusters on several machines come up with one agent per machine: "
-                "`testbed up FILE --ray ADDRESS` (docs/scale-out.md); remove `placement:` to "
-                "run on this machine alone"
+                "placement: clusters on several machines come up with one agent per machine, "
+                "on the Ray cluster those machines joined: `testbed run FILE --ray ADDRESS` "
+                "(in Python: testbed.live.spanned.SpannedNetwork; docs/scale-out.md); remove "
+                "`placement:` to build on this machine alone"
             )
         if self.scenario.routing.mode == "bgp" and (why := frr.missing()):
             raise UnsupportedError(f"routing.mode bgp: {why}")
