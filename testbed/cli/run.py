@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -247,8 +248,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"(continue with --resume {exp.results.path})"
         )
         return 130
-    out.print(f"results: {escape(exp.results.path)}")
+    print_ending(exp.results.path)
     return 0 if ok and not failed_checks else 1
+
+
+def print_ending(results: Path) -> None:
+    """A run's last lines: where its results are and the command that makes their report."""
+    say: dict[str, Any] = {"highlight": False, "soft_wrap": True}  # copyable at any width
+    out.print(f"results: {escape(results)}", **say)
+    out.print(f"report:  testbed report {escape(shlex.quote(str(results)))}", **say)
 
 
 def print_summary(exp) -> None:
