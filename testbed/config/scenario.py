@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator, model_validator
 
+import testbed.config.command  # noqa: F401  (registers workload kind: command)
 from testbed.config.clusters import (
     CLUSTER_NAME,
     CLUSTER_NAME_MAX,
