@@ -77,6 +77,7 @@ class Results:
     iterations: pd.DataFrame
     collectives: pd.DataFrame
     training: pd.DataFrame
+    metrics: pd.DataFrame  # a command workload's json-lines metrics
     network: pd.DataFrame
     ranks: pd.DataFrame
     training_summary: pd.DataFrame

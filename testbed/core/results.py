@@ -36,6 +36,11 @@ NETWORK_COLUMNS = (
 TABLES: tuple[Table, ...] = (
     Table("collectives", "rank x timed iteration (workload kind: collectives)"),
     Table("training", "rank x training step (workload kind: training)"),
+    Table(
+        "metrics",
+        "stdout line of a user's process that is a JSON metric (workload kind: command)",
+        ("run_id", "process", "host", "time", "metric", "value"),
+    ),
     Table("links", "run x WAN direction: the link self-check"),
     Table(
         "network",

@@ -20,14 +20,7 @@ from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
 from testbed.experiment.dynamics import RunDynamics
 from testbed.experiment.results import RunResult
-from testbed.experiment.session import (
-    STALL_GRACE,
-    Deadlines,
-    RankSession,
-    rank_detail,
-    read_rank_rows,
-    setup_deadline,
-)
+from testbed.experiment.session import RankSession, rank_detail, read_rank_rows
 from testbed.experiment.workloads import kind_of
 from testbed.live.network import Network, Terminated
 from testbed.live.protocol import LiveNetwork
@@ -176,22 +169,17 @@ def execute(
                 result.ranks = [{"run_id": spec.run_id, **r.as_dict()} for r in ranks]
                 kind = kind_of(workload)
                 keys = {**kind.spec_keys(workload), **dynamics.spec_keys()}
-                session = RankSession(tb, ranks, run_dir, kind.rank_module, workload.timeout, keys)
+                described = kind.processes(workload, tb.plan, ranks, run_dir, source)
+                session = RankSession(
+                    tb, ranks, run_dir, kind.rank_module, workload.timeout, keys,
+                    processes=described,
+                )  # fmt: skip
                 traces = run_traces(tb, sc.trace, run_dir, [r.host for r in ranks])
                 with CpuMonitor() as cpu, traces, routing or contextlib.nullcontext(), dynamics:
-                    # workload.timeout bounds every operation (the ranks' process group
-                    # timeout), not the run: the ranks are stopped when they make no progress
-                    # for longer. After a rank failed, the others get 10 s to report their own
-                    # error.
-                    deadlines = Deadlines(
-                        None,
-                        setup=setup_deadline(),
-                        stall=workload.timeout + STALL_GRACE,
-                        failure_grace=10.0,
-                    )
-                    problems = session.run(deadlines)
-                    problems += session.problems(workload.timeout)
+                    problems = session.run(kind.deadlines(workload))
+                    problems += kind.problems(session, workload)
                 problems += dynamics.errors
+                result.info.update(kind.run_info(session))
                 result.info.update(cpu.summary())
                 result.info["world_size"] = len(ranks)
                 result.info["topology"] = model_topology(

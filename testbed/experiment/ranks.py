@@ -2,9 +2,11 @@
 
 This module owns the rank spec (:class:`RankSpec`, the ``spec.json`` every rank reads: where the
 master is, the world, the placement, plus the workload's own keys) and :class:`RankLaunch`: one
-``python -m <module> --spec spec.json --rank R`` process per rank inside its host (recorded by
-pid, so teardown stops it; its port and environment from :mod:`testbed.live.processes`), its
-output in ``rank-R.log``, watched until every rank has exited, a link failed, or a deadline
+``python -m <module> --spec spec.json --rank R`` process per rank inside its host, or the
+processes a workload kind gives (:class:`LaunchProcess`: host, argv, environment, log; a user's
+own program), each recorded by pid (so teardown stops it; its port and environment from
+:mod:`testbed.live.processes`), its output in its log (``rank-R.log``), watched until every
+process has exited, a link failed, or a deadline
 passed (:class:`Deadlines`; one rank failed: the others had ``failure_grace`` seconds to report
 their own error). Which deadline passed is a pure function of the times the loop saw
 (:func:`deadline_decision`), so each is tested on explicit times rather than a machine's speed.
@@ -21,10 +23,13 @@ import contextlib
 import importlib.util
 import json
 import math
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -199,6 +204,29 @@ def require_torch() -> None:
 
 
 # -- the launch --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LaunchProcess:
+    """One process of a launch that a workload kind describes itself (a user's own program):
+    ``key`` names it in ``codes``, ``times`` and ``stopped`` (its rank; a per-host process's node
+    rank), ``what`` in the network's record and in problems (``rank 3 (east-h1)``). ``log``: its
+    stdout and stderr, a file name in the run directory. ``stdout_line``: when given, stdout is
+    read line by line: each line goes to the log and then to it, with the time it was read.
+    ``group``: it leads a process group of its own (a new session), and stopping it stops the
+    group, so that what it started (torchrun's workers) goes with it. ``stop_signal``: what asks
+    it to end before SIGKILL (the rank modules dump their stacks on SIGUSR1; a user's program
+    gets SIGTERM, as torchrun sends its workers)."""
+
+    key: int
+    host: str
+    argv: list[str]
+    env: dict[str, str]
+    log: str
+    what: str
+    stdout_line: Callable[[bytes, float], None] | None = None
+    group: bool = False
+    stop_signal: int = signal.SIGUSR1
+
+
 class RankLaunch:
     """One launch of ``module`` on every rank of ``ranks``, with its files in ``run_dir``.
 
@@ -218,6 +246,7 @@ class RankLaunch:
         run_dir: Path,
         module: str,
         *,
+        processes: list[LaunchProcess] | None = None,
         state: Callable[[int], Any] | None = None,
         joined: Callable[[int], bool] | None = None,
         clock: Clock = SYSTEM,
@@ -227,6 +256,11 @@ class RankLaunch:
         self.spec = spec
         self.run_dir = run_dir
         self.module = module
+        # the kind's own processes (None: ``python -m module`` per rank)
+        self.processes = processes
+        self.keys = [p.key for p in processes] if processes is not None else [s.rank for s in ranks]
+        self.begun: dict[int, float] = {}  # key -> when it was started, on ``clock``
+        self._readers: list[threading.Thread] = []
         # rank -> where it is now (kept for stopped ranks)
         self.state = state or (lambda rank: read_state(run_dir, rank))
         # rank -> whether it has joined torch.distributed (ends the setup deadline)
@@ -241,12 +275,15 @@ class RankLaunch:
 
     @property
     def codes(self) -> dict[int, int | None]:
-        return {
-            s.rank: (p.returncode if (p := self.procs.get(s.rank)) else None) for s in self.ranks
-        }
+        return {k: (p.returncode if (p := self.procs.get(k)) else None) for k in self.keys}
+
+    def process(self, key: int) -> LaunchProcess | None:
+        """The kind's description of process ``key`` (None: a rank module's)."""
+        return next((p for p in self.processes or () if p.key == key), None)
 
     def log_path(self, rank: int) -> Path:
-        return self.run_dir / f"rank-{rank}.log"
+        described = self.process(rank)
+        return self.run_dir / (described.log if described else f"rank-{rank}.log")
 
     def log(self, rank: int) -> str:
         with contextlib.suppress(OSError):
@@ -273,32 +310,75 @@ class RankLaunch:
         stopped ("stalled") once they are ready and no rank's output (``rank-R.jsonl``,
         ``rank-R.log``) has grown for ``stall`` seconds: a deadline that follows progress, for
         runs whose every operation is bounded by its own timeout."""
-        require_torch()
+        if self.processes is None:
+            require_torch()
         self.spec.write(self.run_dir / "spec.json")
         for slot in self.ranks:  # a state left by an earlier launch here is not this one's
             state_path(self.run_dir, slot.rank).unlink(missing_ok=True)
         try:
-            for slot in self.ranks:
-                with open(self.log_path(slot.rank), "w") as log:
-                    self.procs[slot.rank] = self.tb.popen(
-                        slot.host,
-                        self.argv(slot.rank),
-                        what=f"rank {slot.rank}",
-                        env=rank_env(),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
+            if self.processes is None:
+                for slot in self.ranks:
+                    with open(self.log_path(slot.rank), "w") as log:
+                        self.procs[slot.rank] = self.tb.popen(
+                            slot.host,
+                            self.argv(slot.rank),
+                            what=f"rank {slot.rank}",
+                            env=rank_env(),
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                        )
+            else:
+                for described in self.processes:
+                    self._start(described)
             return self._wait(Deadlines(timeout, setup_timeout, stall, failure_grace))
         finally:
             self.stop_all("stopped")
+            self._end_groups()
+
+    def _start(self, p: LaunchProcess) -> None:
+        """Start one described process: its log truncated, then opened for appending by both
+        the process (stderr, and stdout unless it is read here) and the reader of its stdout."""
+        path = self.run_dir / p.log
+        path.write_bytes(b"")
+        extra: dict[str, Any] = {"start_new_session": True} if p.group else {}
+        with open(path, "ab") as log:
+            self.begun[p.key] = self.clock.now()
+            proc = self.tb.popen(
+                p.host,
+                p.argv,
+                what=p.what,
+                env=p.env,
+                stdout=subprocess.PIPE if p.stdout_line else log,
+                stderr=log,
+                **extra,
+            )
+        self.procs[p.key] = proc
+        pipe = getattr(proc, "stdout", None)
+        if p.stdout_line is not None and pipe is not None:
+            reader = threading.Thread(
+                target=_copy_lines, args=(pipe, path, p.stdout_line), daemon=True
+            )
+            reader.start()
+            self._readers.append(reader)
+
+    def _end_groups(self) -> None:
+        """Kill what the group leaders left behind (their processes' children), then let the
+        readers of their stdout see its end."""
+        for p in self.processes or ():
+            proc = self.procs.get(p.key)
+            if p.group and proc is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        for reader in self._readers:
+            reader.join(timeout=5.0)
 
     def output_size(self, rank: int | None = None) -> int:
         """Bytes the ranks (or ``rank``) have written so far (jsonl and log files): progress."""
         total = 0
-        for slot in self.ranks:
-            if rank is not None and slot.rank != rank:
+        for key in self.keys:
+            if rank is not None and key != rank:
                 continue
-            for path in (self.log_path(slot.rank), rows_path(self.run_dir, slot.rank)):
+            for path in (self.log_path(key), rows_path(self.run_dir, key)):
                 with contextlib.suppress(OSError):
                     total += path.stat().st_size
         return total
@@ -344,15 +424,17 @@ class RankLaunch:
             self.clock.sleep(min(POLL, decision.until - now))
 
     def stop_all(self, why: str) -> None:
-        """SIGUSR1 to every rank still running (a stack dump into its log), then SIGKILL."""
+        """SIGUSR1 to every rank still running (a stack dump into its log; a described process
+        gets its ``stop_signal``), then SIGKILL (to its group, for a group leader)."""
         running = {r: p for r, p in self.procs.items() if p.poll() is None}
         if not running:
             return
         for r, p in running.items():
             self.stopped[r] = why
             self.stopped_state[r] = self.state(r)
+            described = self.process(r)
             with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGUSR1)
+                p.send_signal(described.stop_signal if described else signal.SIGUSR1)
         deadline = self.clock.now() + STACK_WAIT
         while self.clock.now() < deadline:
             if all(
@@ -361,5 +443,19 @@ class RankLaunch:
                 self.clock.sleep(0.1)  # the dump is a few writes from a signal handler
                 break
             self.clock.sleep(POLL)
-        for p in running.values():
+        for r, p in running.items():
+            described = self.process(r)
+            if described is not None and described.group:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
             procs.stop(p)
+
+
+def _copy_lines(pipe: Any, log: Path, each: Callable[[bytes, float], None]) -> None:
+    """Every line of ``pipe`` appended to ``log`` (as it comes), then handed to ``each`` with
+    the time it was read; until the pipe's end. A fault in ``each`` never stops the copy."""
+    with pipe, open(log, "ab", buffering=0) as out:
+        for line in iter(pipe.readline, b""):
+            out.write(line)
+            with contextlib.suppress(Exception):
+                each(line, time.time())

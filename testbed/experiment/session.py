@@ -17,13 +17,14 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from testbed.core.errors import TestbedError
 from testbed.experiment.clock import OriginClock
 from testbed.experiment.events import EventRunner
-from testbed.experiment.ranks import STACK_HEAD, Deadlines, RankLaunch, RankSpec
+from testbed.experiment.ranks import STACK_HEAD, Deadlines, LaunchProcess, RankLaunch, RankSpec
 from testbed.live.network import Network
 from testbed.live.protocol import LiveNetwork
 from testbed.plan.ranks import RankSlot
@@ -60,7 +61,9 @@ class RankSession:
     before the deadlines). With ``timeline``, an event runner applies it around the launch (its
     clock's origin: rank 0's first announced iteration); ``events`` gets its rows. With
     ``wan_counters``, ``wan_counters`` gets the WAN bottlenecks' byte counters sampled during
-    the launch. :meth:`run` once; then the read-back methods."""
+    the launch. ``processes``: the workload kind's own processes for this spec (a user's
+    program; :class:`testbed.experiment.ranks.LaunchProcess`) instead of ``module`` per rank.
+    :meth:`run` once; then the read-back methods."""
 
     def __init__(
         self,
@@ -73,6 +76,7 @@ class RankSession:
         *,
         timeline: Timeline | None = None,
         wan_counters: bool = False,
+        processes: Callable[[RankSpec], list[LaunchProcess]] | None = None,
     ) -> None:
         assert tb.plan is not None, "the network is not up"
         self.tb = tb
@@ -80,7 +84,8 @@ class RankSession:
         self.run_dir = run_dir
         master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
         self.spec = RankSpec.build(tb, master.address, ranks, run_dir, torch_timeout, **keys)
-        self.launch = RankLaunch(tb, ranks, self.spec, run_dir, module)
+        described = processes(self.spec) if processes is not None else None
+        self.launch = RankLaunch(tb, ranks, self.spec, run_dir, module, processes=described)
         self.timeline = timeline
         self.counting = wan_counters
         self.events: list[dict[str, Any]] = []
@@ -219,9 +224,11 @@ def _log_tail(run_dir: Path, rank: int, lines: int = 5) -> str:
 
 
 def read_rank_rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    """Every ``rank-R.jsonl`` row in ``run_dir`` (flattened), and apart the skipped ones."""
+    """Every ``rank-R.jsonl`` row in ``run_dir`` (and ``host-H.jsonl``: a per-host process's,
+    workload kind command), flattened, and apart the skipped ones."""
     rows, skips = [], []
-    for path in sorted(run_dir.glob("rank-*.jsonl")):
+    paths = sorted(run_dir.glob("rank-*.jsonl")) + sorted(run_dir.glob("host-*.jsonl"))
+    for path in paths:
         for line in path.read_text().splitlines():
             with contextlib.suppress(ValueError):
                 item = json.loads(line)

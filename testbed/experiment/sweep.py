@@ -38,6 +38,10 @@ class Experiment:
     """A sweep being run into one results directory (new, or resumed)."""
 
     def __init__(self, runs: list[RunSpec], source: str, out: str | Path, resume: bool) -> None:
+        base = Path(source).parent if source else Path.cwd()
+        for spec in runs:  # what the workload names is there, before a network is built
+            if (workload := spec.scenario.rank_workload) is not None:
+                kind_of(workload).check(workload, base, source or "<scenario>")
         require_torch()
         self.runs = runs
         self.source = source

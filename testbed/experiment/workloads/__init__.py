@@ -2,10 +2,11 @@
 :class:`~testbed.experiment.workloads.base.WorkloadKind` (base.py has the interface). A new kind
 is one module beside these and one line here."""
 
-from testbed.experiment.workloads import collectives, training
+from testbed.experiment.workloads import collectives, command, training
 from testbed.experiment.workloads.base import KINDS, RunRows, WorkloadKind, kind_of, register
 
 register(collectives.KIND)
 register(training.KIND)
+register(command.KIND)
 
 __all__ = ["KINDS", "RunRows", "WorkloadKind", "kind_of", "register"]

@@ -10,15 +10,21 @@ one :func:`register` call, which also registers its schema with the scenario par
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from testbed.config.workloads import register_workload
+from testbed.experiment.ranks import Deadlines, LaunchProcess, RankSpec
+from testbed.experiment.session import STALL_GRACE, RankSession, setup_deadline
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from testbed.config.fields import WorkloadModel
+    from testbed.plan.model import NetworkPlan
+    from testbed.plan.ranks import RankSlot
 
 
 @dataclass
@@ -56,6 +62,40 @@ class WorkloadKind:
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         """What every rank's spec.json gets beside the launcher's own keys."""
         raise NotImplementedError
+
+    def check(self, workload: Any, base: Path, source: str) -> None:
+        """Before any network is built: raise ScenarioError (exit 2) for what would fail every
+        run, e.g. a file the workload names that is not there. ``base``: the scenario file's
+        directory; ``source``: how errors name the file."""
+
+    def processes(
+        self,
+        workload: Any,
+        plan: NetworkPlan,
+        ranks: list[RankSlot],
+        run_dir: Path,
+        source: Path | None,
+    ) -> Callable[[RankSpec], list[LaunchProcess]] | None:
+        """The kind's own processes for a spec (host, argv, environment, log), or None:
+        ``python -m <rank_module> --spec spec.json --rank R`` on every rank."""
+        return None
+
+    def deadlines(self, workload: Any) -> Deadlines:
+        """The launch's deadlines. By default ``workload.timeout`` bounds every operation (the
+        ranks' process group timeout), not the run: the ranks are stopped when they make no
+        progress for longer; after a rank failed, the others get 10 s to report their own
+        error."""
+        return Deadlines(
+            None, setup=setup_deadline(), stall=workload.timeout + STALL_GRACE, failure_grace=10.0
+        )
+
+    def problems(self, session: RankSession, workload: Any) -> list[str]:
+        """The run's line per process that did not finish well."""
+        return session.problems(workload.timeout)
+
+    def run_info(self, session: RankSession) -> dict[str, Any]:
+        """What the run's manifest entry (and :class:`RunRows`' ``info``) gets of the launch."""
+        return {}
 
     def summarize(self, run: RunRows) -> list[dict]:
         """The run's summary rows (sweep parameters in front), from its rows."""

@@ -1,0 +1,353 @@
+"""The ``command`` workload kind: a user's own program, unchanged, on every rank or host
+(docs/command.md).
+
+Each process (one per rank, or one per host: torchrun's agent) gets its argv with the
+placeholders filled, torchrun's environment (:func:`command_slots`, pure), the hosts' socket
+interface for gloo, NCCL and TensorPipe, and the scenario's ``env``; it runs through
+``traffic.host_exec`` with its host's name as its hostname and the testbed's hosts file as
+``/etc/hosts``, in a process group of its own (stopping it stops what it started). Its stdout
+and stderr go to ``rank-R.log`` or ``host-H.log``; with ``metrics: json-lines``, stdout lines
+that are JSON objects with a ``metric`` key also become rows of metrics.parquet. ``timeout`` is
+the whole workload's deadline; ``on_failure: stop-all`` stops the rest at the first non-zero
+exit (torchrun's rule), ``wait`` lets them finish. The summary: a row per process (exit code,
+duration) and a row per metric (p50).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.operations import rank_operations
+from testbed.config.command import CommandWorkload, expand, missing_files, search_path
+from testbed.core.errors import ScenarioError
+from testbed.core.stats import quantile
+from testbed.experiment.ranks import Deadlines, LaunchProcess, RankSpec
+from testbed.experiment.session import RankSession
+from testbed.experiment.workloads.base import RunRows, WorkloadKind
+from testbed.live.processes import rank_env
+from testbed.plan.model import Host, NetworkPlan
+from testbed.plan.ranks import RankSlot
+
+TRAMPOLINE = "traffic.host_exec"
+# what a per-host process must not inherit: torchrun's agent gives each worker its own
+PER_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "ROLE_RANK")
+IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+LOG_TAIL = 5  # lines of a failed process's log in the run's status
+
+
+@dataclass(frozen=True)
+class CommandSlot:
+    """One process of a command workload: where it runs, its placeholders' values, torchrun's
+    variables for it, its log and how problems and metric rows name it."""
+
+    key: int  # its rank (per: rank) or node rank (per: host)
+    host: str
+    cluster: str
+    values: dict[str, Any]
+    env: dict[str, str]
+    log: str
+    what: str  # "rank 3 (east-h1)" | "host east-h1"
+    labels: dict[str, Any]  # the columns its metric rows get
+
+
+def command_slots(
+    workload: CommandWorkload,
+    hosts: list[Host],
+    ranks: list[RankSlot],
+    master_addr: str,
+    master_port: int,
+    run_dir: Path,
+) -> list[CommandSlot]:
+    """Every process's slot. Nodes are the hosts in the order of their first rank (node 0
+    holds rank 0, the master); a rank's local rank is its index among its host's ranks. The
+    variables are torch.distributed.run's: RANK, LOCAL_RANK, ROLE_RANK (per: rank only),
+    WORLD_SIZE = ROLE_WORLD_SIZE (all ranks), LOCAL_WORLD_SIZE (ranks per host), GROUP_RANK (the
+    node rank), GROUP_WORLD_SIZE (nodes), MASTER_ADDR, MASTER_PORT."""
+    by_name = {h.name: h for h in hosts}
+    nodes = list(dict.fromkeys(r.host for r in ranks))
+    nproc = workload.ranks_per_host
+    world = len(ranks)
+    common = {
+        "world_size": world,
+        "nnodes": len(nodes),
+        "nproc_per_node": nproc,
+        "master_addr": master_addr,
+        "master_port": master_port,
+        "run_dir": str(run_dir),
+    }
+
+    def node_env(host: Host, node_rank: int) -> dict[str, str]:
+        env = {
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "GROUP_RANK": str(node_rank),
+            "GROUP_WORLD_SIZE": str(len(nodes)),
+            "ROLE_WORLD_SIZE": str(world),
+        }
+        return env | dict.fromkeys(IFNAME_VARIABLES, host.ifname)
+
+    def host_values(host: Host, node_rank: int) -> dict[str, Any]:
+        return common | {
+            "node_rank": node_rank,
+            "host": host.name,
+            "cluster": host.cluster,
+            "host_addr": host.address,
+        }
+
+    slots = []
+    if workload.per == "host":
+        for node_rank, name in enumerate(nodes):
+            host = by_name[name]
+            slots.append(
+                CommandSlot(
+                    node_rank,
+                    name,
+                    host.cluster,
+                    host_values(host, node_rank),
+                    node_env(host, node_rank),
+                    f"host-{name}.log",
+                    f"host {name}",
+                    {"process": f"host {name}", "node_rank": node_rank, "host": name},
+                )
+            )
+        return slots
+    seen: dict[str, int] = {}
+    for r in ranks:
+        host = by_name[r.host]
+        node_rank = nodes.index(r.host)
+        local = seen.get(r.host, 0)
+        seen[r.host] = local + 1
+        env = node_env(host, node_rank) | {
+            "RANK": str(r.rank),
+            "LOCAL_RANK": str(local),
+            "ROLE_RANK": str(r.rank),
+        }
+        values = host_values(host, node_rank) | {"rank": r.rank, "local_rank": local}
+        what = f"rank {r.rank} ({r.host})"
+        labels = {"process": f"rank {r.rank}", "rank": r.rank, "host": r.host}
+        slots.append(
+            CommandSlot(
+                r.rank, r.host, host.cluster, values, env, f"rank-{r.rank}.log", what, labels
+            )
+        )
+    return slots
+
+
+def hosts_file(hosts: list[Host]) -> str:
+    """The /etc/hosts the processes see: localhost and every testbed host's name."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    return "\n".join([*lines, *(f"{h.address}\t{h.name}" for h in hosts)]) + "\n"
+
+
+def metric_row(line: bytes, seen: float, labels: dict[str, Any]) -> dict[str, Any] | None:
+    """The metrics.parquet row of one stdout line, or None: a line that is not a JSON object
+    with a ``metric`` key is only log. ``value`` is the object's number (None: not a number);
+    ``time`` its own number if it has one, else when the line was read; its other keys are kept
+    as JSON text in ``fields``."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or "metric" not in doc:
+        return None
+    value, when = doc.pop("value", None), doc.pop("time", None)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    timed = isinstance(when, int | float) and not isinstance(when, bool)
+    return {
+        **labels,
+        "time": float(when) if timed else seen,
+        "metric": str(doc.pop("metric")),
+        "value": float(value) if number else None,
+        "fields": json.dumps({**doc, **({} if number else {"value": value})}),
+    }
+
+
+def _appender(path: Path, labels: dict[str, Any]) -> Callable[[bytes, float], None]:
+    def each(line: bytes, seen: float) -> None:
+        row = metric_row(line, seen, labels)
+        if row is not None:
+            with open(path, "a") as out:
+                out.write(json.dumps(row) + "\n")
+
+    return each
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class Command(WorkloadKind):
+    name = "command"
+    schema = CommandWorkload
+    rank_module = TRAMPOLINE  # not run as a rank module: processes() gives each its argv
+    rows_table = "metrics"
+
+    def spec_keys(self, workload: Any) -> dict[str, Any]:
+        return {"command": list(workload.argv), "per": workload.per}
+
+    def check(self, workload: Any, base: Path, source: str) -> None:
+        problems = missing_files(workload, base)
+        if problems:
+            lines = [f"{source}: {field}: {message}" for field, message in problems]
+            raise ScenarioError("\n".join(lines))
+
+    def processes(
+        self,
+        workload: Any,
+        plan: NetworkPlan,
+        ranks: list[RankSlot],
+        run_dir: Path,
+        source: Path | None,
+    ) -> Callable[[RankSpec], list[LaunchProcess]]:
+        base = source.parent if source is not None else Path.cwd()
+        cwd = (base / workload.cwd).resolve()
+
+        def described(spec: RankSpec) -> list[LaunchProcess]:
+            run = run_dir.resolve()
+            hosts = run / "hosts"
+            hosts.write_text(hosts_file(list(plan.hosts)))
+            slots = command_slots(
+                workload, list(plan.hosts), ranks, spec.master_addr, spec.master_port, run
+            )
+            out = []
+            for slot in slots:
+                env = rank_env()
+                if workload.per == "host":
+                    for name in PER_RANK_VARIABLES:
+                        env.pop(name, None)
+                env["PATH"] = search_path(env.get("PATH"))
+                env |= slot.env
+                env |= {k: expand(v, slot.values) for k, v in workload.env.items()}
+                argv = [expand(a, slot.values) for a in workload.argv]
+                trampoline = [sys.executable, "-m", TRAMPOLINE, "--hostname", slot.host]
+                trampoline += ["--hosts", str(hosts), "--cwd", str(cwd), "--"]
+                rows = run / f"{Path(slot.log).stem}.jsonl"
+                rows.unlink(missing_ok=True)
+                each = (
+                    _appender(rows, {**slot.labels, "cluster": slot.cluster})
+                    if workload.metrics_format == "json-lines"
+                    else None
+                )
+                out.append(
+                    LaunchProcess(
+                        slot.key, slot.host, trampoline + argv, env, slot.log, slot.what,
+                        stdout_line=each, group=True, stop_signal=signal.SIGTERM,
+                    )
+                )  # fmt: skip
+            return out
+
+        return described
+
+    def deadlines(self, workload: Any) -> Deadlines:
+        grace = 0.0 if workload.on_failure == "stop-all" else math.inf
+        return Deadlines(workload.timeout, failure_grace=grace)
+
+    def problems(self, session: RankSession, workload: Any) -> list[str]:
+        launch = session.launch
+        failed: list[tuple[float, str, str]] = []  # when, which, the line
+        late, stopped = [], []
+        for p in launch.processes or ():
+            why = launch.stopped.get(p.key)
+            code = launch.codes.get(p.key)
+            seen = launch.times.get(p.key)
+            if why is None and code not in (None, 0):
+                assert code is not None
+                at = seen.failed if seen is not None and seen.failed is not None else math.inf
+                text = f"{p.what} {describe_exit(code)}"
+                failed.append((at, p.what, text + self._tail(session, p)))
+            elif why == "timeout":
+                text = f"{p.what} did not finish within {workload.timeout:g}s (workload.timeout)"
+                late.append(text + self._tail(session, p))
+            elif why == "stopped":
+                stopped.append(p.what)
+        failed.sort(key=lambda item: item[0])
+        after = f" after {failed[0][1]} failed" if failed else ""
+        lines = [text for _, _, text in failed] + late
+        lines += [f"{what} was stopped{after} (on_failure: stop-all)" for what in stopped]
+        return lines
+
+    def _tail(self, session: RankSession, p: LaunchProcess) -> str:
+        """A per-host process's log tail (a rank's is added by the runner, as for any rank)."""
+        if p.what.startswith("rank "):
+            return ""
+        lines = [x for x in session.log(p.key).splitlines() if x.strip()]
+        return f": {' | '.join(lines[-LOG_TAIL:])}" if lines else ""
+
+    def run_info(self, session: RankSession) -> dict[str, Any]:
+        launch = session.launch
+        rows = []
+        for p in launch.processes or ():
+            seen, begun = launch.times.get(p.key), launch.begun.get(p.key)
+            exited = seen.exited if seen is not None else None
+            rows.append(
+                {
+                    "process": p.what.split(" (")[0],
+                    "host": p.host,
+                    "exit_code": launch.codes.get(p.key),
+                    "duration": exited - begun
+                    if exited is not None and begun is not None
+                    else None,
+                    "stopped": launch.stopped.get(p.key),
+                    "log": p.log,
+                }
+            )
+        return {"processes": rows}
+
+    def summarize(self, run: RunRows) -> list[dict]:
+        out = [
+            {**run.params, **{k: v for k, v in p.items() if k != "log"}}
+            for p in run.info.get("processes", [])
+        ]
+        values: dict[str, list[float]] = {}
+        for row in run.rows:
+            value = row.get("value")
+            if "metric" in row and isinstance(value, int | float) and math.isfinite(value):
+                values.setdefault(str(row["metric"]), []).append(float(value))
+        for name, got in values.items():
+            out.append(
+                {**run.params, "metric_name": name, "p50": quantile(got, 0.5), "samples": len(got)}
+            )
+        return out
+
+    def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
+        return rank_operations(pd.DataFrame())  # none the fault analysis could time
+
+    def table(self, summaries: list[dict], params: list[str]) -> tuple[str, pd.DataFrame]:
+        shown = []
+        for s in summaries:
+            if s.get("kind") != "command":
+                continue
+            point = {p: s.get(p) for p in params}
+            if "process" in s:
+                code, took = s.get("exit_code"), s.get("duration")
+                status = "ok" if code == 0 else (s.get("stopped") or f"exit {code}")
+                shown.append(
+                    {**point, "process / metric": s["process"], "status": status,
+                     "value": f"{took:.2f} s" if took is not None else "-"}
+                )  # fmt: skip
+            elif "metric_name" in s:
+                lines = f"{s['samples']} lines"
+                shown.append(
+                    {**point, "process / metric": s["metric_name"], "status": lines,
+                     "value": f"p50 {s['p50']:.6g}"}
+                )  # fmt: skip
+        return "command (per process: status and duration; per metric: p50)", pd.DataFrame(shown)
+
+
+KIND = Command()
