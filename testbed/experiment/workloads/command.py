@@ -279,7 +279,8 @@ class Command(WorkloadKind):
         failed.sort(key=lambda item: item[0])
         after = f" after {failed[0][1]} failed" if failed else ""
         lines = [text for _, _, text in failed] + late
-        lines += [f"{what} was stopped{after} (on_failure: stop-all)" for what in stopped]
+        if stopped:  # one line: a rank's line would get its (empty) log tail from the runner
+            lines.append(f"stopped{after} (on_failure: stop-all): {', '.join(stopped)}")
         return lines
 
     def _tail(self, session: RankSession, p: LaunchProcess) -> str:
