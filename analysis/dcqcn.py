@@ -6,8 +6,10 @@ own resolution of the parameters.
 the ``dcqcn_rx`` rows (what each receiver got per 100 ms) and the bottleneck's queue samples;
 :func:`predict` integrates the fluid model for the scenario (dilated units, the RTT as the
 feedback delay, the WAN rate as the bottleneck, the datagram's wire size as the packet);
-:func:`summarize` gives both as one flat dict of ``dcqcn_*`` metrics for the run's summary row
-(docs/results.md "DCQCN").
+:func:`predict_discrete` runs the model of discrete marks (analysis.dcqcn_marks) on the same
+inputs, a second prediction beside the fluid one for marking rates too low for a mean field;
+:func:`predicted`, :func:`predicted_discrete` and :func:`ratios` give them as flat ``dcqcn_*``
+metrics for the run's summary row (docs/results.md "DCQCN").
 
 The *settled* window, where means are taken: the second half between the last flow's start and
 the first flow's end, as :func:`analysis.dcqcn_model.summary` does on the model's trajectory.
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import dcqcn_model
+from analysis import dcqcn_marks, dcqcn_model
 from testbed.core.dcqcn import DcqcnParams
 
 # UDP 8 + IPv4 20 + Ethernet 14: what the bottleneck counts of a datagram's payload
@@ -82,11 +84,13 @@ def convergence(
 
 def cut_depth(events: pd.DataFrame, cuts: pd.Index) -> float:
     """The mean rate a cut takes away (bit/s): RC after the flow's previous event (the state
-    each row records) minus RC after the cut; NaN without cuts."""
+    each row records) minus RC after the cut; NaN without cuts. The RP logs a CNP, its cut and
+    the α update at one instant, in that order: the sort keeps the log's order on a tie, else
+    the α row (RC already cut) could read as the cut's previous event and its depth as 0."""
     rp = events[events["rc"].notna()] if "rc" in events else events.iloc[:0]
     if rp.empty or cuts.empty:
         return math.nan
-    before = rp.sort_values("t").groupby("flow")["rc"].shift()
+    before = rp.sort_values("t", kind="stable").groupby("flow")["rc"].shift()
     depth = (before - rp["rc"]).reindex(cuts).dropna()
     return float(depth.mean()) if not depth.empty else math.nan
 
@@ -227,6 +231,31 @@ def tcp_capacity(bottleneck_bps: float, mtu: int = 1500) -> float:
     return bottleneck_bps * (mtu - 52) / (mtu + 14)
 
 
+def _model_inputs(
+    *,
+    bottleneck_bps: float,
+    aqm: dict[str, Any],
+    size: int,
+    buffer_bytes: float | None,
+) -> dict[str, Any]:
+    """The bottleneck's thresholds, buffer and rate in the models' payload terms: the queue is
+    wire bytes at the bottleneck, payload bytes in the models (as the RP counts)."""
+    if aqm.get("kind") == "step":
+        kmin = kmax = float(aqm["k"])
+        pmax = 1.0
+    else:
+        kmin, kmax, pmax = float(aqm["kmin"]), float(aqm["kmax"]), float(aqm["pmax"])
+    to_payload = size / (size + WIRE_OVERHEAD)
+    return {
+        "kmin_bytes": kmin * to_payload,
+        "kmax_bytes": kmax * to_payload,
+        "pmax": pmax,
+        "packet_bytes": size,
+        "bottleneck_bps": payload_capacity(bottleneck_bps, size),
+        "buffer_bytes": None if buffer_bytes is None else buffer_bytes * to_payload,
+    }
+
+
 def predict(
     params: DcqcnParams,
     *,
@@ -241,28 +270,56 @@ def predict(
 ) -> dcqcn_model.FluidResult:
     """The fluid model of the run's flows through its bottleneck (dilated units), in payload
     terms as the RP counts: the bottleneck's rate is :func:`payload_capacity`."""
-    if aqm.get("kind") == "step":
-        kmin = kmax = float(aqm["k"])
-        pmax = 1.0
-    else:
-        kmin, kmax, pmax = float(aqm["kmin"]), float(aqm["kmax"]), float(aqm["pmax"])
-    # the queue is wire bytes at the bottleneck, payload bytes in the model
-    to_payload = size / (size + WIRE_OVERHEAD)
-    kmin, kmax = kmin * to_payload, kmax * to_payload
-    buffer_bytes = None if buffer_bytes is None else buffer_bytes * to_payload
     return dcqcn_model.integrate(
         params,
         line_rate_bps=line_rate_bps,
         feedback_delay_s=rtt_s,
-        kmin_bytes=kmin,
-        kmax_bytes=kmax,
-        pmax=pmax,
-        packet_bytes=size,
         duration_s=duration_s,
         starts_s=starts_s,
-        bottleneck_bps=payload_capacity(bottleneck_bps, size),
-        buffer_bytes=buffer_bytes,
+        **_model_inputs(
+            bottleneck_bps=bottleneck_bps, aqm=aqm, size=size, buffer_bytes=buffer_bytes
+        ),
     )
+
+
+# the discrete model's seeds: its prediction is the mean over these runs (one run's cut
+# interval varies by about ±10 % with the seed at one mark per ~10 RTTs)
+DISCRETE_SEEDS = (0, 1, 2, 3)
+
+
+def predict_discrete(
+    params: DcqcnParams,
+    *,
+    line_rate_bps: float,
+    bottleneck_bps: float,
+    rtt_s: float,
+    aqm: dict[str, Any],
+    size: int,
+    starts_s: list[float],
+    duration_s: float,
+    buffer_bytes: float | None,
+    seeds: tuple[int, ...] = DISCRETE_SEEDS,
+) -> list[dcqcn_marks.MarksResult]:
+    """The model of discrete marks for the same inputs as :func:`predict`, one run per seed
+    (the same RP, the bottleneck marking each datagram at its departure, the RTT as the
+    feedback delay)."""
+    inputs = _model_inputs(
+        bottleneck_bps=bottleneck_bps, aqm=aqm, size=size, buffer_bytes=buffer_bytes
+    )
+    if inputs["kmax_bytes"] <= inputs["kmin_bytes"]:  # a step: p jumps to 1 at K
+        inputs["kmax_bytes"] = inputs["kmin_bytes"] + 1e-9
+    return [
+        dcqcn_marks.simulate(
+            params,
+            line_rate_bps=line_rate_bps,
+            feedback_delay_s=rtt_s,
+            duration_s=duration_s,
+            starts_s=starts_s,
+            seed=seed,
+            **inputs,
+        )
+        for seed in seeds
+    ]
 
 
 def wire_queue(res: dcqcn_model.FluidResult) -> np.ndarray:
@@ -288,13 +345,44 @@ def predicted(res: dcqcn_model.FluidResult) -> dict[str, float]:
     }
 
 
+def predicted_discrete(runs: list[dcqcn_marks.MarksResult]) -> dict[str, float]:
+    """The discrete model's numbers (the mean over its seeds) under the fluid ones' names with
+    ``dcqcn_pred_discrete_``; queues in wire bytes, as measured. Empty without runs."""
+    if not runs:
+        return {}
+    got: dict[str, list[float]] = {}
+    for res in runs:
+        s = dcqcn_marks.summary(res)
+        traj = res.trajectory
+        wire = (traj.packet_bytes + WIRE_OVERHEAD) / traj.packet_bytes
+        rates = traj.rc_bps[:, dcqcn_model.settled(traj, None)].mean(axis=1)
+        one = {
+            "rate_mean_bps": float(rates.mean()),
+            "jain": _jain(rates),
+            "utilisation": s["utilisation"],
+            "convergence_s": s["convergence_s"],
+            "cut_interval_s": s["cut_interval_s"],
+            "cut_depth_bps": s["cut_depth_bps"],
+            "queue_mean_bytes": s["queue_mean_bytes"] * wire,
+            "queue_amplitude_bytes": (s["queue_p95_bytes"] - s["queue_p5_bytes"]) * wire,
+        }
+        for k, v in one.items():
+            got.setdefault(k, []).append(v)
+    out = {f"dcqcn_pred_discrete_{k}": float(np.mean(v)) for k, v in got.items()}
+    out["dcqcn_pred_discrete_runs"] = float(len(runs))
+    return out
+
+
 def ratios(out: dict[str, float]) -> dict[str, float]:
-    """measured / predicted for the readings an expectation compares."""
+    """measured / predicted for the readings an expectation compares: against the fluid model
+    (``dcqcn_*_over_predicted``) and, where present, the model of discrete marks
+    (``dcqcn_*_over_predicted_discrete``)."""
     got = {}
     names = ("queue_mean_bytes", "cut_interval_s", "cut_depth_bps", "convergence_s", "utilisation")
-    for name in names:
-        m, p = out.get(f"dcqcn_{name}"), out.get(f"dcqcn_pred_{name}")
-        if m is not None and p is not None and p and not (math.isnan(m) or math.isnan(p)):
-            short = name.removesuffix("_bytes").removesuffix("_bps").removesuffix("_s")
-            got[f"dcqcn_{short}_over_predicted"] = m / p
+    for pred, suffix in (("dcqcn_pred_", ""), ("dcqcn_pred_discrete_", "_discrete")):
+        for name in names:
+            m, p = out.get(f"dcqcn_{name}"), out.get(f"{pred}{name}")
+            if m is not None and p is not None and p and not (math.isnan(m) or math.isnan(p)):
+                short = name.removesuffix("_bytes").removesuffix("_bps").removesuffix("_s")
+                got[f"dcqcn_{short}_over_predicted{suffix}"] = m / p
     return got

@@ -147,10 +147,12 @@ def plot_versus_rtt(res: Results) -> P.Plot | None:
 SHOWN = [
     "dcqcn_flows", "dcqcn_rate_mean_bps", "dcqcn_jain", "dcqcn_utilisation",
     "dcqcn_pred_utilisation", "dcqcn_convergence_s", "dcqcn_pred_convergence_s",
-    "dcqcn_cut_interval_s", "dcqcn_pred_cut_interval_s", "dcqcn_cut_depth_bps",
-    "dcqcn_pred_cut_depth_bps", "dcqcn_queue_mean_bytes",
-    "dcqcn_pred_queue_mean_bytes", "dcqcn_queue_amplitude_bytes",
-    "dcqcn_pred_queue_amplitude_bytes", "dcqcn_cuts", "dcqcn_cnps", "dcqcn_lost", "dcqcn_lossy",
+    "dcqcn_cut_interval_s", "dcqcn_pred_cut_interval_s", "dcqcn_pred_discrete_cut_interval_s",
+    "dcqcn_cut_depth_bps", "dcqcn_pred_cut_depth_bps", "dcqcn_pred_discrete_cut_depth_bps",
+    "dcqcn_queue_mean_bytes", "dcqcn_pred_queue_mean_bytes",
+    "dcqcn_pred_discrete_queue_mean_bytes", "dcqcn_queue_amplitude_bytes",
+    "dcqcn_pred_queue_amplitude_bytes", "dcqcn_pred_discrete_queue_amplitude_bytes", "dcqcn_cuts",
+    "dcqcn_cnps", "dcqcn_lost", "dcqcn_lossy",
 ]  # fmt: skip
 
 

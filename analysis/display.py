@@ -197,9 +197,11 @@ def dynamics_display(
 
 def dcqcn_display(summary: list[dict[str, Any]], params: list[str]) -> pd.DataFrame:
     """Per run with DCQCN flows: measured over the settled half, each beside DCQCN's fluid
-    model (dilated units)."""
+    model (dilated units); the queue and the cuts also beside the model of discrete marks
+    (``discrete``: analysis.dcqcn_marks)."""
     columns = [*params, "flows", "rate", "Jain", "util", "model", "queue mean", "model"]
-    columns += ["cut every", "model", "cut by", "model", "converge", "model", "lost"]
+    columns += ["discrete", "cut every", "model", "discrete", "cut by", "model", "discrete"]
+    columns += ["converge", "model", "lost"]
     out = []
     for s in summary:
         if "dcqcn_flows" not in s:
@@ -215,10 +217,13 @@ def dcqcn_display(summary: list[dict[str, Any]], params: list[str]) -> pd.DataFr
                 _value(s.get("dcqcn_pred_utilisation"), lambda v: f"{v:.1%}"),
                 _value(s.get("dcqcn_queue_mean_bytes"), format_size),
                 _value(s.get("dcqcn_pred_queue_mean_bytes"), format_size),
+                _value(s.get("dcqcn_pred_discrete_queue_mean_bytes"), format_size),
                 _duration(s.get("dcqcn_cut_interval_s")),
                 _duration(s.get("dcqcn_pred_cut_interval_s")),
+                _duration(s.get("dcqcn_pred_discrete_cut_interval_s")),
                 _value(s.get("dcqcn_cut_depth_bps"), format_rate),
                 _value(s.get("dcqcn_pred_cut_depth_bps"), format_rate),
+                _value(s.get("dcqcn_pred_discrete_cut_depth_bps"), format_rate),
                 _duration(s.get("dcqcn_convergence_s")),
                 _duration(s.get("dcqcn_pred_convergence_s")),
                 f"{lost:.0f} LOSSY" if s.get("dcqcn_lossy") else "0",

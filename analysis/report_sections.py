@@ -339,7 +339,9 @@ def _dcqcn_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         "DCQCN flows",
         "Per run (docs/congestion.md, DCQCN): the real RP/NP over UDP through the marking "
         "bottleneck, measured over the settled half (the second half of the span all flows "
-        "share) beside DCQCN's fluid model for the same parameters (`pred`); times and rates in "
+        "share) beside DCQCN's fluid model for the same parameters (`pred`) and the model of "
+        "discrete marks (`pred_discrete`, `discrete`: a packet-level run of the same RP, mean "
+        "over its seeds); times and rates in "
         "the testbed's dilated units (real = times / dilation, rates x dilation). LOSSY: a "
         "datagram was lost (RoCE assumes a lossless fabric; no PFC exists here).",
     )

@@ -316,18 +316,20 @@ def dcqcn_metrics(setups: dict[str, Any], frames: dict[str, pd.DataFrame]) -> di
     if out and first["aqm"] and first["aqm"].get("kind") in ("red", "step"):
         origin = float(starts.min())
         flows = [int(f) for f in sorted(setups, key=int)]
-        res = dcqcn.predict(
-            DcqcnParams(**first["params"]),
-            line_rate_bps=first["line_rate_bps"],
-            bottleneck_bps=first["bottleneck_bps"],
-            rtt_s=first["rtt_s"],
-            aqm=first["aqm"],
-            size=size,
-            starts_s=[float(starts.get(f, origin) - origin) for f in flows],
-            duration_s=float(ends["t"].max() - origin) if not ends.empty else 10.0,
-            buffer_bytes=first["buffer_bytes"],
-        )
-        out |= dcqcn.predicted(res)
+        inputs: dict[str, Any] = {
+            "line_rate_bps": first["line_rate_bps"],
+            "bottleneck_bps": first["bottleneck_bps"],
+            "rtt_s": first["rtt_s"],
+            "aqm": first["aqm"],
+            "size": size,
+            "starts_s": [float(starts.get(f, origin) - origin) for f in flows],
+            "duration_s": float(ends["t"].max() - origin) if not ends.empty else 10.0,
+            "buffer_bytes": first["buffer_bytes"],
+        }
+        params = DcqcnParams(**first["params"])
+        out |= dcqcn.predicted(dcqcn.predict(params, **inputs))
+        # the model of discrete marks beside the fluid one (analysis.dcqcn_marks)
+        out |= dcqcn.predicted_discrete(dcqcn.predict_discrete(params, **inputs))
         out |= dcqcn.ratios(out)
     return out
 

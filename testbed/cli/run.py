@@ -281,7 +281,8 @@ def print_summary(exp) -> None:
     tables = [
         ("WAN dynamics and faults (per run: the worst over its faults)",
          dynamics_display(runs, exp.summaries, params)),
-        ("DCQCN flows (settled half; model = DCQCN's fluid model; dilated units)",
+        ("DCQCN flows (settled half; model = DCQCN's fluid model, discrete = its discrete"
+         " marks; dilated units)",
          dcqcn_display(exp.summaries, params)),
     ]  # fmt: skip
     for title, frame in tables:
