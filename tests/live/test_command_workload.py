@@ -224,3 +224,79 @@ def test_a_failing_rank_stops_the_others_and_names_its_exit_code(
     for r in (0, 1, 2):
         for pid in map(int, (run_dir / f"pids-{r}").read_text().split()):
             assert not alive(pid), (r, pid)
+
+
+# torchrun's workers all-reduce ELEMENTS float32 ones ITERATIONS times over gloo and print each
+# all-reduce's time as a metric line (torchrun passes its workers' stdout through).
+ALL_REDUCE = textwrap.dedent(
+    """
+    import json, os, socket, time
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    world, n = dist.get_world_size(), int(os.environ["ELEMENTS"])
+    tensor = torch.ones(n)
+    for _ in range(int(os.environ["ITERATIONS"])):
+        t0 = time.time()
+        dist.all_reduce(tensor)
+        print(json.dumps({"metric": "all_reduce_s", "value": time.time() - t0}), flush=True)
+    print(json.dumps({"metric": "sum", "value": tensor[0].item(), "rank": dist.get_rank(),
+                      "hostname": socket.gethostname()}), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_torchrun_per_host_runs_a_gloo_all_reduce_across_the_wan(
+    root, tmp_path: Path, capsys
+) -> None:
+    elements, iterations = 1 << 20, 3
+    (tmp_path / "allreduce.py").write_text(ALL_REDUCE)
+    argv = [
+        "torchrun", "--nnodes", "{nnodes}", "--node-rank", "{node_rank}",
+        "--nproc-per-node", "{nproc_per_node}", "--master-addr", "{master_addr}",
+        "--master-port", "{master_port}", "allreduce.py",
+    ]  # fmt: skip
+    workload = {
+        "per": "host",
+        "argv": argv,
+        "env": {"ELEMENTS": str(elements), "ITERATIONS": str(iterations)},
+        "timeout": "400s",
+    }
+    path = write(tmp_path, command_scenario("cmdtr", workload))
+    code = main(["run", str(path), "--out", str(tmp_path / "results")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    (results,) = (tmp_path / "results").iterdir()
+    res = analysis.load(results)
+    metrics = res.metrics
+    sums = metrics[metrics["metric"] == "sum"]
+    # four ranks, one per host; ones all-reduced three times: 4**3 everywhere
+    assert len(sums) == 4 and (sums["value"] == 4.0**iterations).all()
+    fields = [json.loads(f) for f in sums["fields"]]
+    assert sorted(f["rank"] for f in fields) == [0, 1, 2, 3]
+    # each worker has its host's name (torchrun's workers inherit the agent's), and its metric
+    # rows are its agent's host's
+    assert sorted(f["hostname"] for f in fields) == sorted(HOSTS)
+    assert [f["hostname"] for f in fields] == list(sums["host"])
+    assert (metrics["metric"] == "all_reduce_s").sum() == 4 * iterations
+    summary = res.kind_summaries["command"]
+    processes = summary[summary["process"].notna()]
+    assert sorted(processes["process"]) == sorted(f"host {h}" for h in HOSTS)
+    assert (processes["exit_code"] == 0).all()
+    # c10d names every peer of its store (the hosts file has their dual-stack addresses too)
+    for log in (results / "runs").glob("*/host-*.log"):
+        assert "hostname of the client socket cannot be retrieved" not in log.read_text(), log
+
+    # The WAN bytes: gloo's ring all-reduce (ranks 0..3 = east-h0, east-h1, west-h0, west-h1,
+    # node order) crosses the WAN once each way (1->2, 3->0); each hop carries 2(n-1)/n of the
+    # tensor per all-reduce, so each direction at least 1.5 x 4 MiB x 3 of payload. Above it:
+    # the headers (66 B a 1448 B segment: 4.6%) and the ACKs of the other direction's data
+    # (66 B per two segments: 2.3%), under 10%, and 1 MiB for the rendezvous, the store, gloo's
+    # full mesh set-up and the barriers.
+    payload = 2 * 3 / 4 * elements * 4 * iterations
+    queues = res.queues
+    assert not queues.empty
+    for direction in ("east->west", "west->east"):
+        counter = queues[queues["direction"] == direction]["bytes"].dropna()
+        moved = counter.max() - counter.min()
+        assert payload <= moved <= payload * 1.10 + (1 << 20), (direction, moved, payload)

@@ -171,7 +171,8 @@ def test_per_host_gets_the_node_variables_only(tmp_path: Path) -> None:
         assert s.log == f"host-{s.host}.log" and s.what == f"host {s.host}"
     text = hosts_file(list(plan.hosts))
     for h in plan.hosts:
-        assert f"{h.address}\t{h.name}\n" in text
+        assert f"\n{h.address}\t{h.name}\n" in text
+        assert f"\n::ffff:{h.address}\t{h.name}\n" in text  # a dual-stack listener's peer
     assert text.startswith("127.0.0.1\tlocalhost\n")
 
 

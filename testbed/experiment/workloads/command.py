@@ -146,9 +146,18 @@ def command_slots(
 
 
 def hosts_file(hosts: list[Host]) -> str:
-    """The /etc/hosts the processes see: localhost and every testbed host's name."""
-    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-    return "\n".join([*lines, *(f"{h.address}\t{h.name}" for h in hosts)]) + "\n"
+    """The /etc/hosts the processes see: localhost and every testbed host's name, each also
+    under its IPv4-mapped IPv6 address: a dual-stack listener (c10d's TCPStore) sees its peers
+    as ``::ffff:a.b.c.d``, and glibc finds a name for that address only on a line of its own
+    (else it asks DNS, which no host can reach, and c10d warns that it cannot name the peer)."""
+    lines = [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "::ffff:127.0.0.1\tlocalhost",
+    ]
+    lines += [f"{h.address}\t{h.name}" for h in hosts]
+    lines += [f"::ffff:{h.address}\t{h.name}" for h in hosts]
+    return "\n".join(lines) + "\n"
 
 
 def metric_row(line: bytes, seen: float, labels: dict[str, Any]) -> dict[str, Any] | None:
@@ -197,6 +206,7 @@ class Command(WorkloadKind):
     schema = CommandWorkload
     rank_module = TRAMPOLINE  # not run as a rank module: processes() gives each its argv
     rows_table = "metrics"
+    wan_counters = True  # what a user's program sent across the WAN (queues.parquet's bytes)
 
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         return {"command": list(workload.argv), "per": workload.per}
