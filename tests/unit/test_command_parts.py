@@ -94,7 +94,7 @@ def test_missing_program_and_script_are_found_relative_to_cwd(tmp_path: Path) ->
     (tmp_path / "work" / "run.sh").write_text("#!/bin/sh\n")
 
     def problems(argv: list[str], cwd: str = "work") -> list[tuple[str, str]]:
-        w = CommandWorkload(kind="command", argv=argv, cwd=cwd)
+        w = CommandWorkload.model_validate({"kind": "command", "argv": argv, "cwd": cwd})
         return missing_files(w, tmp_path)
 
     # python is found on the PATH a command gets (this interpreter's directory first)
@@ -205,7 +205,9 @@ def test_the_summary_has_a_row_per_process_and_per_metric() -> None:
         {"p": 1, **{k: v for k, v in p.items() if k != "log"}} for p in processes
     ]
     assert summary[2:] == [{"p": 1, "metric_name": "loss", "p50": 2.0, "samples": 3}]
-    _, frame = kind.table([{**s, "kind": "command"} for s in summary], ["p"])
+    shown = kind.table([{**s, "kind": "command"} for s in summary], ["p"])
+    assert shown is not None
+    frame = shown[1]
     assert list(frame["process / metric"]) == ["rank 0", "rank 1", "loss"]
     assert list(frame["status"]) == ["ok", "exit 3", "3 lines"]
     assert {m.name for m in kind.schema.metrics} >= {"exit_code", "duration", "p50"}
@@ -240,9 +242,8 @@ def run_processes(
     tmp_path: Path, programs: list[str], on_failure: str = "stop-all", timeout: str = "30s"
 ):
     kind = KINDS["command"]
-    workload = CommandWorkload(
-        kind="command", argv=["python"], on_failure=on_failure, timeout=timeout
-    )
+    fields = {"kind": "command", "argv": ["python"], "on_failure": on_failure, "timeout": timeout}
+    workload = CommandWorkload.model_validate(fields)
     spec = RankSpec("127.0.0.1", 1, len(programs), 60, [], str(tmp_path))
     lines: dict[int, list[tuple[bytes, float]]] = {}
     described = [
