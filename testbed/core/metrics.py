@@ -53,6 +53,7 @@ DCQCN_METRICS = (
         ("dcqcn_cut_depth_bps", "mean rate cut"),
         ("dcqcn_pred_rate_mean_bps", "fluid model: mean rate per flow"),
         ("dcqcn_pred_cut_depth_bps", "fluid model: mean rate cut"),
+        ("dcqcn_pred_discrete_cut_depth_bps", "model of discrete marks: mean rate cut"),
     ),
     *_group(
         "ratio",
@@ -65,6 +66,9 @@ DCQCN_METRICS = (
         ("dcqcn_cut_depth_over_predicted", "measured / predicted cut depth"),
         ("dcqcn_convergence_over_predicted", "measured / predicted convergence"),
         ("dcqcn_utilisation_over_predicted", "measured / predicted utilisation"),
+        ("dcqcn_cut_interval_over_predicted_discrete", "measured / discrete-mark cut interval"),
+        ("dcqcn_cut_depth_over_predicted_discrete", "measured / discrete-mark cut depth"),
+        ("dcqcn_queue_mean_over_predicted_discrete", "measured / discrete-mark mean queue"),
     ),
     *_group(
         "s",
@@ -72,6 +76,7 @@ DCQCN_METRICS = (
         ("dcqcn_cut_interval_s", "mean time between rate cuts"),
         ("dcqcn_pred_convergence_s", "fluid model: convergence"),
         ("dcqcn_pred_cut_interval_s", "fluid model: cut interval"),
+        ("dcqcn_pred_discrete_cut_interval_s", "model of discrete marks: cut interval"),
     ),
     *_group(
         "count",
