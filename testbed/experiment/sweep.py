@@ -41,7 +41,7 @@ class Experiment:
         base = Path(source).parent if source else Path.cwd()
         for spec in runs:  # what the workload names is there, before a network is built
             if (workload := spec.scenario.rank_workload) is not None:
-                kind_of(workload).check(workload, base, source or "<scenario>")
+                kind_of(workload).check(spec.scenario, base, source or "<scenario>")
         require_torch()
         self.runs = runs
         self.source = source

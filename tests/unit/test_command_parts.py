@@ -124,6 +124,23 @@ def test_testbed_run_refuses_a_missing_file_before_it_makes_anything(tmp_path: P
     assert not out.exists()
 
 
+def test_wan_changes_need_the_wall_clock(tmp_path: Path) -> None:
+    """A user's program announces no iterations: ``clock: workload`` would never start them."""
+    faults = [{"kind": "blackhole", "link": "east-west", "at": "2s", "duration": "1s"}]
+    for more, wanted in (({"faults": faults}, "clock: 'workload' starts"), ({}, None)):
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump({**command(), **more}))
+        runs = load_runs(str(path))
+        try:
+            KINDS["command"].check(runs[0].scenario, tmp_path, str(path))
+        except ScenarioError as exc:
+            assert wanted is not None and f"{path}: {wanted}" in str(exc)
+        else:
+            assert wanted is None
+    path.write_text(yaml.safe_dump({**command(), "faults": faults, "clock": "wall"}))
+    KINDS["command"].check(load_runs(str(path))[0].scenario, tmp_path, str(path))
+
+
 # -- torchrun's variables ---------------------------------------------------------------------
 def plan_and_ranks(**fields: Any):
     sc = parse_scenario(command(**fields), "s.yaml")

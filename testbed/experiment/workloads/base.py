@@ -63,10 +63,10 @@ class WorkloadKind:
         """What every rank's spec.json gets beside the launcher's own keys."""
         raise NotImplementedError
 
-    def check(self, workload: Any, base: Path, source: str) -> None:
+    def check(self, scenario: Any, base: Path, source: str) -> None:
         """Before any network is built: raise ScenarioError (exit 2) for what would fail every
-        run, e.g. a file the workload names that is not there. ``base``: the scenario file's
-        directory; ``source``: how errors name the file."""
+        run of ``scenario`` (one point of the sweep), e.g. a file its workload names that is not
+        there. ``base``: the scenario file's directory; ``source``: how errors name the file."""
 
     def processes(
         self,

@@ -211,8 +211,24 @@ class Command(WorkloadKind):
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         return {"command": list(workload.argv), "per": workload.per}
 
-    def check(self, workload: Any, base: Path, source: str) -> None:
-        problems = missing_files(workload, base)
+    def check(self, scenario: Any, base: Path, source: str) -> None:
+        problems = missing_files(scenario.workload, base)
+        if scenario.placement is not None:
+            problems.append(
+                ("placement", "a command workload runs on one machine (the testbed reads its "
+                 "processes' stdout); drop placement")
+            )  # fmt: skip
+        changes = (
+            scenario.faults
+            or scenario.traffic
+            or any(link.schedule or link.trace for link in scenario.wan)
+        )
+        if changes and scenario.clock == "workload":
+            problems.append(
+                ("clock", "'workload' starts the WAN changes and traffic at the ranks' first "
+                 "announced iteration, which a user's program does not announce; write "
+                 "clock: wall")
+            )  # fmt: skip
         if problems:
             lines = [f"{source}: {field}: {message}" for field, message in problems]
             raise ScenarioError("\n".join(lines))
