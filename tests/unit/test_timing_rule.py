@@ -45,3 +45,13 @@ def test_the_reason_of_a_monitor_without_samples() -> None:
     assert saturated_reason(summary) == (
         "host saturated: busy mean n/a, p95 n/a, saturated share n/a"
     )
+
+
+def test_a_tcg_guest_counts_as_a_saturated_host(monkeypatch) -> None:
+    from timing import emulated_cpu
+
+    monkeypatch.setenv("TESTBED_VM_ACCEL", "tcg")
+    assert emulated_cpu()
+    assert saturated_reason({}, emulated=True).startswith("host saturated: emulated CPU (TCG)")
+    monkeypatch.setenv("TESTBED_VM_ACCEL", "kvm")
+    assert not emulated_cpu()
