@@ -63,7 +63,7 @@ def collectives_summary(
     (analysis.model.predict_terms), the sweep ``params`` in front and the run's CPU verdict
     behind. Operations that failed (``outcome`` error|timeout) are not timings: left out.
 
-    The prediction takes what the run measured of its inputs (:func:`model_inputs`): with the
+    The prediction takes what the run measured of its inputs: with the
     run's tcp_info samples (``tcp``), every WAN direction's window at the start of the point's
     steps (slow start from the initial window when it starts cold, the restart after idle) and
     its srtt; with hierarchical all_reduce rows, the copy rate its leaders' intra-cluster
@@ -83,18 +83,22 @@ def collectives_summary(
 
     cache: dict[tuple[str, str, int], tuple[dict[str, float] | None, str]] = {}
 
+    def point_steps(coll: str, algo: str, size: int) -> pd.DataFrame:
+        """The WAN connections' rows of this point's timed steps (empty without samples)."""
+        if steps.empty:
+            return steps
+        at = steps[(steps["algorithm"] == algo) & (steps["size"] == size)]
+        return at[at["collective"] == coll] if "collective" in at else at
+
     def split(coll: str, algo: str, size: int) -> tuple[dict[str, float] | None, str]:
         """The prediction's terms (analysis.model.predict_terms; they sum to the timed loop's
         prediction) and the inputs it measured, once per point: replaying gloo is costly."""
         if (coll, algo, size) not in cache:
             if topo is not None and unsupported(coll, algo, topo) is None:
                 mine, inputs = topo, []
-                if not steps.empty:
-                    at = steps[(steps["algorithm"] == algo) & (steps["size"] == size)]
-                    if "collective" in at:
-                        at = at[at["collective"] == coll]
-                    if not at.empty:
-                        mine, inputs = measured_topology(topo, at), ["tcp windows"]
+                at = point_steps(coll, algo, size)
+                if not at.empty:
+                    mine, inputs = measured_topology(topo, at), ["tcp windows"]
                 if host_bw is not None:
                     mine = dataclasses.replace(mine, host_bw_bps=host_bw)
                     inputs.append("host copy rate")
@@ -109,11 +113,9 @@ def collectives_summary(
         return sum(got.values()) if got else None
 
     def terms(row: dict) -> dict[str, Any]:
-        got, inputs = split(row["collective"], row["algorithm"], int(row["size"]))
-        lost = None
-        if not steps.empty:
-            at = steps[(steps["algorithm"] == row["algorithm"]) & (steps["size"] == row["size"])]
-            lost = float(at["retransmits"].sum())
+        point = (row["collective"], row["algorithm"], int(row["size"]))
+        got, inputs = split(*point)
+        lost = None if steps.empty else float(point_steps(*point)["retransmits"].sum())
         return {f"model_{t}": got[t] if got else None for t in TERMS} | {
             "model_inputs": inputs,
             "wan_retransmits": lost,  # segments the WAN connections resent in the timed steps
