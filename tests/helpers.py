@@ -293,3 +293,13 @@ def flows_over_paths(
     assert r.returncode == 0, r.stdout + r.stderr
     rate = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]
     return {p: sent_bytes(tb, p) - before[p] for p in ports}, rate
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie not reaped yet does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import RUN_TAG
+from helpers import RUN_TAG, alive
 
 import analysis
 from testbed.cli import main
@@ -87,15 +87,6 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie not reaped yet does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_plain_program_gets_its_placeholders_environment_hostname_and_metrics(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import scenario
+from helpers import alive, scenario
 
 from testbed.config.command import CommandWorkload, missing_files, placeholders_in
 from testbed.config.loading import parse_scenario
@@ -296,15 +296,6 @@ def test_stdout_lines_reach_the_log_and_the_metric_reader(tmp_path: Path) -> Non
         assert [line for line, _ in lines[key]] == [b"hello\n", b'{"metric": "m", "value": 2}\n']
     assert [p["exit_code"] for p in info["processes"]] == [0, 0]
     assert all(p["duration"] is not None and p["duration"] > 0 for p in info["processes"])
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie whose parent is gone, not reaped yet, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_stop_all_stops_the_rest_and_what_they_started(tmp_path: Path) -> None:
