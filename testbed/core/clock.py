@@ -72,6 +72,26 @@ class SystemClock:
 
 SYSTEM: Clock = SystemClock()
 
+
+def wall_offset(clock: Clock = SYSTEM, tries: int = 3) -> float:
+    """``wall - now`` (unix minus monotonic seconds), never larger than the true offset, so a
+    unix time stamp converted with it (``stamp - offset``) is never earlier than it was.
+
+    Each try brackets one unix reading between two monotonic ones and keeps the later one: a
+    preemption between the readings then errs late by its length, never early (the naive
+    ``wall() - now()`` errs early by it, which made a delay line release a packet early on a busy
+    host). The tightest of ``tries`` brackets is kept.
+    """
+    best_gap, offset = math.inf, 0.0
+    for _ in range(max(1, tries)):
+        before = clock.now()
+        wall = clock.wall()
+        after = clock.now()
+        if after - before < best_gap:
+            best_gap, offset = after - before, wall - after
+    return offset
+
+
 POLL_REAL = 0.001  # s of real time between two looks of a manual clock's waiter at its wake-up
 SETTLE_REAL = 60.0  # s of real time ManualClock.run_to waits for its threads before it gives up
 

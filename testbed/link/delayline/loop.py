@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from testbed.core.clock import wall_offset
 from testbed.core.files import atomic_write_text
 from testbed.link.delayline.config import Config, ConfigError
 from testbed.link.delayline.lateness import LatenessHistogram
@@ -176,7 +177,7 @@ class DelayLine:
         self._cpu_last = (self._t0, self._cpu())
         self.cpu_percent = 0.0
         self._trace: IO[str] | None = None
-        self._rt_off = time.time() - time.monotonic()
+        self._rt_off = wall_offset()
 
     # ---- setup
 
@@ -319,7 +320,7 @@ class DelayLine:
         buf = self._buf
         out = bytearray()
         now = time.monotonic()
-        rt_off = time.time() - now  # realtime -> monotonic
+        rt_off = wall_offset()  # realtime -> monotonic, never making a stamp early
         got = self._messages(sock, buf, budget, out, rt_off, now - STALE_TS, now + STALE_TS)
         if got:
             for q in self.queues:
