@@ -1,16 +1,18 @@
 """``workload: kind: command``: a user's own program, unchanged, on every rank or host
 (docs/command.md).
 
-The schema (:class:`CommandWorkload`), its placeholders and their check (:func:`placeholders_in`,
-pure: an unknown ``{name}`` is a scenario error naming the field), and the check of the files it
-names (:func:`missing_files`: the executable and script arguments, relative to the scenario's
-directory), which the runner calls before it builds the network. Registered with the scenario
+The schema (:class:`CommandWorkload`, with its :class:`Service` list), its placeholders and their
+check (:func:`placeholders_in`, pure: an unknown ``{name}`` is a scenario error naming the
+field), and the checks the runner makes before it builds the network: the files it names
+(:func:`missing_files`: executables and script arguments, relative to the scenario's directory)
+and the services' hosts (:func:`unknown_service_hosts`). Registered with the scenario
 parser on import (testbed.config.scenario imports it).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import string
 import sys
@@ -19,7 +21,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from testbed.config.fields import Duration, FieldError
+from testbed.config.fields import Duration, FieldError, Strict
 from testbed.config.workloads import RankWorkloadModel, register_workload
 from testbed.core.metrics import Metric
 
@@ -29,6 +31,9 @@ PLACEHOLDERS = (
     "master_port", "host", "cluster", "host_addr", "run_dir",
 )  # fmt: skip
 RANK_ONLY = ("rank", "local_rank")
+# a service runs on a host of its own choosing, which need not hold a node
+SERVICE_PLACEHOLDERS = tuple(p for p in PLACEHOLDERS if p not in (*RANK_ONLY, "node_rank"))
+SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # an argument that names a script beside the scenario (checked to exist before the run)
 SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".pl", ".rb", ".js", ".lua", ".R")
 
@@ -51,7 +56,7 @@ def placeholders_in(text: str) -> list[str]:
 
 
 def _check_placeholders(path: str, text: str, per: str) -> None:
-    allowed = allowed_placeholders(per)
+    allowed = allowed_placeholders(per) if per != "service" else SERVICE_PLACEHOLDERS
     try:
         names = placeholders_in(text)
     except ValueError as exc:
@@ -60,11 +65,12 @@ def _check_placeholders(path: str, text: str, per: str) -> None:
         ) from None
     for name in names:
         if name not in allowed:
-            why = (
-                f"per: host has no {{{name}}} (torchrun gives each of its processes its own)"
-                if name in RANK_ONLY
-                else f"unknown placeholder {{{name}}}"
-            )
+            if per == "service" and name in PLACEHOLDERS:
+                why = f"a service has no {{{name}}} (it is no rank's and no node's)"
+            elif name in RANK_ONLY:
+                why = f"per: host has no {{{name}}} (torchrun gives each of its processes its own)"
+            else:
+                why = f"unknown placeholder {{{name}}}"
             shown = ", ".join(f"{{{a}}}" for a in allowed)
             raise FieldError(path, f"{text!r}: {why}; allowed: {shown}")
 
@@ -72,6 +78,62 @@ def _check_placeholders(path: str, text: str, per: str) -> None:
 def expand(text: str, values: dict[str, object]) -> str:
     """``text`` with its placeholders replaced (they were checked by the schema)."""
     return text.format(**values)
+
+
+class Ready(Strict):
+    """When a service counts as ready: a TCP port listening in its host (``port``) or a line
+    of its log matching a regular expression (``log``); exactly one."""
+
+    port: int | None = Field(default=None, ge=1, le=65535)
+    log: str | None = None
+
+    def describe(self) -> str:
+        return f"port {self.port} listening" if self.port is not None else f"log /{self.log}/"
+
+
+class Service(Strict):
+    """A process the workload needs before it starts (a rendezvous server, torchft's
+    lighthouse): started on ``host`` with the same launcher as the ranks, ready when ``ready``
+    says so within ``timeout``, stopped when the workload ends."""
+
+    name: str
+    host: str
+    argv: list[str] = Field(min_length=1)
+    cwd: str | None = None  # relative to the scenario file; None: the workload's cwd
+    env: dict[str, str] = Field(default_factory=dict)
+    ready: Ready
+    timeout: Duration = 60.0
+
+    @property
+    def log(self) -> str:
+        """Its stdout and stderr, a file name in the run directory."""
+        return f"service-{self.name}.log"
+
+
+def _check_service(i: int, service: Service) -> None:
+    at = f"workload.services[{i}]"
+    if not SERVICE_NAME.match(service.name):
+        raise FieldError(
+            f"{at}.name", f"{service.name!r}: letters, digits, '_', '.', '-' (it names a log file)"
+        )
+    if service.timeout <= 0:
+        raise FieldError(f"{at}.timeout", "a timeout must be positive; examples: 30s")
+    if not service.argv[0]:
+        raise FieldError(f"{at}.argv[0]", "the program is empty")
+    ready = service.ready
+    if (ready.port is None) == (ready.log is None):
+        raise FieldError(f"{at}.ready", "exactly one of port: N or log: REGEX")
+    if ready.log is not None:
+        try:
+            re.compile(ready.log)
+        except re.error as exc:
+            raise FieldError(f"{at}.ready.log", f"{ready.log!r}: not a regex: {exc}") from None
+    for j, arg in enumerate(service.argv):
+        _check_placeholders(f"{at}.argv[{j}]", arg, "service")
+    for key, value in service.env.items():
+        _check_placeholders(f"{at}.env.{key}", value, "service")
+        if not key or "=" in key:
+            raise FieldError(f"{at}.env.{key}", "not a variable name")
 
 
 class CommandWorkload(RankWorkloadModel):
@@ -97,6 +159,8 @@ class CommandWorkload(RankWorkloadModel):
     timeout: Duration = 600.0  # the whole workload's limit
     on_failure: Literal["stop-all", "wait"] = "stop-all"
     metrics_format: Literal["json-lines", "none"] = Field("json-lines", alias="metrics")
+    # started first, in order, each ready before the next; stopped when the workload ends
+    services: list[Service] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _placeholders(self) -> CommandWorkload:
@@ -110,6 +174,12 @@ class CommandWorkload(RankWorkloadModel):
             _check_placeholders(f"workload.env.{key}", value, self.per)
             if not key or "=" in key:
                 raise FieldError(f"workload.env.{key}", "not a variable name")
+        seen: set[str] = set()
+        for i, service in enumerate(self.services):
+            _check_service(i, service)
+            if service.name in seen:
+                raise FieldError(f"workload.services[{i}].name", f"{service.name!r} twice")
+            seen.add(service.name)
         return self
 
 
@@ -122,30 +192,48 @@ def search_path(path: str | None = None) -> str:
 
 
 def missing_files(workload: CommandWorkload, base: Path) -> list[tuple[str, str]]:
-    """(field, message) for each file the command names that is not there: the program
-    (``argv[0]``, not on :func:`search_path` and no such file) and every argument that looks like
-    a script relative to ``cwd`` (``bench.py``). ``base``: the scenario file's directory."""
-    cwd = (base / workload.cwd).resolve()
-    problems = []
+    """(field, message) for each file the command or a service names that is not there: the
+    program (``argv[0]``, not on :func:`search_path` and no such file) and every argument that
+    looks like a script relative to ``cwd`` (``bench.py``). ``base``: the scenario file's
+    directory."""
+    problems = _missing(workload.argv, base / workload.cwd, "workload")
+    for i, service in enumerate(workload.services):
+        cwd = base / (service.cwd if service.cwd is not None else workload.cwd)
+        problems += _missing(service.argv, cwd, f"workload.services[{i}]")
+    return problems
+
+
+def _missing(argv: list[str], directory: Path, at: str) -> list[tuple[str, str]]:
+    cwd = directory.resolve()
     if not cwd.is_dir():
-        problems.append(("workload.cwd", f"{str(cwd)!r} is not a directory"))
-        return problems
-    program = workload.argv[0]
+        return [(f"{at}.cwd", f"{str(cwd)!r} is not a directory")]
+    problems = []
+    program = argv[0]
     if not placeholders_in(program):
         if "/" in program:
             if not (cwd / program).is_file():
-                problems.append(("workload.argv[0]", f"{program!r}: no such file in {cwd}"))
+                problems.append((f"{at}.argv[0]", f"{program!r}: no such file in {cwd}"))
         elif shutil.which(program, path=search_path()) is None:
             hint = f" (a file there? write ./{program})" if (cwd / program).is_file() else ""
             where = f"not on PATH ({search_path()}){hint}"
-            problems.append(("workload.argv[0]", f"{program!r} is {where}"))
-    for i, arg in enumerate(workload.argv[1:], start=1):
+            problems.append((f"{at}.argv[0]", f"{program!r} is {where}"))
+    for i, arg in enumerate(argv[1:], start=1):
         if placeholders_in(arg) or arg.startswith("-") or "://" in arg or "=" in arg:
             continue
         relative = arg.endswith(SCRIPT_SUFFIXES) and not Path(arg).is_absolute()
         if relative and not (cwd / arg).is_file():
-            problems.append((f"workload.argv[{i}]", f"{arg!r}: no such file in {cwd}"))
+            problems.append((f"{at}.argv[{i}]", f"{arg!r}: no such file in {cwd}"))
     return problems
+
+
+def unknown_service_hosts(workload: CommandWorkload, hosts: list[str]) -> list[tuple[str, str]]:
+    """(field, message) for each service whose ``host`` is none of ``hosts`` (the
+    scenario's: ``east-h0``, ...)."""
+    return [
+        (f"workload.services[{i}].host", f"no host {s.host!r}; hosts are: {', '.join(hosts)}")
+        for i, s in enumerate(workload.services)
+        if s.host not in hosts
+    ]
 
 
 register_workload("command", CommandWorkload)

@@ -61,8 +61,9 @@ class RankSession:
     before the deadlines). With ``timeline``, an event runner applies it around the launch (its
     clock's origin: rank 0's first announced iteration); ``events`` gets its rows. With
     ``wan_counters``, ``wan_counters`` gets the WAN bottlenecks' byte counters sampled during
-    the launch. ``processes``: the workload kind's own processes for this spec (a user's
-    program; :class:`testbed.experiment.ranks.LaunchProcess`) instead of ``module`` per rank.
+    the launch. ``processes``: the workload kind's own processes for this spec and network (a
+    user's program; :class:`testbed.experiment.ranks.LaunchProcess`) instead of ``module`` per
+    rank.
     :meth:`run` once; then the read-back methods."""
 
     def __init__(
@@ -76,7 +77,7 @@ class RankSession:
         *,
         timeline: Timeline | None = None,
         wan_counters: bool = False,
-        processes: Callable[[RankSpec], list[LaunchProcess]] | None = None,
+        processes: Callable[[RankSpec, LiveNetwork], list[LaunchProcess]] | None = None,
     ) -> None:
         assert tb.plan is not None, "the network is not up"
         self.tb = tb
@@ -84,7 +85,7 @@ class RankSession:
         self.run_dir = run_dir
         master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
         self.spec = RankSpec.build(tb, master.address, ranks, run_dir, torch_timeout, **keys)
-        described = processes(self.spec) if processes is not None else None
+        described = processes(self.spec, tb) if processes is not None else None
         self.launch = RankLaunch(tb, ranks, self.spec, run_dir, module, processes=described)
         self.timeline = timeline
         self.counting = wan_counters

@@ -26,7 +26,14 @@ from testbed.core.errors import ScenarioError
 from testbed.experiment.ranks import LaunchProcess, RankLaunch, RankSpec
 from testbed.experiment.sweep import Experiment
 from testbed.experiment.workloads import KINDS, RunRows
-from testbed.experiment.workloads.command import command_slots, hosts_file, metric_row
+from testbed.experiment.workloads.command import (
+    command_slots,
+    hosts_file,
+    listening,
+    log_tail,
+    metric_row,
+    service_launch,
+)
 from testbed.plan.ranks import place_ranks
 from testbed.plan.topology import build_plan
 
@@ -139,6 +146,109 @@ def test_wan_changes_need_the_wall_clock(tmp_path: Path) -> None:
             assert wanted is None
     path.write_text(yaml.safe_dump({**command(), "faults": faults, "clock": "wall"}))
     KINDS["command"].check(load_runs(str(path))[0].scenario, tmp_path, str(path))
+
+
+# -- services ---------------------------------------------------------------------------------
+def service(**fields: Any) -> dict[str, Any]:
+    return {"name": "lighthouse", "host": "east-h0", "argv": ["torchft_lighthouse"],
+            "ready": {"port": 29510}, **fields}  # fmt: skip
+
+
+def test_a_service_validates_and_names_its_field_when_it_does_not() -> None:
+    w = parse_scenario(command(services=[service()]), "s.yaml").workload
+    assert isinstance(w, CommandWorkload)
+    (s,) = w.services
+    assert (s.timeout, s.cwd, s.env, s.log) == (60.0, None, {}, "service-lighthouse.log")
+    assert s.ready.describe() == "port 29510 listening"
+    both = error_of(command(services=[service(ready={"port": 1, "log": "x"})]))
+    assert "workload.services[0].ready: exactly one of port: N or log: REGEX" in both
+    assert "exactly one" in error_of(command(services=[service(ready={})]))
+    assert "workload.services[0].ready.log: '(': not a regex" in error_of(
+        command(services=[service(ready={"log": "("})])
+    )
+    twice = error_of(command(services=[service(), service(host="west-h0")]))
+    assert "workload.services[1].name: 'lighthouse' twice" in twice
+    assert "workload.services[0].name" in error_of(command(services=[service(name="a/b")]))
+    assert "workload.services[0].timeout" in error_of(command(services=[service(timeout="0s")]))
+    # a service has the per-host placeholders, not a rank's or a node's
+    text = error_of(command(services=[service(argv=["x", "--rank", "{rank}"])]))
+    assert "workload.services[0].argv[2]: " in text and "a service has no {rank}" in text
+    assert "{node_rank}" not in text.split("allowed:")[1]
+    assert "workload.services[0].env.P" in error_of(
+        command(services=[service(env={"P": "{nope}"})])
+    )
+    ok = ["x", "--bind", "{host_addr}:29510", "--world", "{world_size}", "--dir", "{run_dir}"]
+    assert parse_scenario(command(services=[service(argv=ok)]), "s.yaml").workload
+
+
+def test_a_service_on_an_unknown_host_or_missing_is_refused_before_any_network(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.yaml"
+    for more, field, message in (
+        ({"host": "north-h0"}, "host", "no host 'north-h0'; hosts are: east-h0, east-h1, "
+         "west-h0, west-h1"),
+        ({"argv": ["no-such-service-program"]}, "argv[0]", "'no-such-service-program' is not on"),
+        ({"argv": ["python", "serve.py"], "cwd": "."}, "argv[1]", "'serve.py': no such file in"),
+    ):  # fmt: skip
+        path.write_text(yaml.safe_dump(command(services=[service(**more)])))
+        out = tmp_path / "results"
+        with pytest.raises(ScenarioError) as caught:
+            Experiment(load_runs(str(path)), str(path), out, resume=False)
+        assert caught.value.exit_code == 2
+        assert f"{path}: workload.services[0].{field}: {message}" in str(caught.value)
+        assert not out.exists()
+    (tmp_path / "serve.py").write_text("")
+    path.write_text(yaml.safe_dump(command(services=[service(argv=["python", "serve.py"])])))
+    KINDS["command"].check(load_runs(str(path))[0].scenario, tmp_path, str(path))
+
+
+def test_a_service_gets_the_hosts_variables_and_placeholders_but_no_rank(tmp_path: Path) -> None:
+    argv = ["serve", "{host}", "{cluster}", "{host_addr}", "{master_addr}:{master_port}",
+            "{world_size}", "{nnodes}", "{nproc_per_node}", "{run_dir}"]  # fmt: skip
+    w, plan, ranks = plan_and_ranks(
+        ranks_per_host=2,
+        env={"A": "workload's"},
+        services=[service(host="west-h1", argv=argv, env={"TOKEN": "{host}-t"})],
+    )
+    host = next(h for h in plan.hosts if h.name == "west-h1")
+    got, env = service_launch(w, w.services[0], host, ranks, "10.0.0.1", 29500, tmp_path)
+    assert got == ["serve", "west-h1", "west", host.address, "10.0.0.1:29500", "8", "4", "2",
+                   str(tmp_path)]  # fmt: skip
+    assert env == {
+        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "8",
+        "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "8",
+        "GLOO_SOCKET_IFNAME": host.ifname, "NCCL_SOCKET_IFNAME": host.ifname,
+        "TP_SOCKET_IFNAME": host.ifname, "TOKEN": "west-h1-t",
+    }  # fmt: skip
+
+
+def test_a_port_counts_as_ready_once_it_listens_in_the_process_namespace() -> None:
+    """``listening`` reads the namespace's socket tables through a process of it: here this
+    process's own (the machine's namespace) and a listener it opens."""
+    import socket
+
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::", 0))
+        port = s.getsockname()[1]
+        assert not listening(os.getpid(), port)  # bound, not listening
+        s.listen()
+        assert listening(os.getpid(), port)
+        own = os.stat(f"/proc/{os.getpid()}/ns/net").st_ino
+        assert listening(os.getpid(), port, own)
+        assert not listening(os.getpid(), port, own + 1)  # not yet in the namespace wanted
+    with socket.socket(socket.AF_INET) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert listening(os.getpid(), s.getsockname()[1])
+    assert not listening(2**22 + 7, 1)  # no such process
+
+
+def test_a_log_tail_is_its_last_lines(tmp_path: Path) -> None:
+    log = tmp_path / "service-x.log"
+    log.write_text("".join(f"line {i}\n\n" for i in range(8)))
+    assert log_tail(log) == "line 3 | line 4 | line 5 | line 6 | line 7"
+    assert log_tail(tmp_path / "absent.log") == ""
 
 
 # -- torchrun's variables ---------------------------------------------------------------------

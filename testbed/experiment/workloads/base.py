@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from testbed.config.fields import WorkloadModel
+    from testbed.live.protocol import LiveNetwork
     from testbed.plan.model import NetworkPlan
     from testbed.plan.ranks import RankSlot
 
@@ -75,8 +76,9 @@ class WorkloadKind:
         ranks: list[RankSlot],
         run_dir: Path,
         source: Path | None,
-    ) -> Callable[[RankSpec], list[LaunchProcess]] | None:
-        """The kind's own processes for a spec (host, argv, environment, log), or None:
+    ) -> Callable[[RankSpec, LiveNetwork], list[LaunchProcess]] | None:
+        """The kind's own processes for a spec on a network (host, argv, environment, log; what
+        they need first, e.g. a service, may be started on the network then), or None:
         ``python -m <rank_module> --spec spec.json --rank R`` on every rank."""
         return None
 

@@ -18,8 +18,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import re
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +32,22 @@ from typing import Any
 import pandas as pd
 
 from analysis.operations import rank_operations
-from testbed.config.command import CommandWorkload, expand, missing_files, search_path
-from testbed.core.errors import ScenarioError
+from testbed.config.command import (
+    CommandWorkload,
+    Service,
+    expand,
+    missing_files,
+    search_path,
+    unknown_service_hosts,
+)
+from testbed.core.errors import ScenarioError, TestbedError
+from testbed.core.nsenter import NETNS_DIR
 from testbed.core.stats import quantile
 from testbed.experiment.ranks import Deadlines, LaunchProcess, RankSpec
 from testbed.experiment.session import RankSession
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
 from testbed.live.processes import rank_env
+from testbed.live.protocol import HostProcess, LiveNetwork
 from testbed.plan.model import Host, NetworkPlan
 from testbed.plan.ranks import RankSlot
 
@@ -43,6 +56,9 @@ TRAMPOLINE = "traffic.host_exec"
 PER_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "ROLE_RANK")
 IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 LOG_TAIL = 5  # lines of a failed process's log in the run's status
+SERVICE_POLL = 0.05  # s between two looks at a service that is not ready yet
+SERVICE_STOP_GRACE = 2.0  # s a service gets to end on SIGTERM before its group is killed
+TCP_LISTEN = "0A"  # the state column of a listening socket in /proc/net/tcp
 
 
 @dataclass(frozen=True)
@@ -201,12 +217,226 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+# -- services ----------------------------------------------------------------------------------
+def service_launch(
+    workload: CommandWorkload,
+    service: Service,
+    host: Host,
+    ranks: list[RankSlot],
+    master_addr: str,
+    master_port: int,
+    run_dir: Path,
+) -> tuple[list[str], dict[str, str]]:
+    """A service's argv (placeholders filled) and the variables it gets beside the testbed's
+    environment: the launch's (MASTER_ADDR, MASTER_PORT, the world sizes), its host's socket
+    interface, then its own ``env``. No rank or node variable: it is no rank's."""
+    nodes = list(dict.fromkeys(r.host for r in ranks))
+    values: dict[str, Any] = {
+        "world_size": len(ranks),
+        "nnodes": len(nodes),
+        "nproc_per_node": workload.ranks_per_host,
+        "master_addr": master_addr,
+        "master_port": master_port,
+        "run_dir": str(run_dir),
+        "host": host.name,
+        "cluster": host.cluster,
+        "host_addr": host.address,
+    }
+    env = {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(len(ranks)),
+        "LOCAL_WORLD_SIZE": str(workload.ranks_per_host),
+        "GROUP_WORLD_SIZE": str(len(nodes)),
+        "ROLE_WORLD_SIZE": str(len(ranks)),
+    }
+    env |= dict.fromkeys(IFNAME_VARIABLES, host.ifname)
+    env |= {k: expand(v, values) for k, v in service.env.items()}
+    return [expand(a, values) for a in service.argv], env
+
+
+def listening(pid: int, port: int, ns_inode: int | None = None) -> bool:
+    """Whether a TCP socket listens on ``port`` in the network namespace of process ``pid``
+    (its /proc/PID/net/tcp and tcp6: every socket of the namespace, whichever process holds
+    it). With ``ns_inode``, only once the process is in that namespace (``ip netns exec``
+    enters it after the fork: until then the machine's own sockets would answer)."""
+    try:
+        if ns_inode is not None and os.stat(f"/proc/{pid}/ns/net").st_ino != ns_inode:
+            return False
+        for table in ("tcp", "tcp6"):
+            with open(f"/proc/{pid}/net/{table}") as f:
+                for line in f.read().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+    except (OSError, IndexError, ValueError):
+        return False
+    return False
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL) -> str:
+    """The last ``lines`` non-empty lines of a log, joined with `` | `` ("" without any)."""
+    with contextlib.suppress(OSError):
+        kept = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+        return " | ".join(kept[-lines:])
+    return ""
+
+
+@dataclass
+class RunningService:
+    """A started service: its process, log, and what happened to it (clock: time.monotonic)."""
+
+    index: int
+    service: Service
+    proc: HostProcess
+    log: Path
+    started: float
+    ready_s: float | None = None  # start to ready
+    exit_code: int | None = None
+    stopped: bool = False  # it still ran when the workload ended: the testbed stopped it
+    ended: bool = False  # its group was killed and it was reaped
+
+    def what(self) -> str:
+        return f"service {self.service.name} ({self.service.host})"
+
+
+class Services:
+    """The workload's services on a network: :meth:`start` starts each in order in its host
+    (the ranks' launcher: hostname, hosts file, cwd, a process group of its own, recorded by
+    pid) and waits until it is ready; :meth:`stop` ends them (SIGTERM to the group, then
+    SIGKILL), the last first. ``launch(service)``: its argv and variables (:func:`service_launch`
+    for this run)."""
+
+    def __init__(
+        self,
+        tb: LiveNetwork,
+        plan: NetworkPlan,
+        services: list[Service],
+        run_dir: Path,
+        cwd: Callable[[Service], Path],
+        hosts_path: Path,
+        launch: Callable[[Service, Host], tuple[list[str], dict[str, str]]],
+    ) -> None:
+        self.tb, self.plan, self.services = tb, plan, services
+        self.run_dir, self.cwd, self.hosts_path, self.launch = run_dir, cwd, hosts_path, launch
+        self.running: list[RunningService] = []
+
+    def start(self) -> None:
+        """Each service, once the one before is ready. One that exits first or is not ready
+        within its timeout stops those started and raises TestbedError naming it, its ready
+        condition, its timeout and its log's last lines."""
+        by_name = {h.name: h for h in self.plan.hosts}
+        try:
+            for i, service in enumerate(self.services):
+                host = by_name[service.host]
+                argv, variables = self.launch(service, host)
+                env = rank_env()
+                for name in PER_RANK_VARIABLES:
+                    env.pop(name, None)
+                env["PATH"] = search_path(env.get("PATH"))
+                env |= variables
+                trampoline = [sys.executable, "-m", TRAMPOLINE, "--hostname", host.name]
+                trampoline += ["--hosts", str(self.hosts_path), "--cwd", str(self.cwd(service))]
+                log = self.run_dir / service.log
+                group: dict[str, Any] = {"start_new_session": True}  # a process group of its own
+                with open(log, "wb") as out:
+                    proc = self.tb.popen(
+                        host.name, [*trampoline, "--", *argv], what=f"service {service.name}",
+                        env=env, stdout=out, stderr=subprocess.STDOUT, **group,
+                    )  # fmt: skip
+                running = RunningService(i, service, proc, log, time.monotonic())
+                self.running.append(running)
+                self._wait_ready(running, host)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, s: RunningService, host: Host) -> None:
+        ready = s.service.ready
+        pattern = re.compile(ready.log, re.M) if ready.log is not None else None
+        inode = None
+        with contextlib.suppress(OSError):
+            inode = os.stat(NETNS_DIR / host.ns).st_ino
+        condition = f"ready: {ready.describe()}"
+        while True:
+            if pattern is not None:
+                with contextlib.suppress(OSError):
+                    if pattern.search(s.log.read_text(errors="replace")):
+                        break
+            elif ready.port is not None and listening(s.proc.pid, ready.port, inode):
+                break
+            code = s.proc.poll()
+            if code is not None:
+                s.exit_code = code
+                tail = log_tail(s.log)
+                raise TestbedError(
+                    f"{s.what()} {describe_exit(code)} before it was ready ({condition})"
+                    + (f": {tail}" if tail else "")
+                )
+            waited = time.monotonic() - s.started
+            if waited >= s.service.timeout:
+                tail = log_tail(s.log)
+                raise TestbedError(
+                    f"{s.what()} was not ready within {s.service.timeout:g}s "
+                    f"(workload.services[{s.index}].timeout; {condition}): "
+                    + (tail or "its log is empty")
+                )
+            time.sleep(min(SERVICE_POLL, s.service.timeout - waited))
+        s.ready_s = time.monotonic() - s.started
+
+    def stop(self) -> None:
+        """Every service still running: SIGTERM to its process group, SIGKILL to the group
+        after SERVICE_STOP_GRACE; the last started first. Idempotent."""
+        for s in reversed(self.running):
+            if s.ended:
+                continue
+            s.ended = True
+            if s.proc.poll() is None:
+                s.stopped = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(s.proc.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    s.proc.wait(SERVICE_STOP_GRACE)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(s.proc.pid, signal.SIGKILL)  # what it started, whether it ended or not
+            s.exit_code = s.proc.wait()
+
+    def problems(self) -> list[str]:
+        """A line for each service that ended by itself, with a failure, while the workload
+        ran (after :meth:`stop`)."""
+        return [
+            f"{s.what()} {describe_exit(s.exit_code)} while the workload ran"
+            + (f": {tail}" if (tail := log_tail(s.log)) else "")
+            for s in self.running
+            if not s.stopped and s.exit_code not in (None, 0)
+        ]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """A row per started service for the run's info."""
+        return [
+            {
+                "service": s.service.name,
+                "host": s.service.host,
+                "ready_s": s.ready_s,
+                "exit_code": s.exit_code,
+                "stopped": s.stopped,
+                "log": s.service.log,
+            }
+            for s in self.running
+        ]
+
+
 class Command(WorkloadKind):
     name = "command"
     schema = CommandWorkload
     rank_module = TRAMPOLINE  # not run as a rank module: processes() gives each its argv
     rows_table = "metrics"
     wan_counters = True  # what a user's program sent across the WAN (queues.parquet's bytes)
+
+    def __init__(self) -> None:
+        # a launch's services, by its run directory: started when its processes are described,
+        # stopped by problems(), reported by run_info()
+        self._services: dict[Path, Services] = {}
 
     def spec_keys(self, workload: Any) -> dict[str, Any]:
         return {"command": list(workload.argv), "per": workload.per}
@@ -229,6 +459,8 @@ class Command(WorkloadKind):
                  "announced iteration, which a user's program does not announce; write "
                  "clock: wall")
             )  # fmt: skip
+        hosts = [f"{c}-h{i}" for c, cl in scenario.clusters.items() for i in range(cl.hosts)]
+        problems += unknown_service_hosts(scenario.workload, hosts)
         if problems:
             lines = [f"{source}: {field}: {message}" for field, message in problems]
             raise ScenarioError("\n".join(lines))
@@ -240,14 +472,28 @@ class Command(WorkloadKind):
         ranks: list[RankSlot],
         run_dir: Path,
         source: Path | None,
-    ) -> Callable[[RankSpec], list[LaunchProcess]]:
+    ) -> Callable[[RankSpec, LiveNetwork], list[LaunchProcess]]:
         base = source.parent if source is not None else Path.cwd()
         cwd = (base / workload.cwd).resolve()
 
-        def described(spec: RankSpec) -> list[LaunchProcess]:
+        def service_cwd(service: Service) -> Path:
+            return (base / service.cwd).resolve() if service.cwd is not None else cwd
+
+        def described(spec: RankSpec, tb: LiveNetwork) -> list[LaunchProcess]:
             run = run_dir.resolve()
             hosts = run / "hosts"
             hosts.write_text(hosts_file(list(plan.hosts)))
+            if workload.services:
+                # started (and ready) before the processes are described, hence launched;
+                # stopped by problems(), which every user of a session calls after its run
+                def launch(service: Service, host: Host) -> tuple[list[str], dict[str, str]]:
+                    return service_launch(
+                        workload, service, host, ranks, spec.master_addr, spec.master_port, run
+                    )
+
+                services = Services(tb, plan, workload.services, run, service_cwd, hosts, launch)
+                self._services[run] = services
+                services.start()
             slots = command_slots(
                 workload, list(plan.hosts), ranks, spec.master_addr, spec.master_port, run
             )
@@ -307,7 +553,18 @@ class Command(WorkloadKind):
         lines = [text for _, _, text in failed] + late
         if stopped:  # one line: a rank's line would get its (empty) log tail from the runner
             lines.append(f"stopped{after} (on_failure: stop-all): {', '.join(stopped)}")
+        services = self._services_of(session)
+        if services is not None:  # the workload has ended: its services go too
+            services.stop()
+            lines += services.problems()
         return lines
+
+    def _services_of(self, session: RankSession, forget: bool = False) -> Services | None:
+        run_dir = getattr(session, "run_dir", None)
+        if run_dir is None:
+            return None
+        run = Path(run_dir).resolve()
+        return self._services.pop(run, None) if forget else self._services.get(run)
 
     def _tail(self, session: RankSession, p: LaunchProcess) -> str:
         """A per-host process's log tail (a rank's is added by the runner, as for any rank)."""
@@ -334,7 +591,11 @@ class Command(WorkloadKind):
                     "log": p.log,
                 }
             )
-        return {"processes": rows}
+        services = self._services_of(session, forget=True)
+        if services is None:
+            return {"processes": rows}
+        services.stop()  # stopped already by problems(), unless a caller skipped it
+        return {"processes": rows, "services": services.rows()}
 
     def summarize(self, run: RunRows) -> list[dict]:
         out = [
