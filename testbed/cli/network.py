@@ -12,13 +12,18 @@ from typing import Any
 from testbed.cli.common import add_engine_option
 from testbed.cli.doctor import cmd_doctor
 from testbed.cli.lifecycle import cmd_clean, cmd_down, cmd_exec, cmd_ls, cmd_up
-from testbed.cli.plan_view import cmd_plan, cmd_validate
+from testbed.cli.plan_view import add_set_option, cmd_plan, cmd_validate
 
 
 def register(sub: Any) -> None:
     """Register the network verbs on the CLI's sub-parsers."""
-    s = sub.add_parser("validate", help="check a scenario file")
+    s = sub.add_parser(
+        "validate",
+        help="check a scenario file as `testbed run` would: every sweep point, the expectations",
+    )
     s.add_argument("file", help="the scenario file (YAML)")
+    add_set_option(s)
+    s.add_argument("--json", action="store_true", help="print the result as JSON (docs/json.md)")
     s.set_defaults(fn=cmd_validate)
     s = sub.add_parser("plan", help="print what would be built, without touching the kernel")
     s.add_argument("file", help="the scenario file (YAML)")

@@ -9,37 +9,60 @@ import is most of the CLI's start-up, which ``--help`` and the live verbs do not
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from testbed.cli.console import escape, make_console
+from testbed.core.errors import ScenarioError
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
 
 if TYPE_CHECKING:
     from testbed.config.scenario import Scenario
     from testbed.config.wan import Aqm, WanLink
+    from testbed.plan.check import Checked
     from testbed.plan.model import NetworkPlan
     from testbed.plan.timeline import Timeline
 
 out = make_console()
+JSON_VERSION = 1  # of validate's and plan's --json shape (docs/json.md); raised when it changes
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from testbed.config.loading import load_scenario
-    from testbed.plan.timeline import read_link_trace
+    from testbed.config.sweep import parse_override
+    from testbed.plan.check import check_file
 
-    sc = load_scenario(args.file)
-    for i, link in enumerate(sc.wan):
-        if link.trace is not None:  # a missing or malformed trace file is bad input too
-            read_link_trace(link, i, Path(args.file).parent, args.file)
-    hosts = sum(c.hosts for c in sc.clusters.values())
+    checked = check_file(args.file, [parse_override(s) for s in getattr(args, "set", [])])
+    if getattr(args, "json", False):
+        print(json.dumps(validate_json(checked), indent=2))
+        return 2 if checked.problems else 0
+    if checked.problems:
+        raise ScenarioError(checked.text())
+    points = f"{checked.points} point{'s' if checked.points != 1 else ''}"
+    repeats = f"{checked.repeat} repeat{'s' if checked.repeat != 1 else ''}"
     out.print(
-        f"{args.file}: ok — {sc.name}: {len(sc.clusters)} clusters, {hosts} hosts, "
-        f"{len(sc.wan)} WAN links"
+        f"{escape(args.file)}: ok — {escape(checked.name)}: {checked.runs} "
+        f"run{'s' if checked.runs != 1 else ''} ({points} x {repeats})",
+        highlight=False,
+        soft_wrap=True,
     )
     return 0
+
+
+def validate_json(checked: Checked) -> dict[str, Any]:
+    """``testbed validate --json``: see docs/json.md."""
+    return {
+        "version": JSON_VERSION,
+        "file": checked.file,
+        "ok": not checked.problems,
+        "problems": [p.as_dict() for p in checked.problems],
+        "scenario": checked.name,
+        "runs": checked.runs,
+        "points": checked.points,
+        "repeat": checked.repeat,
+    }
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -349,3 +372,14 @@ def _queue_text(aqm: Aqm | None) -> str:
     else:
         return "drop-tail"
     return text + (" ECN" if aqm.ecn else " drop")
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    """``--set PATH=VALUE`` as ``testbed run`` takes it."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field, e.g. --set wan[0].delay=50ms (repeatable; as `testbed run`)",
+    )

@@ -4,7 +4,8 @@ naming the file, the field path (``wan[0].delay``), the bad value and what is al
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +74,68 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
             "less_than_equal": f"at most {ctx.get('le')}",
         }[kind]
         return path, f"{value!r} is out of range; must be {bound}"
-    return path, f"{value!r}: {error['msg']}"
+    return path, _plain(kind, value, ctx)
+
+
+# pydantic's error types -> what the value is not, in the project's words (its own messages,
+# "Input should be a valid list", never reach a user)
+_EXPECTED = {
+    "list_type": "is not a list; write one as [a, b]",
+    "tuple_type": "is not a list; write one as [a, b]",
+    "set_type": "is not a list; write one as [a, b]",
+    "dict_type": "is not a mapping of keys",
+    "model_type": "is not a mapping of keys",
+    "model_attributes_type": "is not a mapping of keys",
+    "int_type": "is not a whole number",
+    "int_parsing": "is not a whole number",
+    "int_from_float": "is not a whole number",
+    "float_type": "is not a number",
+    "float_parsing": "is not a number",
+    "finite_number": "is not a finite number",
+    "bool_type": "is not true or false",
+    "bool_parsing": "is not true or false",
+    "string_type": "is not text",
+    "union_tag_not_found": "has no `kind`",
+}
+
+
+def _plain(kind: str, value: Any, ctx: Mapping[str, Any]) -> str:
+    """A pydantic error type the cases above do not word, worded without pydantic's text."""
+    if kind in _EXPECTED:
+        return f"{value!r} {_EXPECTED[kind]}"
+    if kind in ("too_short", "too_long"):
+        n = ctx.get("min_length" if kind == "too_short" else "max_length")
+        bound = "needs at least" if kind == "too_short" else "takes at most"
+        return f"{bound} {n} item{'s' if n != 1 else ''}, got {ctx.get('actual_length')}"
+    return f"{value!r} is not allowed here"
+
+
+def close_names(name: Any, known: Iterable[str], n: int = 1) -> str:
+    """'; did you mean 'delay'?' when ``name`` is close to a known one (difflib), else ''."""
+    close = difflib.get_close_matches(str(name), list(known), n=n, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _with_allowed_keys(path: str, message: str, model: type[BaseModel] | None) -> str:
     if message.startswith("unknown key") and model is not None:
-        return f"{message}; allowed: {', '.join(model.model_fields)}"
+        key = path.rsplit(".", 1)[-1]
+        return f"{message}; allowed: {', '.join(model.model_fields)}" + close_names(
+            key, model.model_fields
+        )
     return message
+
+
+def describe_errors(exc: ValidationError, data: Any) -> list[tuple[str, str]]:
+    """(field path, message) of every error of validating ``data`` as a scenario, worded for a
+    user, in pydantic's order, without repeats."""
+    found = []
+    kind = _workload_kind(data) if isinstance(data, dict) else None
+    for error in exc.errors():
+        path, message = _describe(error)
+        found.append(
+            (path, _with_allowed_keys(path, message, _model_at(tuple(error["loc"]), kind)))
+        )
+    return list(dict.fromkeys(found))
 
 
 def _model_at(loc: tuple[Any, ...], workload_kind: Any) -> type[BaseModel] | None:
@@ -128,12 +184,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            path, message = _describe(error)
-            model = _model_at(tuple(error["loc"]), _workload_kind(data))
-            message = _with_allowed_keys(path, message, model)
-            lines.append(f"{source}: {path}: {message}")
+        lines = [f"{source}: {path}: {message}" for path, message in describe_errors(exc, data)]
         raise ScenarioError("\n".join(dict.fromkeys(lines))) from None
 
 
