@@ -36,6 +36,7 @@ from analysis.training import predicted_comm, step_table, summarize_training, ti
 from testbed.core.dcqcn import DcqcnParams
 from traffic.training.schedule import schedule_from_config, syncs
 from traffic.training.shapes import model_shapes
+from traffic.training.synthetic import is_emulated
 
 # hierarchical all_reduce's phases inside a cluster: what the host's copy rate decides
 INTRA_PHASES = ("cluster_reduce", "cluster_broadcast")
@@ -179,7 +180,8 @@ def predicted_comm_per_step(workload: dict[str, Any], topo: Topology) -> float |
         except ValueError:
             return None
 
-    s = schedule_from_config(workload, model_shapes(workload["model"]))
+    model = workload["model"]
+    s = schedule_from_config(workload, None if is_emulated(model) else model_shapes(model))
     return predicted_comm([(x.group, x.collective, x.payload) for x in syncs(s)], s.steps, one)
 
 

@@ -10,9 +10,11 @@ type checkers need the literal strings); unit tests hold them equal to ``testbed
 
 from __future__ import annotations
 
+from fractions import Fraction as _Ratio
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     SerializeAsAny,
     ValidatorFunctionWrapHandler,
@@ -76,6 +78,48 @@ class Workload(RankWorkloadModel):
         return v
 
 
+# named shapes of emulated models (traffic.training.synthetic.NAMED_SHAPES; a unit test holds
+# them equal): tensor layouts at real byte counts, never computed
+NamedShape = Literal["llama-3-1b", "llama-3-8b", "llama-3-70b"]
+EMULATED_ALGORITHMS = ("ddp", "diloco", "streaming-diloco")
+
+
+def _ratio(v: Any) -> Any:
+    """``1/1000`` -> 0.001 (numbers pass through)."""
+    return float(_Ratio(v.replace(" ", ""))) if isinstance(v, str) else v
+
+
+Ratio = Annotated[float, BeforeValidator(_ratio), Field(gt=0, le=1)]
+
+
+class SyntheticSpec(Strict):
+    """A model that is never computed: ``params`` elements of ``dtype`` in ``layers`` blocks."""
+
+    params: float = Field(ge=2, le=1e13)
+    dtype: Literal["fp32", "bf16", "fp16"] = "bf16"
+    layers: int = Field(default=24, ge=1, le=1000)
+
+
+class SyntheticModel(Strict):
+    synthetic: SyntheticSpec
+
+
+class ComputeOptions(Strict):
+    """Emulated compute: every rank waits ``step`` per step (``forward`` of it before the
+    backward; default a third, the 1:2 forward:backward rule)."""
+
+    step: Duration
+    forward: Duration | None = None
+
+    @model_validator(mode="after")
+    def _split(self) -> ComputeOptions:
+        if self.step <= 0:
+            raise ValueError("compute.step must be positive; example: 0.1s")
+        if self.forward is not None and self.forward > self.step:
+            raise ValueError(f"compute.forward ({self.forward}s) exceeds the step ({self.step}s)")
+        return self
+
+
 # model -> the data it trains on (traffic.training.models, traffic.training.data)
 TRAINING_MODELS = {
     "char-mlp": "pydoc-topics",
@@ -101,6 +145,8 @@ class DdpOptions(Strict):
     rank: int = Field(default=1, ge=1, le=64)  # powersgd's matrix approximation rank
     # powersgd: plain all-reduce before this step (error feedback)
     start: int = Field(default=2, ge=2)
+    # emulated compute: bucket all-reduces start during the backward wait (False: after it)
+    overlap: bool = True
 
     @field_validator("hook")
     @classmethod
@@ -117,7 +163,7 @@ class DilocoOptions(Strict):
     outer_lr: float = Field(default=0.7, gt=0, le=10)
     outer_momentum: float = Field(default=0.9, ge=0, lt=1)
     nesterov: bool = True
-    dtype: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
+    dtype: Literal["fp32", "fp16", "bf16", "int8", "fp4"] = "fp32"  # fp4: emulated models only
 
 
 class StreamingOptions(Strict):
@@ -155,7 +201,13 @@ class TrainingWorkload(RankWorkloadModel):
     )
     ranks_per_host: int = Field(default=1, ge=1, le=16)
     placement: RankPlacement = "by-cluster"
-    model: Literal["char-mlp", "char-mlp-large", "teacher-mlp"] = "char-mlp"
+    model: Literal["char-mlp", "char-mlp-large", "teacher-mlp"] | NamedShape | SyntheticModel = (
+        "char-mlp"
+    )
+    # emulated compute (named shapes and synthetic models only): a timed wait per step
+    compute: ComputeOptions | None = None
+    # bytes per step x scale (the scenario's link rates and buffers carry the same factor)
+    scale: Ratio = 1.0
     data: Literal["pydoc-topics", "teacher-student"] | None = None  # None: the model's own
     steps: int = Field(default=300, ge=1, le=1_000_000)
     batch: int = Field(default=32, ge=1, le=65536)  # per rank and step
@@ -177,6 +229,7 @@ class TrainingWorkload(RankWorkloadModel):
         if (
             isinstance(v, dict)
             and v.get("data") is None
+            and isinstance(v.get("model", "char-mlp"), str)
             and v.get("model", "char-mlp") in (TRAINING_MODELS)
         ):
             return {**v, "data": TRAINING_MODELS[v.get("model", "char-mlp")]}
@@ -184,6 +237,16 @@ class TrainingWorkload(RankWorkloadModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingWorkload:
+        if not isinstance(self.model, str) or self.model not in TRAINING_MODELS:
+            return self._emulated()
+        if self.compute is not None or self.scale != 1:
+            raise FieldError(
+                "workload.compute",
+                f"model {self.model} computes for real: compute and scale are for emulated "
+                "models (a named shape such as llama-3-1b, or {synthetic: {params, layers}})",
+            )
+        if self.diloco.dtype == "fp4":
+            raise FieldError("workload.diloco.dtype", "fp4 is for emulated models only")
         wanted = TRAINING_MODELS[self.model]
         if self.data != wanted:
             raise FieldError(
@@ -210,6 +273,44 @@ class TrainingWorkload(RankWorkloadModel):
                 )
         if self.timeout <= 0:
             raise FieldError("workload.timeout", "a timeout must be positive; examples: 600s")
+        return self
+
+    def _emulated(self) -> TrainingWorkload:
+        """A model that is never computed: compute is a timed wait, the bytes are real."""
+        if self.compute is None:
+            raise FieldError(
+                "workload.compute", "an emulated model needs compute: {step: ...}; e.g. 0.1s"
+            )
+        if self.data is not None:
+            raise FieldError("workload.data", "an emulated model trains on no data")
+        if self.algorithm not in EMULATED_ALGORITHMS:
+            raise FieldError(
+                "workload.algorithm",
+                f"{self.algorithm} is not emulated; allowed: {', '.join(EMULATED_ALGORITHMS)}",
+            )
+        if self.ddp.hook not in ("none", "fp16", "bf16"):
+            raise FieldError("workload.ddp.hook", "emulated DDP takes none, fp16 or bf16")
+        layers = (
+            self.model.synthetic.layers
+            if isinstance(self.model, SyntheticModel)
+            else {"llama-3-1b": 16, "llama-3-8b": 32, "llama-3-70b": 80}[self.model]
+        )
+        if self.algorithm == "streaming-diloco":
+            h, f, tau = (
+                self.diloco.inner_steps,
+                self.streaming.fragments,
+                self.streaming.overlap_steps,
+            )
+            if f > layers:
+                raise FieldError(
+                    "workload.streaming.fragments", f"{f} fragments for {layers} layers"
+                )
+            if h % f or tau >= h // f:
+                raise FieldError(
+                    "workload.streaming",
+                    f"inner_steps ({h}) must be a multiple of fragments ({f}) and overlap_steps "
+                    f"({tau}) below inner_steps/fragments",
+                )
         return self
 
 

@@ -15,9 +15,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from traffic.training.synthetic import (
+    DTYPE_BITS,
+    is_emulated,
+    layer_fragments,
+    layout_of,
+    parse_scale,
+)
+from traffic.training.synthetic import payload_bytes as _payload_bytes
+
 ALGORITHMS = ("ddp", "localsgd", "diloco", "streaming-diloco", "hierarchical", "parameter-server")
 DILOCO_FAMILY = ("diloco", "streaming-diloco", "hierarchical")  # an outer step on pseudo-gradients
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+GATHERED = ("int8", "fp4")  # codes cannot be summed on the wire: all-gathered, averaged in fp32
 HOOK_DTYPE = {"none": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
@@ -58,6 +68,9 @@ class TrainingSchedule:
     overlap_steps: int = 0  # streaming-diloco's tau
     powersgd_rank: int = 1  # hook powersgd: matrix approximation rank
     powersgd_start: int = 2  # hook powersgd: plain all-reduce before this step
+    grad_dtype: str = "fp32"  # the gradients' dtype (DDP's payload without a hook)
+    # each tensor's fragment (streaming-diloco); None: tensor i in fragment i mod F
+    tensor_fragments: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -66,8 +79,8 @@ class TrainingSchedule:
             )
         if self.steps < 1 or self.inner_steps < 1:
             raise ScheduleError("steps and inner_steps must be at least 1")
-        if self.dtype not in DTYPE_BYTES:
-            raise ScheduleError(f"dtype {self.dtype!r}; allowed: {', '.join(DTYPE_BYTES)}")
+        if self.dtype not in DTYPE_BITS:
+            raise ScheduleError(f"dtype {self.dtype!r}; allowed: {', '.join(DTYPE_BITS)}")
         if self.algorithm == "streaming-diloco":
             if self.fragments < 1 or self.inner_steps % self.fragments:
                 raise ScheduleError(
@@ -94,17 +107,34 @@ class TrainingSchedule:
     def numel(self) -> int:
         return sum(self.tensor_numels)
 
+    def fragment_tensors(self, fragment: int) -> list[int]:
+        """The indices of the tensors of ``fragment``."""
+        n = len(self.tensor_shapes)
+        if self.tensor_fragments is None:
+            return list(range(fragment, n, self.fragments))
+        return [i for i in range(n) if self.tensor_fragments[i] == fragment]
+
     def fragment_numel(self, fragment: int) -> int:
-        return sum(self.tensor_numels[fragment :: self.fragments])
+        return sum(self.tensor_numels[i] for i in self.fragment_tensors(fragment))
 
 
 def schedule_from_config(
-    cfg: dict[str, Any], shapes: tuple[tuple[int, ...], ...]
+    cfg: dict[str, Any], shapes: tuple[tuple[int, ...], ...] | None = None
 ) -> TrainingSchedule:
     """The schedule of a workload's keys as the ranks get them (``spec["training"]``: algorithm,
-    steps, ddp, diloco, streaming, localsgd), for a model of these parameter ``shapes``."""
+    steps, ddp, diloco, streaming, localsgd), for a model of these parameter ``shapes``. An
+    emulated model (traffic.training.synthetic) brings its own, times ``scale``, its gradient
+    dtype and its layer fragments; ``shapes`` is then ignored."""
     algorithm = cfg["algorithm"]
     streaming = algorithm == "streaming-diloco"
+    grad_dtype, fragments_of = "fp32", None
+    if is_emulated(cfg["model"]):
+        layout = layout_of(cfg["model"], parse_scale(cfg.get("scale", 1)))
+        shapes, grad_dtype = layout.shapes, layout.dtype
+        if streaming:
+            fragments_of = layer_fragments(layout, cfg["streaming"]["fragments"])
+    if shapes is None:
+        raise ScheduleError(f"model {cfg['model']!r}: no parameter shapes")
     return TrainingSchedule(
         algorithm,
         int(cfg["steps"]),
@@ -118,6 +148,8 @@ def schedule_from_config(
         overlap_steps=cfg["streaming"]["overlap_steps"] if streaming else 0,
         powersgd_rank=cfg["ddp"]["rank"],
         powersgd_start=cfg["ddp"]["start"],
+        grad_dtype=grad_dtype,
+        tensor_fragments=fragments_of,
     )
 
 
@@ -128,8 +160,9 @@ def fragment_of(tensor_index: int, fragments: int) -> int:
 
 
 def pseudo_gradient_payload(numel: int, dtype: str, tensors: int) -> int:
-    """Bytes per rank of one pseudo-gradient exchange; int8 adds one fp32 scale per tensor."""
-    return numel * DTYPE_BYTES[dtype] + (4 * tensors if dtype == "int8" else 0)
+    """Bytes per rank of one pseudo-gradient exchange; int8 and fp4 (4 bits an element) add
+    one fp32 scale per tensor."""
+    return _payload_bytes(numel, dtype) + (4 * tensors if dtype in GATHERED else 0)
 
 
 def syncs(s: TrainingSchedule) -> list[Sync]:
@@ -152,7 +185,7 @@ def syncs_at(s: TrainingSchedule, step: int) -> list[Sync]:
         return [Sync(step, step, "gradients", "world", "push-pull", full)]
     if s.algorithm == "localsgd":
         return [Sync(step, step, "parameters", "world", "all_reduce", full)] if outer else []
-    collective = "all_gather" if s.dtype == "int8" else "all_reduce"
+    collective = "all_gather" if s.dtype in GATHERED else "all_reduce"
     if s.algorithm == "diloco":
         if not outer:
             return []
@@ -173,7 +206,7 @@ def syncs_at(s: TrainingSchedule, step: int) -> list[Sync]:
         return []
     k = (applied + 1) // period - 1
     f = k % s.fragments
-    tensors = len(s.tensor_numels[f :: s.fragments])
+    tensors = len(s.fragment_tensors(f))
     payload = pseudo_gradient_payload(s.fragment_numel(f), s.dtype, tensors)
     return [Sync(step, applied, "pseudo-gradients", "world", collective, payload, fragment=f)]
 
@@ -182,7 +215,8 @@ def ddp_rounds(s: TrainingSchedule, step: int) -> list[int]:
     """The payloads of DDP's sequential all-reduces in ``step``: one, except for PowerSGD."""
     if s.hook == "powersgd" and step >= s.powersgd_start:
         return [r for r in powersgd_rounds(s.tensor_shapes, s.powersgd_rank) if r]
-    return [s.numel * DTYPE_BYTES[HOOK_DTYPE.get(s.hook, "fp32")]]
+    dtype = s.grad_dtype if s.hook == "none" else HOOK_DTYPE.get(s.hook, "fp32")
+    return [_payload_bytes(s.numel, dtype)]
 
 
 def powersgd_rounds(

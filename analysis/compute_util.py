@@ -1,0 +1,116 @@
+"""Compute utilisation of emulated-compute training runs and the bandwidth a method needs for a
+given utilisation (Streaming DiLoCo's Table 4 shape). PURE (pandas only).
+
+* CU = compute time / wall time, summed over the **settled** steps: the first ``period`` steps
+  (the warm-up: connections, the first buckets) are dropped, then a whole number of periods is
+  kept (a DiLoCo run's CU depends on how many syncs fall in the window: count whole cycles);
+* needed bandwidth for CU ≥ x: along a bandwidth sweep the lowest point at or above x and the
+  highest below it bracket the answer, interpolated linearly in log bandwidth (the sweeps are
+  log-spaced); both bracketing points are kept so a reader sees how far it was interpolated;
+* scale: the testbed runs at ``scale`` (bytes and link rates x scale): a real rate is the
+  emulated one / scale, a real byte count the emulated one / scale; times are the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+def sync_period(algorithm: str, inner_steps: int = 1, fragments: int = 1) -> int:
+    """Steps between two identical points of the schedule: 1 for DDP, H for DiLoCo and for
+    Streaming DiLoCo (all F fragments synced once)."""
+    return 1 if algorithm == "ddp" else max(1, inner_steps)
+
+
+def settled_steps(steps: Sequence[int], period: int) -> list[int]:
+    """The steps CU is measured over: after a warm-up of one period, whole periods only (all the
+    rest if less than one period remains)."""
+    ordered = sorted(steps)
+    rest = ordered[period:] if len(ordered) > period else ordered[1:] or ordered
+    whole = len(rest) // period * period
+    return rest[:whole] if whole else rest
+
+
+def compute_utilisation(steps: pd.DataFrame, period: int) -> float | None:
+    """CU over the settled steps of a step table (one row per step: ``step``, ``compute`` and
+    ``wall``, as analysis.training.step_table makes it): Σ compute / Σ wall."""
+    if steps.empty:
+        return None
+    keep = set(settled_steps(steps["step"].tolist(), period))
+    sel = steps[steps["step"].isin(keep)]
+    wall = float(sel["wall"].sum())
+    return float(sel["compute"].sum()) / wall if wall > 0 else None
+
+
+@dataclass(frozen=True)
+class Needed:
+    """The bandwidth needed for CU ≥ ``target``: ``bandwidth`` interpolated between ``below``
+    (the highest swept bandwidth short of it, with its CU) and ``above`` (the lowest that
+    reached it). ``bandwidth`` is None when no point reached it; ``below`` None when the lowest
+    point already did (the answer is at most that point's bandwidth)."""
+
+    target: float
+    bandwidth: float | None
+    below: tuple[float, float] | None
+    above: tuple[float, float] | None
+
+
+def needed_bandwidth(points: Sequence[tuple[float, float]], target: float) -> Needed:
+    """From ``(bandwidth, CU)`` points of one method's sweep: the bandwidth where CU reaches
+    ``target``. CU is taken as non-decreasing in bandwidth: the answer is above the highest
+    point that missed the target (a noisy dip below a point that reached it counts as a miss)."""
+    pts = sorted((float(b), float(c)) for b, c in points if b > 0 and not math.isnan(c))
+    if not pts:
+        return Needed(target, None, None, None)
+    missed = [i for i, (_, c) in enumerate(pts) if c < target]
+    if not missed:
+        return Needed(target, pts[0][0], None, pts[0])
+    last = missed[-1]
+    if last == len(pts) - 1:
+        return Needed(target, None, pts[last], None)
+    lo, hi = pts[last], pts[last + 1]
+    frac = (target - lo[1]) / (hi[1] - lo[1])
+    bw = math.exp(math.log(lo[0]) + frac * (math.log(hi[0]) - math.log(lo[0])))
+    return Needed(target, bw, lo, hi)
+
+
+def needed_table(
+    points: pd.DataFrame,
+    targets: Sequence[float] = (0.5, 0.8, 0.9, 0.95, 0.99),
+    method: str = "method",
+    bandwidth: str = "bandwidth",
+    cu: str = "compute_utilisation",
+) -> pd.DataFrame:
+    """One row per method and target: ``needed`` and the bracketing points (``below_bw``,
+    ``below_cu``, ``above_bw``, ``above_cu``), in the units of the ``bandwidth`` column."""
+    rows = []
+    for name, g in points.groupby(method, sort=False):
+        pts = list(zip(g[bandwidth], g[cu], strict=True))
+        for x in targets:
+            n = needed_bandwidth(pts, x)
+            rows.append(
+                {
+                    method: name,
+                    "target": x,
+                    "needed": n.bandwidth,
+                    "below_bw": n.below[0] if n.below else None,
+                    "below_cu": n.below[1] if n.below else None,
+                    "above_bw": n.above[0] if n.above else None,
+                    "above_cu": n.above[1] if n.above else None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def real_rate(emulated_bps: float, scale: float) -> float:
+    """A link rate the testbed ran at ``scale`` -> the real one it stands for."""
+    return emulated_bps / scale
+
+
+def emulated_rate(real_bps: float, scale: float) -> float:
+    """A real link rate (or buffer, in bytes) -> what the testbed runs at ``scale``."""
+    return real_bps * scale
