@@ -1,10 +1,11 @@
 """The ``testbed`` command: the parser, one module per group of verbs, and the one ``main``.
 
-Each verb module (:mod:`~testbed.cli.network`, :mod:`~testbed.cli.run`, :mod:`~testbed.cli.vm`,
-:mod:`~testbed.cli.report`) exposes ``register(subparsers)``, which adds its verbs and sets
-``fn`` to the function that runs one. ``main`` is the only place errors are turned into text and
-exit codes: a :class:`~testbed.core.errors.TestbedError` is printed as one ``error:`` line
-through the CLI's console, without a traceback unless ``--debug``.
+Each verb module (:mod:`~testbed.cli.network`, :mod:`~testbed.cli.steer`,
+:mod:`~testbed.cli.run`, :mod:`~testbed.cli.vm`, :mod:`~testbed.cli.report`) exposes
+``register(subparsers)``, which adds its verbs and sets ``fn`` to the function that runs one.
+``main`` is the only place errors are turned into text and exit codes: a
+:class:`~testbed.core.errors.TestbedError` is printed as one ``error:`` line through the CLI's
+console, without a traceback unless ``--debug``.
 
 Exit codes: 0 success, 1 a run or check failed, 2 bad input (scenario, arguments), 125 the
 `testbed vm` guest itself failed, 127 command not found in the guest, 130 Ctrl-C.
@@ -17,7 +18,7 @@ import importlib.metadata
 
 from rich.text import Text
 
-from testbed.cli import network, report, run, vm
+from testbed.cli import network, report, run, steer, vm
 from testbed.cli.console import make_console
 from testbed.core.errors import TestbedError
 
@@ -25,8 +26,9 @@ DESCRIPTION = (
     "Emulate a multi-datacenter network (clusters in Linux namespaces joined by slow, long, lossy "
     "WAN links) and run real PyTorch collectives across it."
 )
-# The order of the help's verb list: network verbs, run, vm, then report and compare.
-VERB_MODULES = (network, run, vm, report)
+# The order of the help's verb list: network verbs, steering a live one, run, vm, then report
+# and compare.
+VERB_MODULES = (network, steer, run, vm, report)
 
 
 def _version() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -77,6 +78,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             while True:
                 time.sleep(3600)
     tb.up()
+    assert tb.record is not None
+    # `testbed link`, `fault` and `launch` rebuild its plan from this file, from any directory
+    tb.record.extra["scenario_path"] = str(Path(args.file).resolve())
+    tb.record.save()
     _announce(tb)
     _print_hosts(tb)
     out.print(f"up; `testbed exec {tb.name} HOST -- CMD` runs a command, `testbed down {tb.name}`")

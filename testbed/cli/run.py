@@ -1,5 +1,6 @@
-"""The ``testbed run`` verb: run a sweep with a progress line per point, then print the link
-self-check, the collectives summary (measured beside predicted) and the expectations.
+"""The ``testbed run`` verb: run a sweep with a progress line per point (and, with ``--follow``,
+the output of the processes it names as it comes), then print the link self-check, the
+collectives summary (measured beside predicted) and the expectations.
 
 Exit codes: 0 every point ok and every expectation met, 1 a point failed or an expectation did
 not hold, 130 interrupted (what was measured is kept; ``--resume`` continues).
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from testbed.cli.common import add_engine_option, need_root
 from testbed.cli.console import escape, make_console
+from testbed.cli.steer import Follower, follow_choice
 from testbed.core.errors import ScenarioError, TestbedError
 
 out = make_console()
@@ -65,6 +67,13 @@ def register(sub: Any) -> None:
         help="run the points on a Ray cluster (auto, or the head's HOST:PORT), one point at a "
         "time per machine that joined with `testbed ray-node`; a scenario with `placement:` "
         "spans that cluster's machines instead (docs/scale-out.md)",
+    )
+    s.add_argument(
+        "--follow",
+        type=follow_choice,
+        metavar="all|RANK|none",
+        help="print these processes' output as each run goes (default: rank 0 for workload "
+        "kind command, else none; not with --ray)",
     )
     s.set_defaults(fn=cmd_run)
     n = sub.add_parser(
@@ -206,13 +215,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         TimeElapsedColumn(),
     )
     interrupted = False
+    which = "none" if args.ray else (args.follow or default_follow(runs))
+    following: list[Follower] = []
     with Progress(*columns, console=out, transient=True) as progress:
         task = progress.add_task("starting", total=len(pending))
 
         def on_start(spec) -> None:
             progress.update(task, description=escape(f"{spec.run_id} {spec.label()}"))
+            if which != "none":
+                run_dir = exp.results.path / "runs" / spec.run_id
+                emit = lambda t: progress.console.print(t, soft_wrap=True)  # noqa: E731
+                following.append(Follower(run_dir, which, emit).__enter__())
 
         def on_done(spec, result) -> None:
+            while following:
+                following.pop().stop()
             progress.advance(task)
             colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
             backend = result.info.get("backend") or "-"
@@ -231,6 +248,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 ok = exp.run(args.selfcheck, on_start, on_done)
         except KeyboardInterrupt:
             interrupted, ok = True, False
+        finally:
+            while following:
+                following.pop().stop()
     print_summary(exp)
     checks = [] if interrupted else exp.check_expectations()
     for c in checks:
@@ -250,6 +270,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     print_ending(exp.results.path)
     return 0 if ok and not failed_checks else 1
+
+
+def default_follow(runs: list[Any]) -> str:
+    """Rank 0's output when the runs are a user's own program (workload kind command), else
+    none (the built-in rank modules' logs are the testbed's own)."""
+    kinds = {getattr(r.scenario.rank_workload, "kind", None) for r in runs}
+    return "0" if "command" in kinds else "none"
 
 
 def print_ending(results: Path) -> None:
