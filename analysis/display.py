@@ -1,16 +1,233 @@
-"""Tables as a reader sees them: values with units, "-" where there is none. PURE.
+"""Tables as a reader sees them: values with units, "-" where there is none, ✓/✗. PURE.
 
 ``testbed run`` prints these in the terminal and ``testbed report`` shows the same frames in its
-HTML and Markdown (its CSVs keep the raw SI values), so the two never disagree.
+HTML and Markdown (its CSVs keep the raw SI values), so the two never disagree. A column without a
+table of its own here is shown by :func:`format_value`, which reads the unit from its name.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import pandas as pd
 
 from testbed.core.units import format_duration, format_rate, format_size
+
+CHECK, CROSS = "✓", "✗"
+MINUS = "−"  # a sign, never mistaken for the "-" of a missing value
+# booleans: ✓ when true; these name what a true value means, and it is the bad case
+BAD_WHEN_TRUE = {"cpu_saturated": "saturated", "dcqcn_lossy": "lossy", "lossy": "lossy"}
+BOOLEANS = {"correct", "ok", "survived", "passed", *BAD_WHEN_TRUE}
+# unit by name: checked in this order, on the lower-cased name
+_RATIO = ("_over_", "meas/pred", "speedup", "stall/pred")
+_SHARE = ("_ratio", "_share", "utilisation", "util", "wan_loss", "cpu_busy", "compute")
+_BYTES_PER_S = ("algbw", "busbw")
+_RATE = ("_bps", "rate")
+_SIZE = ("bytes", "size", "backlog")
+_DURATION = ("_s", "time", "_p50", "_p95", "_p99", "predicted", "per_step", "stall", "rtt")
+_DURATION += ("detect", "recover", "delay", "duration")
+
+
+def _signed(text: str) -> str:
+    return MINUS + text[1:] if text.startswith("-") else text
+
+
+def format_bool(value: Any, bad_when_true: str = "") -> str:
+    """✓ / ✗ (``-`` when missing); a flag whose true value is the bad case (``bad_when_true``
+    names it) reads ``✗ <name>`` when set and ✓ when not."""
+    if _none(value):
+        return "-"
+    flag = bool(value)
+    if bad_when_true:
+        return f"{CROSS} {bad_when_true}" if flag else CHECK
+    return CHECK if flag else CROSS
+
+
+def format_number(value: Any, spec: str = ".4g") -> str:
+    """A plain number: whole values as integers (thousands grouped), others with ``spec``
+    significant digits; 1e5 and above grouped rather than in exponent form."""
+    if _none(value):
+        return "-"
+    v = float(value)
+    if math.isinf(v):
+        return _signed(str(v))
+    if v == int(v) or abs(v) >= 1e5:
+        return _signed(f"{v:,.0f}")
+    return _signed(format(v, spec))
+
+
+def format_value(name: str, value: Any) -> str:
+    """``value`` of the column or metric ``name`` with the unit its name says (``_s`` and times:
+    a duration, ``_bps``: a rate, bytes and sizes: binary sizes, algbw/busbw: MB/s, ratios and
+    shares: a ratio or a percentage, flags: ✓/✗), else a plain number; "-" when missing."""
+    key = name.lower()
+    if key in BOOLEANS or isinstance(value, bool):
+        return format_bool(value, BAD_WHEN_TRUE.get(key, ""))
+    if isinstance(value, str):
+        return value
+    if _none(value):
+        return "-"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if any(k in key for k in _RATIO):
+        return f"{v:.2f}" + ("×" if "speedup" in key else "")
+    if any(k in key for k in _SHARE):
+        return _signed(f"{v:.2%}" if abs(v) >= 0.999 and abs(v) < 1 else f"{v * 100:.4g}%")
+    if key in _BYTES_PER_S:
+        return _signed(f"{v / 1e6:.4g} MB/s")
+    if key.endswith("_ms"):
+        return _signed(f"{v:.4g} ms")
+    if any(key.endswith(k) for k in _RATE):
+        return _signed(format_rate(v)) if v >= 0 else MINUS + format_rate(-v)
+    if any(k in key for k in _SIZE):
+        return format_size(v) if v >= 0 else MINUS + format_size(-v)
+    if any(key.endswith(k) or k in key for k in _DURATION):
+        return _signed(format_duration(v)) if v else "0 s"
+    return format_number(v)
+
+
+def format_row_label(row: str) -> str:
+    """An expectation's row as ``testbed run`` names it, its sizes in binary units
+    ('p000-r0 all_reduce/flat/16777216 B' -> '... /16 MiB')."""
+    return re.sub(r"\b(\d+) B\b", lambda m: format_size(int(m.group(1))), row)
+
+
+def terms_display(terms: dict[str, Any], predicted: Any) -> tuple[dict[str, str], str]:
+    """A prediction's terms and total in one unit (chosen by the total) to 0.1 of it, the first
+    term as it is and the others signed (+/−), so that the shown terms add up to the shown total
+    (within their rounding); missing terms "-"."""
+    present = [float(v) for v in terms.values() if not _none(v)]
+    scale_of = abs(float(predicted)) if not _none(predicted) else max(map(abs, present), default=0)
+    unit, scale = ("s", 1.0) if scale_of >= 10 else ("ms", 1e3) if scale_of >= 1e-3 else ("us", 1e6)
+    decimals = 3 if unit == "s" else 1
+    shown: dict[str, str] = {}
+    for i, (name, v) in enumerate(terms.items()):
+        if _none(v):
+            shown[name] = "-"
+            continue
+        text = f"{float(v) * scale:{'+' if i else ''}.{decimals}f} {unit}"
+        shown[name] = _signed(text)
+    total = "-" if _none(predicted) else _signed(f"{float(predicted) * scale:.{decimals}f} {unit}")
+    return shown, total
+
+
+# -- the network of each run -------------------------------------------------------------------
+NETWORK_COLUMNS = ["runs", "link", "direction", "rate", "RTT", "loss", "buffer", "queue"]
+NETWORK_COLUMNS += ["backend"]
+
+
+def _directions(link: dict[str, Any]) -> list[tuple[str, dict[str, Any], float]]:
+    """(direction, settings, RTT) of a resolved WAN link (or path): forward as written, reverse
+    with ``reverse`` applied; RTT = forward + reverse delay (as the plan sizes a BDP)."""
+    a, b = (link.get("between") or ["?", "?"])[:2]
+    fwd = {k: link.get(k) for k in ("rate", "delay", "jitter", "loss", "buffer", "aqm")}
+    rev = {**fwd, **{k: v for k, v in (link.get("reverse") or {}).items() if v is not None}}
+    rtt = float(fwd.get("delay") or 0) + float(rev.get("delay") or 0)
+    return [(f"{a}→{b}", fwd, rtt), (f"{b}→{a}", rev, rtt)]
+
+
+def _buffer(buffer: Any, rate: float, rtt: float) -> str:
+    if not buffer:
+        return "-"
+    kind, amount = buffer[0], float(buffer[1])
+    if kind == "bdp":
+        return f"{amount:g} BDP ({format_size(math.ceil(amount * rate * rtt / 8))})"
+    return format_size(amount)
+
+
+def _rtt(rtt: float, jitter: float) -> str:
+    text = format_duration(rtt) if rtt else "0 s"
+    return text + (f" ±{format_duration(jitter)}" if jitter else "")
+
+
+def _queue(aqm: Any) -> str:
+    if not aqm:
+        return "drop-tail"
+    kind = str(aqm.get("kind", "?"))
+    return kind + (" + ECN" if aqm.get("ecn") else "")
+
+
+def _run_network(run: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for i, link in enumerate((run.get("resolved") or {}).get("wan") or []):
+        paths = link.get("paths") or []
+        parts = [({**link, **p, "between": link.get("between")}, f"/{j}") for j, p in
+                 enumerate(paths)] or [(link, "")]  # fmt: skip
+        for part, suffix in parts:
+            for direction, d, rtt in _directions(part):
+                rate = float(d.get("rate") or 0)
+                rows.append(
+                    {
+                        "link": f"wan[{i}]{suffix}",
+                        "direction": direction,
+                        "rate": format_rate(rate) if rate else "-",
+                        "RTT": _rtt(rtt, float(d.get("jitter") or 0)),
+                        "loss": f"{float(d.get('loss') or 0) * 100:.3g}%",
+                        "buffer": _buffer(d.get("buffer"), rate, rtt),
+                        "queue": _queue(d.get("aqm")),
+                        "backend": str(run.get("backend") or "-"),
+                    }
+                )
+    return rows
+
+
+def network_display(runs: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """The WAN each run had (manifest ``runs`` with their resolved scenarios), a row per link x
+    direction: rate, RTT (forward + reverse delay), loss, buffer (with its bytes), queue and
+    backend. Runs with the same network share their rows (``runs``: all, or the run ids)."""
+    groups: dict[str, tuple[list[str], list[dict[str, str]]]] = {}
+    for run_id, run in runs.items():
+        rows = _run_network(run)
+        if not rows:
+            continue
+        key = repr(rows)
+        groups.setdefault(key, ([], rows))[0].append(run_id)
+    out = []
+    every = len(groups) == 1 and len(runs) > 0
+    for ids, rows in groups.values():
+        label = "all" if every else ", ".join(ids)
+        out += [{"runs": label, **r} for r in rows]
+    return pd.DataFrame(out, columns=NETWORK_COLUMNS)
+
+
+def network_summary(runs: dict[str, dict[str, Any]]) -> str:
+    """One line for a figure's title: per WAN link its rate, RTT, loss and buffer, the values a
+    sweep took joined by ``|`` ('east↔west 50 | 200 Mbit/s, RTT 10 ms, loss 0%, 1 BDP')."""
+    links: dict[str, dict[str, list[str]]] = {}
+    for run in runs.values():
+        for i, link in enumerate((run.get("resolved") or {}).get("wan") or []):
+            a, b = (link.get("between") or ["?", "?"])[:2]
+            name = f"{a}↔{b}" + (f" (wan[{i}])" if i else "")
+            seen = links.setdefault(name, {"rate": [], "rtt": [], "loss": [], "buffer": []})
+            for _direction, d, rtt in _directions(link):
+                rate = float(d.get("rate") or 0)
+                seen["rate"].append(format_rate(rate) if rate else "-")
+                seen["rtt"].append(format_duration(rtt) if rtt else "0 s")
+                seen["loss"].append(f"{float(d.get('loss') or 0) * 100:.3g}%")
+                buf = d.get("buffer")
+                seen["buffer"].append(
+                    f"{float(buf[1]):g} BDP" if buf and buf[0] == "bdp" else _buffer(buf, 0, 0)
+                )
+    parts = []
+    for name, seen in links.items():
+        values = {k: list(dict.fromkeys(v)) for k, v in seen.items()}
+        rates = values["rate"]
+        units = {r.split(" ", 1)[-1] for r in rates}
+        rate = (
+            " | ".join(r.split(" ", 1)[0] for r in rates) + " " + units.pop()
+            if len(units) == 1 and len(rates) > 1
+            else " | ".join(rates)
+        )
+        parts.append(
+            f"{name} {rate}, RTT {' | '.join(values['rtt'])}, loss {' | '.join(values['loss'])}, "
+            + " | ".join(values["buffer"])
+        )
+    return "; ".join(parts) or "no WAN"
+
 
 SELFCHECK_COLUMNS = [
     "direction", "RTT conf", "RTT p50", "RTT p99", "floor", "capacity", "goodput conf",
@@ -24,6 +241,10 @@ def _none(value: Any) -> bool:
 
 def _flag(value: Any) -> bool:
     return not _none(value) and bool(value)
+
+
+def _cross(problem: Any) -> str:
+    return CROSS if _none(problem) or not problem else f"{CROSS} {problem}"
 
 
 def _duration(value: Any) -> str:
@@ -55,7 +276,7 @@ def selfcheck_display(links: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFram
                 "goodput": "-" if _none(good) or not good else format_rate(float(good)),
                 "ratio": "-" if not r.get("goodput_ratio") else _share(r["goodput_ratio"]),
                 "cc": r.get("congestion"),
-                "status": "ok" if r.get("ok") else str(r.get("problem") or "off"),
+                "status": CHECK if _flag(r.get("ok")) else _cross(r.get("problem")),
             }
         )
     return pd.DataFrame(out, columns=SELFCHECK_COLUMNS)
@@ -188,7 +409,7 @@ def dynamics_display(
                 _duration(stall if stall is not None else s.get("fault_flow_stall")),
                 _value(s.get("fault_stall_over_predicted"), lambda v: f"{v:.2f}"),
                 _duration(s.get("fault_recover")),
-                "-" if survived is None else ("yes" if survived else "no"),
+                format_bool(survived),
                 _value(s.get("trace_correlation"), lambda v: f"{v:.3f}"),
             ]
         )

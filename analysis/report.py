@@ -1,14 +1,17 @@
 """``testbed report``: one results set -> report.html (self-contained), report.md, PNGs and CSVs.
 
-This module owns the files and their layout (docs/results.md lists them); the sections, their
-tables and figures come from :mod:`analysis.report_sections`. PURE: reads results, writes only
-into ``out`` (default ``<results>/report``), never imports ``testbed``'s emulation layers.
+This module owns the files and their layout (docs/results.md lists them) and the one stylesheet;
+the sections, their tables and figures come from :mod:`analysis.report_sections`. Figures are
+PNGs at twice their size, embedded, each titled with what it was measured on. PURE: reads
+results, writes only into ``out`` (default ``<results>/report``), never imports ``testbed``'s
+emulation layers.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +23,7 @@ from analysis import multipath_plots as MP
 from analysis import plots as P
 from analysis import training_plots as TP
 from analysis.loader import Results, load
-from analysis.report_sections import Section, sections
+from analysis.report_sections import Headline, Section, plot_stamp, sections
 
 CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
 CSV_NAMES += ("congestion", "model_terms", "faults", "fault_drops", "trace_replay")
@@ -62,9 +65,11 @@ def write_report(source: Results | str | Path | Iterable[str | Path], out: Path 
     for name in CSV_NAMES:
         (out / f"{name}.csv").unlink(missing_ok=True)
     secs, csv = sections(res)
+    stamp = plot_stamp(res)
     pngs: dict[str, tuple[Path, bytes]] = {}
     for sec in secs:
         for plot in sec.plots:
+            plot.stamp = plot.stamp or stamp
             data = plot.png()
             path = out / "plots" / f"{plot.name}.png"
             path.write_bytes(data)
@@ -97,19 +102,38 @@ def write_report(source: Results | str | Path | Iterable[str | Path], out: Path 
 
 # -- HTML --------------------------------------------------------------------------------------
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
-h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em; }
-th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; vertical-align: top; }
-th { background: #f3f3f3; } td.text { text-align: left; white-space: pre-wrap; max-width: 60em; }
+:root { --ok: #1a7f37; --bad: #c62828; --muted: #555; --line: #d0d7de; --head: #f3f5f7; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px; color: #222;
+       padding: 0 1em; line-height: 1.4; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; }
+h2 { border-bottom: 1px solid var(--line); margin-top: 2em; }
+h3 { font-size: 1em; margin: 1.2em 0 0.3em; }
+nav { position: sticky; top: 0; background: #fff; padding: 0.4em 0;
+      border-bottom: 1px solid var(--line); z-index: 1; }
+nav a { margin-right: 1em; white-space: nowrap; }
+.headline { border: 1px solid var(--line); border-left: 6px solid var(--muted);
+            border-radius: 4px; padding: 0.6em 1em; margin: 1em 0; background: #fafbfc; }
+.headline.ok { border-left-color: var(--ok); } .headline.bad { border-left-color: var(--bad); }
+.headline h3 { margin-top: 0.2em; } .headline p { margin: 0.3em 0; }
+.verdict { font-size: 1.15em; font-weight: 600; }
+.ok .verdict, li.ok { color: var(--ok); } .bad .verdict, li.bad { color: var(--bad); }
+.headline ul { margin: 0.3em 0; padding-left: 1.4em; }
+.expected { white-space: pre-wrap; color: var(--muted); }
+.scroll { overflow-x: auto; max-width: 100%; margin: 0.5em 0 1em; }
+table { border-collapse: collapse; font-size: 0.85em; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid var(--line); padding: 2px 6px; text-align: right;
+         vertical-align: top; white-space: nowrap; }
+th { background: var(--head); position: sticky; top: 0; }
+td.text { text-align: left; white-space: pre-wrap; max-width: 60em; }
+tbody tr:nth-child(even) { background: #fafafa; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }
 dt { font-weight: bold; } dd { margin: 0; }
-figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; max-width: 60em; }
-img { max-width: 100%; border: 1px solid #eee; }
-nav a { margin-right: 1em; }
+details > summary { cursor: pointer; color: var(--muted); }
+figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: var(--muted); max-width: 60em; }
+img { max-width: 100%; height: auto; border: 1px solid #eee; }
 """
 TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "kind", "run_id", "verdict"}
-TEXT_COLUMNS |= {"predicted outcome"}
+TEXT_COLUMNS |= {"predicted outcome", "expectation", "detail", "runs"}
 
 
 def _html_table(df: pd.DataFrame) -> str:
@@ -122,7 +146,35 @@ def _html_table(df: pd.DataFrame) -> str:
             cls = ' class="text"' if col in TEXT_COLUMNS else ""
             cells.append(f"<td{cls}>{esc('' if pd.isna(v) else str(v))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f'<div class="scroll">{table}</div>'
+
+
+def _png_width(data: bytes) -> int:
+    """Pixel width of a PNG (its IHDR chunk)."""
+    return struct.unpack(">I", data[16:20])[0]
+
+
+def _html_headline(h: Headline) -> str:
+    esc = html.escape
+    cls = {True: "ok", False: "bad", None: "none"}[h.ok]
+    parts = [f'<div class="headline {cls}"><h3>{esc(h.scenario)}</h3>']
+    if h.question:
+        parts.append(f"<p><b>Question:</b> {esc(h.question)}</p>")
+    parts.append(f'<p class="verdict">{esc(h.verdict)}</p>')
+    if h.checks:
+        items = "".join(
+            f'<li class="{"ok" if c.startswith("✓") else "bad" if c.startswith("✗") else ""}">'
+            f"{esc(c)}</li>"
+            for c in h.checks
+        )
+        parts.append(f"<ul>{items}</ul>")
+    if h.findings:
+        parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in h.findings) + "</ul>")
+    if h.expected:
+        parts.append(f'<p class="expected"><b>Expected:</b> {esc(h.expected)}</p>')
+    parts.append("</div>")
+    return "".join(parts)
 
 
 def _html(
@@ -138,21 +190,28 @@ def _html(
     ]
     for sec in secs:
         parts.append(f'<section id="{sec.key}"><h2>{esc(sec.title)}</h2>')
+        parts += [_html_headline(h) for h in sec.headlines]
         if sec.text:
             parts.append(f"<p>{esc(sec.text)}</p>")
         if sec.pairs:
             items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in sec.pairs)
             parts.append(f"<dl>{items}</dl>")
+        tables = []
         for caption, df in sec.tables:
             if caption:
-                parts.append(f"<h3>{esc(caption)}</h3>")
-            parts.append(_html_table(df))
+                tables.append(f"<h3>{esc(caption)}</h3>")
+            tables.append(_html_table(df))
+        if sec.folded and tables:
+            rows = sum(len(df) for _, df in sec.tables)
+            tables = [f"<details><summary>Show all {rows} rows</summary>", *tables, "</details>"]
+        parts += tables
         for plot in sec.plots:
             path, data = pngs[plot.name]
             b64 = base64.b64encode(data).decode()
+            width = _png_width(data) // 2  # drawn at twice the size: shown at half its pixels
             parts.append(
                 f'<figure id="fig-{plot.name}"><img src="data:image/png;base64,{b64}" '
-                f'alt="{esc(plot.title)}" data-file="plots/{path.name}">'
+                f'width="{width}" alt="{esc(plot.full_title())}" data-file="plots/{path.name}">'
                 f"<figcaption><b>{esc(plot.title)}</b> (plots/{esc(path.name)}). "
                 f"{esc(plot.caption)}</figcaption></figure>"
             )
@@ -178,10 +237,24 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join([head, rule, *rows])
 
 
+def _md_headline(h: Headline) -> list[str]:
+    lines = [f"### {h.scenario}", ""]
+    if h.question:
+        lines += [f"**Question:** {h.question}", ""]
+    lines += [f"**{h.verdict}**", ""]
+    lines += [f"- {c}" for c in h.checks] + ([""] if h.checks else [])
+    lines += [f"- {f}" for f in h.findings] + ([""] if h.findings else [])
+    if h.expected:
+        lines += ["**Expected:** " + h.expected.replace("\n", "  \n"), ""]
+    return lines
+
+
 def _markdown(title: str, secs: list[Section], files: list[str]) -> str:
     lines = [f"# {title}", ""]
     for sec in secs:
         lines += [f"## {sec.title}", ""]
+        for h in sec.headlines:
+            lines += _md_headline(h)
         if sec.text:
             lines += [sec.text, ""]
         for k, v in sec.pairs:

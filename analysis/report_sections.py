@@ -1,9 +1,12 @@
 """The report's sections: which exist for a results set, their text, tables (analysis.display's
 where `testbed run` prints the same) and figures; one builder per section, and each workload
-kind's sections by kind (:data:`KIND_SECTIONS`). PURE: no files written here."""
+kind's sections by kind (:data:`KIND_SECTIONS`). The Overview opens with a headline per scenario
+(its question, the expectations' verdict, the main comparison) and the network of each run, so
+that a reader gets the answer before the details. PURE: no files written here."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +23,21 @@ from analysis import routing as R
 from analysis import tables as T
 from analysis import training_plots as TP
 from analysis.display import (
+    CHECK,
+    CROSS,
     collectives_display,
     dcqcn_display,
     dynamics_display,
+    format_row_label,
+    format_value,
+    network_display,
+    network_summary,
     selfcheck_display,
+    terms_display,
     training_display,
 )
 from analysis.loader import Results
+from analysis.loader import short_value as _short
 from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK_TOLERANCE
 
 
@@ -40,6 +51,56 @@ class Section:
     pairs: list[tuple[str, str]] = field(default_factory=list)
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     plots: list[P.Plot] = field(default_factory=list)
+    headlines: list[Headline] = field(default_factory=list)
+    # the tables folded away (HTML <details>) behind the text: long lists a reader opens on demand
+    folded: bool = False
+
+
+@dataclass
+class Headline:
+    """The answer a scenario's results give: its ``question`` and ``expected`` outcome (the
+    scenario's fields), the ``verdict`` of its expectations (``ok``: all met, False: one failed,
+    None: none to check) with a line per expectation, and ``findings``: the main comparison and
+    what the numbers rest on (runs, link self-check, CPU)."""
+
+    scenario: str
+    question: str = ""
+    expected: str = ""
+    verdict: str = ""
+    ok: bool | None = None
+    checks: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+
+
+def formatted(df: pd.DataFrame, drop: tuple[str, ...] = ()) -> pd.DataFrame:
+    """:func:`analysis.tables.formatted` with every column a reader sees in its unit: the
+    columns it has no format for by their names (analysis.display.format_value), booleans as
+    ✓/✗; sweep parameters (field paths: ``wan[0].rate``) as written, text as it is."""
+    out = df.drop(columns=[c for c in drop if c in df.columns])
+    if "results" in out and out["results"].nunique() <= 1:
+        out = out.drop(columns="results")
+    shown = {}
+    for col in out.columns:
+        written = "." in str(col) or "[" in str(col)
+        fmt = None if col in OWN_FORMATS or written else T.FORMATS.get(col)
+        values = out[col].astype(object)
+        shown[T.HEADERS.get(col, col)] = [
+            fmt(v) if fmt else _cell(str(col), v, written) for v in values
+        ]
+    return pd.DataFrame(shown, columns=list(shown))
+
+
+# columns whose analysis.tables format a reader misreads: a blank for a true ``correct``, "OFF"
+# for a failed check, "0" for a zero duration
+OWN_FORMATS = {"correct", "ok", "survived", "cpu_saturated", "lhs", "rhs"}
+
+
+def _cell(col: str, v: Any, as_written: bool) -> str:
+    if isinstance(v, (list, tuple, dict)):
+        return _short(v)
+    if isinstance(v, str) or as_written:
+        return "-" if v is None or (isinstance(v, float) and v != v) else _short(v)
+    return format_value(col, v)
 
 
 def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
@@ -50,15 +111,21 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
     csv["runs"] = T.runs_table(res)
     csv["warnings"] = warnings
 
-    out.append(Section("overview", "Overview", pairs=T.header(res)))
+    overview = Section("overview", "Overview", pairs=T.header(res), headlines=headlines(res))
+    network = _per_run(res, lambda runs, _summary, _params: network_display(runs))
+    if not network.empty:
+        overview.tables.append(("Network (configured, per direction)", network))
+    out.append(overview)
     if warnings.empty:
         out.append(Section("warnings", "Warnings", "None: every run finished ok."))
     else:
         counts = warnings["kind"].value_counts()
         text = "; ".join(f"{n} {k}" for k, n in counts.items())
         shown = warnings.drop(columns=["results"] if res.runs["results"].nunique() < 2 else [])
-        out.append(Section("warnings", "Warnings", text, tables=[("", shown)]))
-    runs = T.formatted(csv["runs"], drop=("reason",))
+        sec = Section("warnings", "Warnings", text, tables=[("", shown)])
+        sec.folded = len(shown) > FOLD_ROWS
+        out.append(sec)
+    runs = formatted(csv["runs"], drop=("reason",))
     out.append(Section("runs", "Runs", f"{len(runs)} run(s).", tables=[("", runs)]))
     links = T.links_table(res)
     if not links.empty:
@@ -83,7 +150,7 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         text = "The scenario's `expect` entries, checked by `testbed run`: " + ", ".join(
             f"{n} {k}" for k, n in counts.items()
         )
-        shown = T.formatted(expectations)
+        shown = expectations_display(res, expectations)
         out.append(Section("expectations", "Expectations", text, tables=[("", shown)]))
     # each workload kind's sections (its own, else a table of its summary rows)
     for kind in ("collectives", "training", *res.kind_summaries):
@@ -99,7 +166,7 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
     speedup = T.speedup_table(res)
     if not speedup.empty:
         csv["speedup"] = speedup
-        shown = T.formatted(speedup.drop(columns=[p for p in res.params if p in speedup]))
+        shown = formatted(speedup.drop(columns=[p for p in res.params if p in speedup]))
         sec = Section(
             "speedup",
             "Flat vs hierarchical",
@@ -113,7 +180,7 @@ def sections(res: Results) -> tuple[list[Section], dict[str, pd.DataFrame]]:
         cong = T.congestion_table(res)
         if not cong.empty:
             csv["congestion"] = cong
-            shown = T.formatted(cong.drop(columns=[*res.params, "label"], errors="ignore"))
+            shown = formatted(cong.drop(columns=[*res.params, "label"], errors="ignore"))
             shown = shown.loc[:, [c for c in shown.columns if (shown[c] != "-").any()]]
             sec = Section(
                 "congestion",
@@ -168,7 +235,7 @@ def _collectives_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Se
                 "segmented ring adds (two 1 MiB segments in flight, a recv-ready notify before "
                 "every send), what a congestion window below the BDP adds (only with measured "
                 "windows; the runner records none).",
-                tables=[("", T.formatted(terms))],
+                tables=[("", terms_table(res, terms))],
             )
         )
     return out
@@ -263,13 +330,13 @@ def _multipath_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         shown = util.drop(columns=["start", "end"]).assign(bytes=util["bytes"].map(_mb))
         if res.runs["results"].nunique() < 2:
             shown = shown.drop(columns=["results"])
-        sec.tables.append(("Path utilisation", T.formatted(shown)))
+        sec.tables.append(("Path utilisation", formatted(shown)))
     if not flows.empty:
         csv["flow_paths"] = flows.assign(moved_at=flows["moved_at"].map(str))
         cross = flows[flows["src_host"].notna() & flows["dst_host"].notna()]
         cross = cross.assign(bytes=cross["bytes"].map(_mb))
         sec.tables.append(
-            ("Flows and their paths", T.formatted(cross[[c for c in FLOW_COLUMNS if c in cross]]))
+            ("Flows and their paths", formatted(cross[[c for c in FLOW_COLUMNS if c in cross]]))
         )
     sec.plots = [p for p in (MP.plot_path_timeline(res),) if p]
     return sec
@@ -304,7 +371,7 @@ def _failover_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         shown = table.drop(
             columns=["start", "end"] + (["results"] * (res.runs["results"].nunique() < 2))
         )
-        sec.tables.append(("Failover", T.formatted(shown)))
+        sec.tables.append(("Failover", formatted(shown)))
     events = res.routing.copy()
     first = (
         res.events[res.events["source"] == "fault"]
@@ -324,7 +391,7 @@ def _failover_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         for c in ("run_id", "t_s", "gateway", "source", "event", "link", "paths", "detail")
         if c in events
     ]
-    sec.tables.append(("Routing events", T.formatted(events[cols])))
+    sec.tables.append(("Routing events", formatted(events[cols])))
     return sec
 
 
@@ -350,7 +417,7 @@ def _dcqcn_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
         sec.tables.append(("Per run, beside the fluid model", per_run))
     if not shown.empty:
         csv["dcqcn"] = shown
-        sec.tables.append(("", T.formatted(shown)))
+        sec.tables.append(("", formatted(shown)))
     sec.plots = [p for p in (DP.plot_rates_and_queue(res), DP.plot_versus_rtt(res)) if p]
     return sec
 
@@ -386,7 +453,7 @@ def _kind_section(
         kind,
         f"Workload: {kind}",
         f"The summary rows of the `{kind}` workload kind, one per row its kind summarised.",
-        tables=[("", T.formatted(shown))],
+        tables=[("", formatted(shown))],
     )
 
 
@@ -438,15 +505,250 @@ def _faults_section(res: Results, csv: dict[str, pd.DataFrame]) -> Section:
                 res.runs[["results", "run_id", *res.params]], on=["results", "run_id"]
             )
         cols = [c for c in FAULT_SHOWN if c in shown] + [p for p in res.params if p in shown]
-        sec.tables.append(("Faults", T.formatted(shown[cols])))
+        sec.tables.append(("Faults", formatted(shown[cols])))
     if not fr.drops.empty:
         csv["fault_drops"] = fr.drops
-        sec.tables.append(("Drops by fault and by queue overflow", T.formatted(fr.drops)))
+        sec.tables.append(("Drops by fault and by queue overflow", formatted(fr.drops)))
     if not fr.traces.empty:
         csv["trace_replay"] = fr.traces
-        sec.tables.append(("Trace replay", T.formatted(fr.traces)))
+        sec.tables.append(("Trace replay", formatted(fr.traces)))
     if not fr.lateness.empty:
         csv["events_lateness"] = fr.lateness
-        sec.tables.append(("Event application", T.formatted(fr.lateness)))
+        sec.tables.append(("Event application", formatted(fr.lateness)))
     sec.plots = [p for p in (FP.plot_timeline(res, fr),) if p]
     return sec
+
+
+# -- the answer: headlines, expectations, model terms ------------------------------------------
+FOLD_ROWS = 5  # a longer warnings table is folded behind its counts
+MAX_LINES = 6  # comparisons per headline; the tables below have the rest
+
+
+def _expect_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((manifest.get("scenario") or {}).get("expect") or [])
+
+
+def _check_line(check: dict[str, Any], spec: dict[str, Any]) -> str:
+    metric = str(spec.get("metric") or "")
+    relation = str(spec.get("relation") or "vs")
+    mark = {"passed": CHECK, "failed": CROSS}.get(str(check.get("status")), "?")
+    text = f"{mark} {check.get('description') or spec.get('name') or 'expectation'}"
+    lhs, rhs = check.get("lhs"), check.get("rhs")
+    if lhs is not None and rhs is not None:
+        text += f": {format_value(metric, lhs)} {relation} {format_value(metric, rhs)}"
+    elif check.get("status") not in ("passed", "failed"):
+        text += f" ({check.get('status')})"
+    if check.get("detail"):
+        text += f" ({check['detail']})"
+    return text
+
+
+def _verdict(
+    checks: list[dict[str, Any]], specs: list[dict[str, Any]]
+) -> tuple[str, bool | None, list[str]]:
+    """Per expectation its worst row (a failed one, else the first), and the verdict over all."""
+    by: dict[Any, list[dict[str, Any]]] = {}
+    for c in checks:
+        by.setdefault(c.get("expectation"), []).append(c)
+    lines, failed, passed = [], 0, 0
+    for index, rows in by.items():
+        worst = next((r for r in rows if r.get("status") == "failed"), rows[0])
+        spec = specs[index] if isinstance(index, int) and 0 <= index < len(specs) else {}
+        line = _check_line(worst, spec)
+        if len(rows) > 1:
+            bad = sum(r.get("status") == "failed" for r in rows)
+            line += f" [{bad} of {len(rows)} rows failed]" if bad else f" [all {len(rows)} rows]"
+        lines.append(line)
+        if all(r.get("status") == "passed" for r in rows):
+            passed += 1
+        elif any(r.get("status") == "failed" for r in rows):
+            failed += 1
+    n = len(by)
+    if not n:
+        return "No expectations to check (the scenario has no `expect`).", None, []
+    if failed:
+        return f"{CROSS} {failed} of {n} expectations failed.", False, lines
+    if passed == n:
+        return (
+            f"{CHECK} " + ("The expectation is met." if n == 1 else f"All {n} expectations met."),
+            True,
+            lines,
+        )
+    return f"? {passed} of {n} expectations met, {n - passed} not checked.", None, lines
+
+
+def _vs(unit: str, value: Any, base: Any) -> str:
+    return f"{format_value(unit, value)} vs {format_value(unit, base)}"
+
+
+def _speedup_lines(res: Results, source: str) -> list[str]:
+    sp = T.speedup_table(res)
+    sp = sp[sp["results"] == source] if not sp.empty else sp
+    if sp.empty:
+        return []
+    lines = []
+    for (coll, alg), g in sp.groupby(["collective", "algorithm"], sort=False):
+        g = g[g["size"] == g["size"].max()]  # the size where the WAN matters most
+        for r in g.to_dict("records"):
+            x = float(r["speedup"])
+            how = f"{x:.2f}× faster" if x >= 1 else f"{1 / x:.2f}× slower"
+            at = "" if r["point"] == "(no sweep)" else f"at {r['point']}: "
+            lines.append(
+                f"{at}{alg} is {how} than flat ({coll}, {format_value('size', r['size'])}: "
+                f"{_vs('time', r['time_p50'], r['flat_time_p50'])})"
+            )
+    return lines
+
+
+def _training_lines(res: Results, source: str) -> list[str]:
+    s = res.training_summary
+    if s.empty or "results" not in s:
+        return []
+    s = s[(s["results"] == source) & (s.get("status", "ok") == "ok")]
+    if s.empty or "ddp" not in set(s["algorithm"]):
+        return []
+    params = [p for p in T.point_params(res) if p in s and p != "workload.algorithm"]
+    lines = []
+    groups = s.groupby(params, sort=False, dropna=False) if params else [((), s)]
+    for key, g in groups:
+        base = g[g["algorithm"] == "ddp"]
+        if base.empty:
+            continue
+        b = base.iloc[0]
+        label = T.point_label(
+            dict(zip(params, key if isinstance(key, tuple) else (key,), strict=True)), params
+        )
+        at = "" if label == "(no sweep)" else f"at {label}: "
+        for r in g[g["algorithm"] != "ddp"].to_dict("records"):
+            x = float(b["step_time_p50"]) / float(r["step_time_p50"])
+            how = f"{x:.2f}× faster" if x >= 1 else f"{1 / x:.2f}× slower"
+            lines.append(
+                f"{at}{r['algorithm']} is {how} per step than ddp "
+                f"({_vs('time', r['step_time_p50'], b['step_time_p50'])}), WAN "
+                f"{_vs('bytes', r['wan_bytes_per_step'], b['wan_bytes_per_step'])} per step, "
+                f"final loss {_vs('loss', r['final_loss'], b['final_loss'])}"
+            )
+    return lines
+
+
+def _health_lines(res: Results, source: str) -> list[str]:
+    runs = res.runs[res.runs["results"] == source]
+    lines = []
+    if not runs.empty:
+        counts = runs["status"].value_counts()
+        lines.append(f"{len(runs)} run(s): " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+        saturated = int(runs["cpu_saturated"].fillna(False).astype(bool).sum())
+        if saturated:
+            lines.append(
+                f"{CROSS} the emulating host's CPU was saturated in {saturated} of {len(runs)} "
+                "run(s): their times describe the host, not the WAN"
+            )
+    if res.has("links"):
+        links = T.links_table(res)
+        links = links[links["results"] == source]
+        if not links.empty:
+            off = int((links["ok"] == False).sum())  # noqa: E712
+            mark = CROSS if off else CHECK
+            lines.append(
+                f"{mark} link self-check: {len(links) - off} of {len(links)} WAN direction(s) "
+                "within tolerance"
+            )
+    return lines
+
+
+def _limit(lines: list[str], what: str) -> list[str]:
+    if len(lines) <= MAX_LINES:
+        return lines
+    return [*lines[:MAX_LINES], f"… and {len(lines) - MAX_LINES} more (see {what})"]
+
+
+def headlines(res: Results) -> list[Headline]:
+    """A :class:`Headline` per results directory: what its scenario asked, the verdict of its
+    expectations, the main comparison (hierarchical vs flat at the largest size; each training
+    algorithm vs DDP) and what the numbers rest on."""
+    out = []
+    for source, manifest in res.manifests.items():
+        scenario = manifest.get("scenario") or {}
+        verdict, ok, checks = _verdict(manifest.get("expectations") or [], _expect_specs(manifest))
+        findings = _limit(_speedup_lines(res, source), "Flat vs hierarchical")
+        findings += _limit(_training_lines(res, source), "Training")
+        findings += _health_lines(res, source)
+        name = str(scenario.get("name") or source)
+        out.append(
+            Headline(
+                scenario=name if len(res.manifests) < 2 else f"{name} ({source})",
+                question=str(scenario.get("question") or ""),
+                expected=str(scenario.get("expected") or ""),
+                verdict=verdict,
+                ok=ok,
+                checks=checks,
+                findings=findings,
+            )
+        )
+    return out
+
+
+def expectations_display(res: Results, table: pd.DataFrame) -> pd.DataFrame:
+    """The expectations' rows with ✓/✗, the row's sizes in binary units and both sides in the
+    unit of the expectation's metric."""
+    specs = {source: _expect_specs(m) for source, m in res.manifests.items()}
+    rows = []
+    for r in table.to_dict("records"):
+        index = r.get("expectation")
+        spec_list = specs.get(str(r.get("results")), [])
+        spec = spec_list[index] if isinstance(index, int) and 0 <= index < len(spec_list) else {}
+        metric = str(spec.get("metric") or "")
+        status = str(r.get("status"))
+        mark = {"passed": CHECK, "failed": CROSS}.get(status, "?")
+        rows.append(
+            {
+                **({"results": r["results"]} if res.runs["results"].nunique() > 1 else {}),
+                "expectation": str(r.get("description") or spec.get("name") or index),
+                "status": f"{mark} {status}",
+                "row": format_row_label(str(r.get("row") or "")),
+                "metric": metric or "-",
+                "measured": format_value(metric, r.get("lhs")),
+                "relation": str(spec.get("relation") or "-"),
+                "against": format_value(metric, r.get("rhs")),
+                "detail": str(r.get("detail") or ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def terms_table(res: Results, terms: pd.DataFrame) -> pd.DataFrame:
+    """The model terms per row in one unit, signed, beside the prediction they add up to."""
+    names = [c for c in T.MODEL_TERMS if c in terms]
+    keys = [c for c in terms.columns if c not in (*names, "predicted")]
+    base = formatted(terms[keys])
+    shown_terms = []
+    totals = []
+    for r in terms.to_dict("records"):
+        values, total = terms_display({n: r.get(n) for n in names}, r.get("predicted"))
+        shown_terms.append(values)
+        totals.append(total)
+    at = (
+        list(base.columns).index("time p50") + 1
+        if "time p50" in base.columns
+        else len(base.columns)
+    )
+    for i, n in enumerate(names):
+        base.insert(at + i, T.HEADERS.get(n, n), [v[n] for v in shown_terms])
+    base.insert(at + len(names), "= predicted", totals)
+    return base
+
+
+def plot_stamp(res: Results) -> str:
+    """What every figure of the report was measured on, for its title: scenario(s), the WAN
+    (per link: rate, RTT, loss, buffer; a sweep's values joined by ``|``), backend(s) and the
+    date the runs started."""
+    manifests = list(res.manifests.values())
+    names = dict.fromkeys(str((m.get("scenario") or {}).get("name", "?")) for m in manifests)
+    runs = {f"{source}/{k}": v for source, m in res.manifests.items()
+            for k, v in (m.get("runs") or {}).items()}  # fmt: skip
+    backends = dict.fromkeys(str(r.get("backend")) for r in runs.values() if r.get("backend"))
+    started = [float(m["started"]) for m in manifests if m.get("started")]
+    date = time.strftime("%Y-%m-%d", time.localtime(min(started))) if started else "undated"
+    parts = [", ".join(names), "WAN " + network_summary(runs)]
+    parts += [" | ".join(backends) or "backend ?", date]
+    return " · ".join(parts)

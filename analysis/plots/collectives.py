@@ -157,7 +157,7 @@ def plot_busbw_vs_rate(res: Results) -> Plot | None:
                 g = g.sort_values("wan_rate_bps")
                 ax.plot(
                     g["wan_rate_bps"] / 1e6,
-                    g["busbw"] / 1e6,
+                    g["busbw"] * 8 / 1e6,
                     marker=MARKERS[sizes.index(g["size"].iloc[0]) % len(MARKERS)],
                     linestyle=LINESTYLES[i // 10 % len(LINESTYLES)],
                     color=colours[g["algorithm"].iloc[0]],
@@ -166,7 +166,7 @@ def plot_busbw_vs_rate(res: Results) -> Plot | None:
             ceiling = sub.drop_duplicates("wan_rate_bps").sort_values("wan_rate_bps")
             ax.plot(
                 ceiling["wan_rate_bps"] / 1e6,
-                ceiling["wan_goodput_bps"] / 8e6,
+                ceiling["wan_goodput_bps"] / 1e6,
                 ":",
                 color="grey",
                 label="WAN goodput ceiling",
@@ -178,13 +178,14 @@ def plot_busbw_vs_rate(res: Results) -> Plot | None:
                 ax.set_yscale("log")
                 _plain_log(ax.yaxis)
             ax.set_xlabel("WAN rate (Mbit/s)")
-            ax.set_ylabel("busbw (MB/s)")
+            ax.set_ylabel("busbw × 8 (Mbit/s)")
             ax.set_title(coll)
             _legend(ax)
         fig.suptitle("Bus bandwidth vs WAN rate")
     caption = (
-        "busbw = algbw × the collective's bus factor (nccl-tests), at the median time. The grey "
-        "line is the WAN's TCP goodput ceiling (rate × 1448/1514) in MB/s."
+        "busbw = algbw × the collective's bus factor (nccl-tests), at the median time, in bits "
+        "to compare with the WAN's rate. The grey "
+        "line is the WAN's TCP goodput ceiling (rate × 1448/1514); both axes in Mbit/s."
     )
     return Plot("busbw_vs_rate", "Bus bandwidth vs WAN rate", caption, fig)
 

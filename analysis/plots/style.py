@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from testbed.core.units import format_duration, format_size
 
 STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 100,
-    "savefig.dpi": 100,
+    "savefig.dpi": 200,  # twice the figure's: sharp on high-density screens and when zoomed
     "font.size": 9,
     "axes.titlesize": 10,
     "axes.labelsize": 9,
@@ -43,17 +44,33 @@ MAX_PANELS = 12  # beyond this a figure is unreadable; the caption says what was
 
 @dataclass
 class Plot:
-    """One figure: ``name`` (file stem), ``title``, ``caption`` (what it shows, how to read it)."""
+    """One figure: ``name`` (file stem), ``title``, ``caption`` (what it shows, how to read it)
+    and ``stamp``: what it was measured on (scenario, WAN, backend, date), drawn under the title
+    so that the image alone says where its numbers come from."""
 
     name: str
     title: str
     caption: str
     figure: Figure
+    stamp: str = ""
+
+    def full_title(self) -> str:
+        return f"{self.title}: {self.stamp}" if self.stamp else self.title
 
     def png(self) -> bytes:
+        """The figure as a PNG at twice its size in points, the title and stamp in its
+        metadata (``Title``) as well."""
         with mpl.rc_context(STYLE):
+            if self.stamp:
+                heading = self.figure.get_suptitle() or self.title
+                first = heading.split("\n", 1)[0]
+                size = STYLE["axes.titlesize"]
+                # as many characters as the figure is wide (a character ~0.6 of the font size)
+                width = max(40, int(self.figure.get_figwidth() * 72 / (size * 0.6)))
+                stamp = "\n".join(textwrap.wrap(self.stamp, width, break_on_hyphens=False))
+                self.figure.suptitle(f"{first}\n{stamp}", fontsize=size)
             buf = io.BytesIO()
-            self.figure.savefig(buf, format="png")
+            self.figure.savefig(buf, format="png", metadata={"Title": self.full_title()})
         return buf.getvalue()
 
 

@@ -81,6 +81,10 @@ class Trace(Strict):
 class Scenario(Strict):
     name: str
     description: str = ""
+    # What the scenario asks and the outcome its author expects: the report opens with them,
+    # beside the verdict of the expectations (``expect``).
+    question: str = ""
+    expected: str = ""
     clusters: dict[str, Cluster]
     wan: list[WanLink] = Field(default_factory=list)
     tcp: TcpSettings = TcpSettings()

@@ -27,7 +27,7 @@ def test_dynamics_shows_the_worst_fault_per_run_with_events_only() -> None:
     assert shown.to_dict("records") == [
         {"faults[0].duration": "2s", "events": "4", "late": "1", "failed": "0",
          "detect": "500 ms", "stall": "2.1 s", "stall/pred": "-", "recover": "-",
-         "survived": "yes", "trace corr": "-"},
+         "survived": "✓", "trace corr": "-"},
     ]  # fmt: skip
 
 
@@ -48,7 +48,7 @@ def test_missing_values_read_as_a_dash_in_every_table() -> None:
             "goodput_configured_bps": 95.6e6, "goodput_bps": 0, "congestion": "cubic",
             "ok": False, "problem": "RTT 60 ms"}  # fmt: skip
     (row,) = selfcheck_display([link]).to_dict("records")
-    assert row["RTT p50"] == "-" and row["goodput"] == "-" and row["status"] == "RTT 60 ms"
+    assert row["RTT p50"] == "-" and row["goodput"] == "-" and row["status"] == "✗ RTT 60 ms"
     coll = {"collective": "all_reduce", "algorithm": "flat", "size": 1 << 20, "ranks": 4,
             "time_p50": 0.3, "time_p95": 0.31, "algbw": 3.5e6, "busbw": 5.2e6,
             "predicted": math.nan, "measured_over_predicted": None, "correct": False,
