@@ -50,6 +50,7 @@ class Follower:
         self.emit = emit
         self.offsets: dict[Path, int] = {}
         self.partial: dict[Path, bytes] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="follow-logs", daemon=True)
 
@@ -66,7 +67,7 @@ class Follower:
             return
         self._stop.set()
         self._thread.join()
-        self._read(final=True)
+        self.poll(final=True)
 
     def files(self) -> list[Path]:
         if self.which == "all":
@@ -84,9 +85,15 @@ class Follower:
     def _loop(self) -> None:
         while not self._stop.wait(FOLLOW_POLL):
             with contextlib.suppress(OSError):
-                self._read()
+                self.poll()
 
-    def _read(self, final: bool = False) -> None:
+    def poll(self, final: bool = False) -> None:
+        """Print what the logs gained since the last look (``final``: a last line without its
+        newline too)."""
+        with self._lock:
+            self._read(final)
+
+    def _read(self, final: bool) -> None:
         for path in self.files():
             try:
                 size = path.stat().st_size
