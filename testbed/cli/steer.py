@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +294,12 @@ def cmd_fault(args: argparse.Namespace) -> int:
         events = fault_events(tb, args.kind, args.target, duration, args.direction)
     if duration is not None:
         out.print(f"{args.kind} on {args.target} for {duration:g} s", highlight=False)
-    rows = run_now(steering, events, on_row=RowPrinter(), keep=duration is None)
+    try:
+        with _sigterm_interrupts():
+            rows = run_now(steering, events, on_row=RowPrinter(), keep=duration is None)
+    except KeyboardInterrupt:
+        out.print("interrupted; what it started is undone (see the event log)")
+        return 130
     failed_events = {r["event"] for r in rows if r["status"] == "failed"}
     applied = [e for i, e in enumerate(events) if i not in failed_events]
     if duration is None:
@@ -335,6 +341,20 @@ def add_launch_options(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--out", default="results", help="where the run directory goes (default: %(default)s)"
     )
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM as Ctrl-C: a fault with ``--for`` is lifted either way."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 # -- the parser ----------------------------------------------------------------------------------

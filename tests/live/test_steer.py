@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -151,6 +152,30 @@ def test_fault_without_for_stays_until_end(live: str) -> None:
     assert rtts(live, 2)
     again = cli("fault", live, "link_down", "east-west", "--end")
     assert again.returncode == 2 and "no link_down on 'east-west' is in force" in again.stderr
+
+
+def test_ctrl_c_lifts_a_fault_with_for_at_once(live: str) -> None:
+    fault = subprocess.Popen(
+        [*CLI, "fault", live, "blackhole", "east-west", "--for", "60s"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert fault.stdout is not None
+        for line in fault.stdout:
+            if line.startswith("applied blackhole"):
+                break
+        fault.send_signal(signal.SIGINT)
+        rest, _ = fault.communicate(timeout=30)
+    finally:
+        fault.kill()
+    assert fault.returncode == 130, rest
+    assert rtts(live, 2)
+    rows = [row for row in event_log(live) if row["command"].endswith("--for 60s")]
+    assert [(row["action"], row["status"]) for row in rows] == [
+        ("blackhole", "applied"),
+        ("unblackhole", "undone"),
+        ("unblackhole", "skipped"),
+    ]
 
 
 PROBE = textwrap.dedent(
