@@ -13,6 +13,7 @@ from testbed.cli.common import add_engine_option
 from testbed.cli.doctor import cmd_doctor
 from testbed.cli.lifecycle import cmd_clean, cmd_down, cmd_exec, cmd_ls, cmd_up
 from testbed.cli.plan_view import add_set_option, cmd_plan, cmd_validate
+from testbed.plan.graph import GRAPHS
 
 
 def register(sub: Any) -> None:
@@ -25,8 +26,35 @@ def register(sub: Any) -> None:
     add_set_option(s)
     s.add_argument("--json", action="store_true", help="print the result as JSON (docs/json.md)")
     s.set_defaults(fn=cmd_validate)
-    s = sub.add_parser("plan", help="print what would be built, without touching the kernel")
+    s = sub.add_parser(
+        "plan",
+        help="print what a run would build and do (network, ranks, sweep, predictions, "
+        "duration, backend), without touching the kernel",
+    )
     s.add_argument("file", help="the scenario file (YAML)")
+    add_set_option(s)
+    s.add_argument(
+        "--point",
+        type=int,
+        metavar="K",
+        help="only the K-th run of the sweep (0-based, points x repeats; as `testbed run`)",
+    )
+    add_engine_option(s)
+    s.add_argument(
+        "--selfcheck",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="the self-check's TCP window per WAN direction, for the estimate (default: "
+        "%(default)s, as `testbed run`)",
+    )
+    s.add_argument(
+        "--graph",
+        choices=GRAPHS,
+        help="print the topology as a Mermaid or Graphviz dot graph instead (clusters, "
+        "gateways, WAN links with their settings)",
+    )
+    s.add_argument("--json", action="store_true", help="print the plan as JSON (docs/json.md)")
     s.set_defaults(fn=cmd_plan)
     s = sub.add_parser("up", help="build a network and leave it running")
     s.add_argument("file", help="the scenario file (YAML)")

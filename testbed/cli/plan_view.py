@@ -13,17 +13,24 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.measure import Measurement
 from rich.table import Table
 
 from testbed.cli.console import escape, make_console
 from testbed.core.errors import ScenarioError
+from testbed.core.syntax import duration_text, percent_text, rate_text, size_text
 from testbed.core.units import format_duration, format_percent, format_rate, format_size
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from testbed.config.scenario import Scenario
+    from testbed.config.sweep import RunSpec
     from testbed.config.wan import Aqm, WanLink
+    from testbed.experiment.forecast import Forecast
     from testbed.plan.check import Checked
     from testbed.plan.model import NetworkPlan
+    from testbed.plan.ranks import RankSlot
     from testbed.plan.timeline import Timeline
 
 out = make_console()
@@ -66,21 +73,67 @@ def validate_json(checked: Checked) -> dict[str, Any]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from testbed.config.loading import load_scenario
+    from testbed.config.loading import load_yaml
+    from testbed.config.sweep import expand, parse_override
+    from testbed.experiment.forecast import forecast
+    from testbed.plan.check import check_data
+    from testbed.plan.graph import graph
     from testbed.plan.timeline import build_timeline, default_horizon
     from testbed.plan.topology import build_plan
 
-    sc = load_scenario(args.file)
-    plan = build_plan(sc, "<prefix>", 64)
+    overrides = [parse_override(s) for s in args.set]
+    if args.engine:
+        overrides.append(("engine", args.engine))
+    data = load_yaml(args.file)
     base = Path(args.file).parent
+    checked = check_data(data, args.file, base, overrides)
+    if checked.problems:
+        raise ScenarioError(checked.text())
+    runs = expand(data, args.file, overrides)
+    shown = runs
+    if args.point is not None:
+        if not 0 <= args.point < len(runs):
+            raise ScenarioError(
+                f"--point {args.point}: {args.file} has {len(runs)} run(s): 0 to {len(runs) - 1}"
+            )
+        shown = [runs[args.point]]
+    sc = shown[0].scenario
+    plan = build_plan(sc, "<prefix>", 64)
+    if args.graph:
+        print(graph(args.graph, sc, plan), end="")
+        return 0
+    plans = {r.run_id: plan if r is shown[0] else build_plan(r.scenario, "<prefix>", 64)
+             for r in shown}  # fmt: skip
+    forecasts = [forecast(r, plans[r.run_id], args.selfcheck) for r in shown]
+    if args.json:
+        print(json.dumps(plan_json(args.file, runs, shown, plans, forecasts), indent=2))
+        return 0
     timeline = build_timeline(sc, plan, base, default_horizon(sc), source=args.file)
-    out.print(f"[bold]{escape(sc.name)}[/]: {escape(sc.description)}")
+    _print_overview(args.file, runs, shown, forecasts)
+    if len(shown) > 1 and any(r.params for r in shown):
+        out.print(f"The network below is {shown[0].run_id}'s ({escape(shown[0].label())}).")
+    _print_network(args, sc, plan, timeline, base)
+    _print_workload(sc, forecasts[0])
+    emit(_runs_table(shown, forecasts))
+    if sc.expect:
+        emit(_expect_table(sc, runs))
+    _print_backend(sc, plan)
+    for w in plan.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w)}")
+    return 0
+
+
+def _print_network(
+    args: argparse.Namespace, sc: Scenario, plan: NetworkPlan, timeline: Timeline, base: Path
+) -> None:
+    """The network sections: namespaces, WAN, routing, placement, fabric, TCP, DCQCN, how
+    links change, faults."""
     out.print(
         "Namespaces are named <prefix>-<label>; addresses come from 10.<slot>.0.0/16 "
         "(shown for slot 64; each live testbed gets its own slot)."
     )
-    out.print(_namespace_table(plan))
-    out.print(_wan_table(plan))
+    emit(_namespace_table(plan))
+    emit(_wan_table(plan))
     multipath = [link for link in sc.wan if link.paths]
     if multipath:
         hashing = {"l3": "addresses (l3)", "l4": "addresses, protocol and ports (l4)"}
@@ -135,14 +188,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             + f"; {mtu}."
         )
     if plan.fabric:
-        out.print(_fabric_table(sc))
-    out.print(_tcp_table(sc, plan))
+        emit(_fabric_table(sc))
+    emit(_tcp_table(sc, plan))
     if any(getattr(f, "kind", "") == "dcqcn" for f in sc.flows):
-        out.print(_dcqcn_table(sc, plan))
+        emit(_dcqcn_table(sc, plan))
     if any(link.preset or link.schedule or link.trace for link in sc.wan):
-        out.print(_dynamics_table(sc, base, args.file, timeline))
+        emit(_dynamics_table(sc, base, args.file, timeline))
     if sc.faults:
-        out.print(_faults_table(sc, timeline))
+        emit(_faults_table(sc, timeline))
     if timeline.events:
         origin = (
             "the start of the run"
@@ -160,19 +213,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 else ""
             )
         )
-    needs = plan.needs_propagation_emulation()
-    out.print(
-        f"backend: {sc.backend}; propagation emulation needed: {'yes' if needs else 'no'} "
-        "(`testbed doctor` tells which backend this kernel gets)"
-    )
     if sc.engine == "mininet":
         out.print(
             "engine: mininet (each namespace a Mininet node named like its label with _ for -, "
             "e.g. east_h0; docs/mininet.md)"
         )
-    for w in plan.warnings:
-        out.print(f"[yellow]warning:[/] {escape(w)}")
-    return 0
 
 
 def _namespace_table(plan: NetworkPlan) -> Table:
@@ -210,14 +255,14 @@ def _wan_table(plan: NetworkPlan) -> Table:
     for d in plan.wan:
         t.add_row(
             d.name,
-            format_rate(d.rate),
-            format_duration(d.delay),
-            format_duration(d.jitter),
-            format_percent(d.loss),
-            format_percent(d.reorder),
-            format_size(d.bdp),
-            format_size(d.buffer),
-            format_size(d.shaper.burst),
+            rate_text(d.rate),
+            duration_text(d.delay),
+            duration_text(d.jitter),
+            percent_text(d.loss),
+            percent_text(d.reorder),
+            size_text(d.bdp),
+            size_text(d.buffer),
+            size_text(d.shaper.burst),
             f"{d.impairment.netem_limit} pkt",
             _queue_text(d.aqm),
         )
@@ -230,8 +275,8 @@ def _fabric_table(sc: Scenario) -> Table:
         t.add_column(col)
     for name, spec in sc.clusters.items():
         if spec.fabric.rate or spec.fabric.delay:
-            rate = format_rate(spec.fabric.rate) if spec.fabric.rate else "unshaped"
-            t.add_row(name, rate, format_duration(spec.fabric.delay))
+            rate = rate_text(spec.fabric.rate) if spec.fabric.rate else "unshaped"
+            t.add_row(name, rate, duration_text(spec.fabric.delay))
     return t
 
 
@@ -365,10 +410,10 @@ def _queue_text(aqm: Aqm | None) -> str:
     if aqm.kind == "red":
         # Aqm's validator requires the fields of its kind
         assert aqm.kmin is not None and aqm.kmax is not None and aqm.pmax is not None
-        text = f"red {format_size(aqm.kmin)}..{format_size(aqm.kmax)} p {format_percent(aqm.pmax)}"
+        text = f"red {size_text(aqm.kmin)}..{size_text(aqm.kmax)} p {percent_text(aqm.pmax)}"
     elif aqm.kind == "step":
         assert aqm.k is not None
-        text = f"step > {format_size(aqm.k)}"
+        text = f"step > {size_text(aqm.k)}"
     else:
         return "drop-tail"
     return text + (" ECN" if aqm.ecn else " drop")
@@ -383,3 +428,279 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
         metavar="PATH=VALUE",
         help="override a field, e.g. --set wan[0].delay=50ms (repeatable; as `testbed run`)",
     )
+
+
+# -- what the runs will do ---------------------------------------------------------------------
+def emit(table: Table, console: Console | None = None) -> None:
+    """``table`` as a table when it fits the console's width, else as stacked rows: each row's
+    first cell, then one ``column: value`` line per other cell (a narrow terminal keeps every
+    value whole instead of cutting each column to ``dir…``)."""
+    c = console or out
+    natural = Measurement.get(c, c.options.update_width(1 << 20), table).maximum
+    if natural <= c.width:
+        c.print(table)
+        return
+    if table.title:
+        c.print(str(table.title), style="italic", highlight=False)
+    headers = [escape(str(col.header)) for col in table.columns]
+    cells = [list(col.cells) for col in table.columns]
+    for i in range(table.row_count):
+        row = [str(cells[j][i]) for j in range(len(headers))]
+        c.print(f"[bold]{row[0]}[/]", highlight=False)
+        for header, value in zip(headers[1:], row[1:], strict=True):
+            if not value.strip():
+                continue
+            first, *rest = value.split("\n")
+            c.print(f"  {header}: {first}", highlight=False)
+            for line in rest:
+                c.print(f"    {line}", highlight=False)
+
+
+def human_duration(seconds: float) -> str:
+    """``43 s``, ``6 min 42 s``, ``1 h 5 min``: a duration a person plans with."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _written(value: Any) -> str:
+    """A sweep value as the scenario writes it."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_written(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_written(v)}" for k, v in value.items()) + "}"
+    return "(scenario's)" if value is None else str(value)
+
+
+def _caveats(forecasts: list[Forecast]) -> list[str]:
+    return list(dict.fromkeys(f.unknown for f in forecasts if f.unknown))
+
+
+def _print_overview(
+    file: str, runs: list[RunSpec], shown: list[RunSpec], forecasts: list[Forecast]
+) -> None:
+    from testbed.experiment.forecast import total_seconds
+
+    sc = shown[0].scenario
+    out.print(f"[bold]{escape(sc.name)}[/]: {escape(sc.description)}", highlight=False)
+    for key, label in (("question", "Question"), ("expected", "Expected")):
+        text = getattr(sc, key, None)
+        if text:
+            out.print(f"{label}: {escape(text)}", highlight=False)
+    points = len({r.point for r in runs})
+    axes = ", ".join(f"{escape(p)} x {len(v)}" for p, v in sc.sweep.items())
+    line = (
+        f"runs: [bold]{len(runs)}[/] ({points} point{'s' if points != 1 else ''} x "
+        f"{sc.repeat} repeat{'s' if sc.repeat != 1 else ''}" + (f": {axes}" if axes else "") + ")"
+    )
+    if len(shown) < len(runs):
+        line += f"; shown: {shown[0].run_id} (--point)"
+    caveats = _caveats(forecasts)
+    line += f"; estimated duration [bold]{human_duration(total_seconds(forecasts))}[/]"
+    if caveats:
+        line += " or more (it leaves out " + escape("; ".join(caveats)) + ")"
+    out.print(line, highlight=False)
+
+
+def _print_workload(sc: Scenario, fc: Forecast) -> None:
+    from testbed.config.workloads import TrainingWorkload, Workload
+
+    w = sc.workload
+    if w is None:
+        flows = f"traffic only: {len(sc.flows)} flow(s)" if sc.flows else "nothing"
+        out.print(f"workload: none ({flows})", highlight=False)
+        return
+    if isinstance(w, Workload):
+        text = (
+            f"collectives {', '.join(w.collectives)} x algorithms {', '.join(w.algorithms)} x "
+            f"sizes {', '.join(size_text(x) for x in w.sizes)}; {w.dtype}; warmup {w.warmup}, "
+            f"iterations {w.iterations}; timeout {duration_text(w.timeout)}"
+        )
+    elif isinstance(w, TrainingWorkload):
+        text = (
+            f"training {w.model} on {w.data}: {w.algorithm}, {w.steps} steps, batch {w.batch} "
+            f"per rank, lr {w.lr:g}; timeout {duration_text(w.timeout)}"
+        )
+    else:
+        text = w.kind + (f", {len(sc.flows)} flow(s)" if sc.flows else "")
+    out.print(f"workload: {escape(text)}", highlight=False)
+    if fc.ranks:
+        rw = sc.rank_workload
+        assert rw is not None
+        out.print(
+            f"ranks: {len(fc.ranks)} ({rw.ranks_per_host} per host, {rw.placement})",
+            highlight=False,
+        )
+        emit(_ranks_table(fc.ranks, sc))
+
+
+def _spans(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out_: list[str] = []
+    for n in numbers:
+        if out_ and out_[-1].split("-")[-1] == str(n - 1):
+            out_[-1] = f"{out_[-1].split('-')[0]}-{n}"
+        else:
+            out_.append(str(n))
+    return ", ".join(out_)
+
+
+def _ranks_table(ranks: list[RankSlot], sc: Scenario) -> Table:
+    w = sc.rank_workload
+    assert w is not None
+    t = Table(title="Rank placement")
+    for col in ("host", "cluster", "ranks"):
+        t.add_column(col)
+    by_host: dict[str, list[RankSlot]] = {}
+    for r in ranks:
+        by_host.setdefault(r.host, []).append(r)
+    for host, mine in by_host.items():
+        t.add_row(escape(host), escape(mine[0].cluster), _spans([r.rank for r in mine]))
+    return t
+
+
+def _runs_table(shown: list[RunSpec], forecasts: list[Forecast]) -> Table:
+    paths = list(dict.fromkeys(p for r in shown for p in r.params))
+    t = Table(title="Runs: the α-β model's prediction per operation (docs/model.md), the estimate")
+    t.add_column("run")
+    for p in paths:
+        t.add_column(escape(p))
+    t.add_column("predicted")
+    t.add_column("estimate", justify="right")
+    for r, fc in zip(shown, forecasts, strict=True):
+        predicted = "\n".join(
+            escape(
+                f"{p.what}: "
+                + (duration_text(float(f"{p.seconds:.3g}")) if p.seconds is not None else "-")
+                + (f" x{p.times}" if p.times > 1 else "")
+                + (f" ({p.note})" if p.note else "")
+            )
+            for p in fc.predicted
+        )
+        t.add_row(
+            r.run_id,
+            *(escape(_written(r.params.get(p))) for p in paths),
+            predicted or "-",
+            human_duration(fc.seconds),
+        )
+    return t
+
+
+def _expect_table(sc: Scenario, runs: list[RunSpec]) -> Table:
+    from testbed.plan.check import expected_checks
+
+    points = [(r.params, r.scenario) for r in runs if r.repeat == 0]
+    t = Table(title="Expectations (checked after the runs; a failed one exits 1)")
+    for col in ("#", "expectation", "rows it tests"):
+        t.add_column(col)
+    for i, exp in enumerate(sc.expect):
+        checks = expected_checks(points, exp)
+        rows = [c.row for c in checks if c.row]
+        tested = f"{len(rows)}: " + ", ".join(rows[:2]) + (", ..." if len(rows) > 2 else "")
+        t.add_row(str(i), escape(exp.describe()), escape(tested if rows else "none"))
+    return t
+
+
+def _print_backend(sc: Scenario, plan: NetworkPlan) -> None:
+    from testbed.experiment.forecast import backend_here
+
+    choice = backend_here(sc, plan)
+    asked = f" (scenario: backend {sc.backend})" if sc.backend != "auto" else ""
+    out.print(
+        f"backend: [bold]{escape(choice.name)}[/]{asked} — {escape(choice.reason)}",
+        highlight=False,
+    )
+
+
+def plan_json(
+    file: str,
+    runs: list[RunSpec],
+    shown: list[RunSpec],
+    plans: dict[str, NetworkPlan],
+    forecasts: list[Forecast],
+) -> dict[str, Any]:
+    """``testbed plan --json``: see docs/json.md. Quantities in SI units (bit/s, s, bytes,
+    fractions)."""
+    from testbed.experiment.forecast import backend_here, total_seconds
+
+    sc = shown[0].scenario
+    plan = plans[shown[0].run_id]
+    choice = backend_here(sc, plan)
+    points = [(r.params, r.scenario) for r in runs if r.repeat == 0]
+    from testbed.plan.check import expected_checks
+
+    return {
+        "version": JSON_VERSION,
+        "file": file,
+        "scenario": sc.name,
+        "description": sc.description,
+        "sweep": {
+            "paths": list(sc.sweep),
+            "points": len({r.point for r in runs}),
+            "repeat": sc.repeat,
+            "runs": len(runs),
+        },
+        "estimate_s": total_seconds(forecasts),
+        "estimate_leaves_out": _caveats(forecasts),
+        "backend": {"requested": sc.backend, "chosen": choice.name, "reason": choice.reason},
+        "engine": sc.engine,
+        "network": {
+            "namespaces": [
+                {
+                    "label": ns.label,
+                    "role": ns.role,
+                    "cluster": ns.cluster,
+                    "addresses": [
+                        f"{a.ifname} {a.cidr}" for a in plan.addresses if a.ns == ns.name
+                    ],
+                }
+                for ns in plan.namespaces
+            ],
+            "wan": [
+                {
+                    "direction": d.name,
+                    "rate_bps": d.rate,
+                    "delay_s": d.delay,
+                    "jitter_s": d.jitter,
+                    "loss": d.loss,
+                    "reorder": d.reorder,
+                    "bdp_bytes": d.bdp,
+                    "buffer_bytes": d.buffer,
+                    "queue": _queue_text(d.aqm),
+                }
+                for d in plan.wan
+            ],
+        },
+        "workload": sc.workload.model_dump(mode="json") if sc.workload is not None else None,
+        "ranks": [r.as_dict() for r in forecasts[0].ranks],
+        "expectations": [
+            {
+                "index": i,
+                "description": exp.describe(),
+                "metric": exp.metric,
+                "relation": exp.relation,
+                "rows": [c.row for c in expected_checks(points, exp) if c.row],
+            }
+            for i, exp in enumerate(sc.expect)
+        ],
+        "runs": [
+            {
+                "run_id": r.run_id,
+                "point": r.point,
+                "repeat": r.repeat,
+                "params": r.params,
+                "predicted": [
+                    {"what": p.what, "seconds": p.seconds, "times": p.times, "note": p.note}
+                    for p in fc.predicted
+                ],
+                "estimate_s": fc.seconds,
+                "estimate_parts_s": fc.parts,
+                "estimate_leaves_out": fc.unknown,
+            }
+            for r, fc in zip(shown, forecasts, strict=True)
+        ],
+        "warnings": list(plan.warnings),
+    }

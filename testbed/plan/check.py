@@ -397,7 +397,7 @@ def expectation_problems(
                     bad_keys = True
                     out.append((where, missing))
         if not bad_keys:
-            out += _combined(i, exp, points, rows, resolved)
+            out += _combined(i, exp, points)
     return out
 
 
@@ -487,26 +487,32 @@ def _unmet(
     return f"no run has {wanted!r}; the runs have: {shown}" + close_names(wanted_text, texts)
 
 
-def _combined(
-    i: int,
-    exp: Expectation,
-    points: list[tuple[dict[str, Any], Scenario]],
-    rows: list[list[dict[str, Any]] | None],
-    resolved: list[dict[str, Any]],
-) -> list[tuple[str, str]]:
-    """The expectation checked (testbed.config.expect.check) against stand-in summary rows:
-    whether its conditions together pick rows and those rows have twins to compare with."""
-    if any(r is None for r in rows):
+def expected_checks(points: list[tuple[dict[str, Any], Scenario]], exp: Expectation) -> list[Check]:
+    """``exp`` checked (testbed.config.expect.check) against stand-in summary rows of the runs
+    ``points`` (sweep parameters, scenario) produce, each with the metric 1: the rows it tests.
+    Empty when the workload's rows are not known before it runs."""
+    rows = [_rows(sc) for _, sc in points]
+    if not points or any(r is None for r in rows):
         return []
     summaries = []
     by_run: dict[str, dict[str, Any]] = {}
-    for j, ((params, _sc), point_rows, res) in enumerate(zip(points, rows, resolved, strict=True)):
+    for j, ((params, sc), point_rows) in enumerate(zip(points, rows, strict=True)):
         run_id = f"p{j:03d}-r0"
-        by_run[run_id] = res
-        assert point_rows is not None
-        summaries += [{**params, **row, "run_id": run_id, exp.metric: 1.0} for row in point_rows]
-    params = list(points[0][0])
-    checks: list[Check] = check([exp], summaries, by_run, params)
+        by_run[run_id] = sc.model_dump(mode="json")
+        summaries += [
+            {**params, **row, "run_id": run_id, exp.metric: 1.0} for row in point_rows or []
+        ]
+    return check([exp], summaries, by_run, list(points[0][0]))
+
+
+def _combined(
+    i: int, exp: Expectation, points: list[tuple[dict[str, Any], Scenario]]
+) -> list[tuple[str, str]]:
+    """Whether the expectation's conditions together pick rows, and those rows have twins to
+    compare with."""
+    checks = expected_checks(points, exp)
+    if not checks:
+        return []
     if all(c.detail.startswith("no result matched") for c in checks):
         return [(f"expect[{i}]", "no run matches its where and when together")]
     if all(c.detail == "no twin row" for c in checks):
