@@ -87,3 +87,38 @@ def test_follower_of_a_rank_reads_its_hosts_log_when_one_process_runs_per_host(t
     with Follower(tmp_path, "none", nothing.append):
         pass
     assert not nothing
+
+
+def test_a_kernel_backend_adopted_in_a_later_process_holds_what_the_last_one_left():
+    """What `testbed link` keeps in steer.json of a kernel backend (its netems and bottlenecks)
+    gives the next command's adopted backend the same view, e.g. a netem limit grown for a
+    longer delay (so it never shrinks under traffic)."""
+    import dataclasses
+
+    from testbed.experiment.steer import SteerState, backend_state, restore_backend
+    from testbed.link.kernel import KernelBackend
+    from testbed.live.network import Network
+    from testbed.net.registry import Record
+    from testbed.plan.topology import build_plan
+
+    sc = parse_scenario(
+        {"name": "t", "clusters": {"a": {"hosts": 1}, "b": {"hosts": 1}},
+         "wan": [{"between": ["a", "b"], "rate": "1gbit", "delay": "10ms"}]}
+    )  # fmt: skip
+    tb = Network(None, name="t")
+    tb.plan = build_plan(sc, "mctb0000", 64)
+    tb.record = Record("t", "mctb0000", 64, 1, None)
+    first = KernelBackend()
+    first.directions = {d.name: d for d in tb.plan.wan}
+    restore_backend(first, tb, {})
+    assert set(first.netem) == {"a->b", "b->a"}
+    assert first.bottleneck["a->b"] == (1_000_000_000, tb.plan.wan[0].buffer)
+    grown = dataclasses.replace(first.netem["a->b"], delay=0.2, netem_limit=99_999)
+    first.netem["a->b"] = grown
+    first.bottleneck["a->b"] = (10_000_000, 123_456)
+    saved = SteerState(backend=backend_state(first))
+    again = KernelBackend()
+    again.directions = dict(first.directions)
+    restore_backend(again, tb, SteerState(**json.loads(json.dumps(saved.__dict__))).backend)
+    assert again.netem == first.netem and again.netem["a->b"] == grown
+    assert again.bottleneck == first.bottleneck
