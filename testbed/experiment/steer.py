@@ -1,16 +1,13 @@
-"""Steering a testbed that ``testbed up`` left running: its WAN links changed and its faults
-applied now, from any later process, through the event runner's own mechanism
-(:func:`testbed.experiment.events.apply_event` on an :class:`EventTarget`).
+"""A testbed that ``testbed up`` left running, used from later processes: its WAN links changed
+and its faults applied now through the event runner's own mechanism (:func:`apply_event` on an
+:class:`EventTarget`), and the command kind's launcher run on it (:func:`launch`).
 
-The process that built the testbed is gone, and with it the plan, the link backend's state and
-the fault rules' counts. :func:`attach_live` rebuilds the plan from the scenario file that built
-it (checked against the namespaces it made) and adopts the running backend (the delay lines by
-their recorded pids). What only a running process knew is kept in ``steer.json`` in the
-testbed's state directory: each changed direction's settings and applied state, the backend's
-view of them, the fault rules installed and the faults in force. Every application holds the
-state directory's lock from reading that file to writing it back, so two commands steering one
-testbed take turns. Each applied event is a row of ``events.jsonl`` there (the columns of
-events.parquet, plus who asked).
+The process that built it is gone, with its plan, its link backend and its fault bookkeeping:
+:func:`attach_live` rebuilds the plan from the scenario file (checked against the namespaces it
+made) and adopts the running backend (delay lines by recorded pid). What only a running process
+knew is kept in ``steer.json`` in the testbed's state directory, read and written back under its
+lock for each event, so successive commands build on each other and concurrent ones take turns.
+Each applied event is a row of ``events.jsonl`` there (events.parquet's columns).
 """
 
 from __future__ import annotations
