@@ -16,8 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
+
+from analysis.model.diloco_wallclock import predicted_cu
+from analysis.model.topology import Topology
+from analysis.training import step_table
 
 
 def sync_period(algorithm: str, inner_steps: int = 1, fragments: int = 1) -> int:
@@ -114,3 +119,55 @@ def real_rate(emulated_bps: float, scale: float) -> float:
 def emulated_rate(real_bps: float, scale: float) -> float:
     """A real link rate (or buffer, in bytes) -> what the testbed runs at ``scale``."""
     return real_bps * scale
+
+
+def _ring_latency(topo: Topology, ranks: int) -> float:
+    """ε of one ring all-reduce across the WAN: 2(R − 1) hops, each the slowest WAN delay."""
+    delay = max((link.delay_s for link in topo.links), default=0.0)
+    return 2 * (ranks - 1) * delay
+
+
+def emulated_summary(rows: pd.DataFrame, workload: dict[str, Any], topo: Topology | None) -> dict:
+    """What an emulated-compute run adds to its summary row: ``compute`` (emulated), ``scale``,
+    CU over the settled steps, the WAN goodput in emulated and real units, and the paper's
+    wall-clock model's CU (analysis.model.diloco_wallclock: no overlap, except Streaming's τ)
+    at that goodput. ``rows``: one per rank and step, as the ranks wrote them."""
+    algorithm = workload["algorithm"]
+    diloco, streaming = workload.get("diloco") or {}, workload.get("streaming") or {}
+    h = int(diloco.get("inner_steps", 1))
+    fragments = int(streaming.get("fragments", 1)) if algorithm == "streaming-diloco" else 1
+    tau = int(streaming.get("overlap_steps", 0)) if algorithm == "streaming-diloco" else 0
+    scale = float(workload.get("scale", 1.0))
+    step_s = float((workload.get("compute") or {}).get("step", 0.0))
+    steps = step_table(rows)
+    out: dict[str, Any] = {
+        "compute": "emulated",
+        "scale": scale,
+        "compute_utilisation_settled": compute_utilisation(steps, sync_period(algorithm, h)),
+        "late_p50": float(rows["late_s"].median()) if "late_s" in rows else None,
+    }
+    if topo is None or not topo.links or steps.empty:
+        return out
+    goodput = min(link.goodput_bps for link in topo.links)
+    ranks = int(rows["rank"].nunique())
+    # the whole payload of one cycle's all-reduce(s), emulated bits (gathered codes: the
+    # all-reduce that moves the same bytes, N·R/2)
+    payload = float(steps["payload_bytes"].max()) * 8 * (fragments if fragments > 1 else 1)
+    if diloco.get("dtype") in ("int8", "fp4") and algorithm != "ddp":
+        payload *= ranks / 2
+    out |= {
+        "wan_goodput_bps": goodput,
+        "wan_goodput_real_bps": real_rate(goodput, scale),
+        "cu_paper_model": predicted_cu(
+            algorithm,
+            payload,
+            goodput,
+            ranks,
+            step_s,
+            _ring_latency(topo, ranks),
+            inner_steps=h,
+            fragments=fragments,
+            overlap_steps=tau,
+        ),
+    }
+    return out

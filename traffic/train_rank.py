@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from typing import IO
+from typing import IO, Any
 
 from traffic.announce import Announcer
 from traffic.entry import (
@@ -39,9 +39,14 @@ localsgd, parameter_server, eval_every). The launcher sets ``GLOO_SOCKET_IFNAME`
 
 Output: ``{out_dir}/rank-{R}.jsonl``, one line per step, flushed as written::
 
-    {"rank", "host", "cluster", "world_size", "algorithm", "step", "start", "end" (unix),
-     "loss", "val_loss" (every eval_every steps and at the last one, else absent), "wall_s",
-     "compute_s", "comm_s", "wait_s", "payload_bytes", "outcome"}
+    {"rank", "host", "cluster", "world_size", "algorithm", "compute_kind" ("real" or
+     "emulated"), "step", "start", "end" (unix), "loss", "val_loss" (every eval_every steps and
+     at the last one, else absent; never for an emulated model), "wall_s", "compute_s",
+     "comm_s", "wait_s", "payload_bytes", "outcome"}
+
+An emulated model (a named shape or ``{synthetic: ...}``, with ``compute`` and ``scale`` in
+the spec) computes nothing: its loss is NaN and its rows add "late_s" (how long the compute wait
+overran: the emulator's CPU).
 
 and on the last step of a DDP run (ddp, hierarchical) DDP's own timers: "ddp_backward_compute_s",
 "ddp_backward_comm_s", "ddp_overlap_s" (Trainer.ddp_timers). What the times mean:
@@ -82,13 +87,21 @@ def main(argv: list[str] | None = None) -> int:
         announcer = Announcer.from_spec(spec, args.rank)
         out = rows_path(start.out_dir, args.rank).open("w")
         from traffic.context import setup, teardown
-        from traffic.training.trainer import Trainer
+        from traffic.training.synthetic import is_emulated
 
         write_state(start.out_dir, args.rank, SETUP)
         ctx = setup(spec, args.rank)
         write_state(start.out_dir, args.rank, RUNNING)
         cfg = spec["training"]
-        trainer = Trainer(ctx, cfg)
+        emulated = is_emulated(cfg["model"])
+        if emulated:  # no real math: compute is a timed wait (traffic.training.emulated)
+            from traffic.training.emulated import EmulatedTrainer
+
+            trainer: Any = EmulatedTrainer(ctx, cfg)
+        else:
+            from traffic.training.trainer import Trainer
+
+            trainer = Trainer(ctx, cfg)
         steps, every = int(cfg["steps"]), int(cfg["eval_every"])
         log(label, f"joined: world {ctx.world_size}, cluster {ctx.cluster}; {cfg['algorithm']}")
         base = {
@@ -97,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             "cluster": ctx.cluster,
             "world_size": ctx.world_size,
             "algorithm": cfg["algorithm"],
+            "compute_kind": "emulated" if emulated else "real",
         }
         progress = max(1, steps // 10)
         fail_at = injected_failure(ctx.rank)
@@ -117,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.flush()
                 raise
             rec["outcome"] = "ok"
-            if (step + 1) % every == 0 or step == steps - 1:
+            if not emulated and ((step + 1) % every == 0 or step == steps - 1):
                 rec["val_loss"] = trainer.evaluate()
             out.write(json.dumps({**base, **rec}) + "\n")
             out.flush()

@@ -240,3 +240,42 @@ def test_needed_bandwidth_interpolates_between_the_bracketing_points() -> None:
     )
     assert list(table["target"]) == [0.5, 0.9]
     assert table["above_bw"].tolist() == [2e9, 8e9]
+
+
+def test_an_emulated_summary_keeps_both_units_and_the_paper_model() -> None:
+    from analysis.compute_util import emulated_summary
+    from analysis.model.topology import Link, Topology
+
+    topo = Topology(
+        clusters=(("east", 1), ("west", 1)),
+        links=(Link("east", "west", 153e6, 1e-3), Link("west", "east", 153e6, 1e-3)),
+        fabric_goodput_bps={},
+        fabric_delay_s={},
+    )
+    # DDP, 2 MB of bf16 gradients a step at scale 1/1000: every step 0.1 s compute, 0.2 s wall
+    rows = pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": i,
+                "start": i * 0.2,
+                "end": i * 0.2 + 0.2,
+                "wall_s": 0.2,
+                "compute_s": 0.1,
+                "comm_s": 0.1,
+                "wait_s": 0.0,
+                "late_s": 1e-4,
+                "loss": float("nan"),
+                "payload_bytes": 2_000_000,
+            }
+            for r in range(2)
+            for i in range(10)
+        ]
+    )
+    w = workload(scale="1/1000", algorithm="ddp").model_dump(mode="json")
+    out = emulated_summary(rows, w, topo)
+    assert out["compute"] == "emulated" and out["scale"] == 1e-3
+    assert out["compute_utilisation_settled"] == pytest.approx(0.5)
+    assert out["wan_goodput_real_bps"] == pytest.approx(153e9)
+    # one 2-rank ring all-reduce of 16 Mbit at 153 Mbit/s plus two one-way delays
+    assert out["cu_paper_model"] == pytest.approx(0.1 / (0.1 + 16e6 / 153e6 + 2e-3))

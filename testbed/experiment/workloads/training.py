@@ -11,9 +11,10 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.compute_util import emulated_summary
 from analysis.display import training_display
 from analysis.operations import rank_operations
-from analysis.run_summary import fill_targets, training_summary
+from analysis.run_summary import fill_targets, topology_from, training_summary
 from testbed.config.workloads import TrainingWorkload
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
 
@@ -31,6 +32,8 @@ SPEC_KEYS = (
     "localsgd",
     "parameter_server",
     "eval_every",
+    "compute",
+    "scale",
 )
 
 
@@ -54,7 +57,13 @@ class Training(WorkloadKind):
         if not done:
             return []
         workload = run.workload.model_dump(mode="json")
-        return training_summary(done, run.traces.get("queues", []), workload, run.info, run.params)
+        out = training_summary(done, run.traces.get("queues", []), workload, run.info, run.params)
+        if workload.get("compute") is None:  # real math on every rank
+            return [{**row, "compute": "real"} for row in out]
+        # emulated compute: CU over settled steps, both units, the paper's wall-clock model
+        topo = topology_from(run.info.get("topology"))
+        extra = emulated_summary(pd.DataFrame(done), workload, topo)
+        return [{**row, **extra} for row in out]
 
     def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
         return rank_operations(pd.DataFrame(), rows)
