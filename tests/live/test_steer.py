@@ -206,6 +206,52 @@ def test_launch_two_ranks_logs_and_failure(live: str, tmp_path: Path) -> None:
     assert "rank 1 (west-h0) exited with code 3" in failed.stdout
 
 
+SLOW = textwrap.dedent(
+    """
+    import os, time
+    print(f"first from rank {os.environ['RANK']}", flush=True)
+    time.sleep(2)
+    print(f"second from rank {os.environ['RANK']}", flush=True)
+    """
+)
+
+
+def test_run_streams_rank_0s_output_as_it_comes(root: None, tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text(SLOW)
+    path = tmp_path / "slow.yaml"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "follow",
+                "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+                "wan": [{"between": ["east", "west"], "rate": "100mbit"}],
+                "workload": {"kind": "command", "argv": ["python", "slow.py"], "timeout": "60s"},
+            }
+        )
+    )
+    run = subprocess.Popen(
+        [*CLI, "run", str(path), "--out", str(tmp_path / "results"), "--selfcheck", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: dict[str, float] = {}
+    lines = []
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:
+            lines.append(line)
+            for what in ("first", "second"):
+                if f"[rank-0] {what} from rank 0" in line:
+                    seen[what] = time.monotonic()
+        run.wait(timeout=60)
+    finally:
+        run.kill()
+    out = "".join(lines)
+    assert run.returncode == 0, out
+    # printed while it ran: the program slept 2 s between the two lines
+    assert seen["second"] - seen["first"] > 1.5, (seen, out)
+    assert "from rank 1" not in out  # the default follows rank 0 alone
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
