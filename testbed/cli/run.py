@@ -163,10 +163,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from testbed.config.sweep import load_runs, parse_override
     from testbed.experiment.sweep import Experiment
+    from testbed.plan.check import check_file
 
     overrides = [parse_override(s) for s in args.set]
     if args.engine:
         overrides.append(("engine", args.engine))
+    checked = check_file(args.file, overrides)  # every problem before anything runs, at once
+    if checked.problems:
+        raise ScenarioError(checked.text())
     runs = load_runs(args.file, overrides)
     if args.emit_slurm_array:
         import sys

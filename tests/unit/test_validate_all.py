@@ -220,3 +220,17 @@ def test_json_of_a_good_scenario(tmp_path: Path, capsys) -> None:
         "points": 2,
         "repeat": 1,
     }
+
+
+def test_run_refuses_before_anything_runs(tmp_path: Path, capsys) -> None:
+    """`testbed run` checks what validate checks first: a typo in `where` is refused at once
+    (exit 2), not reported as a failed expectation after the whole sweep. (--emit-slurm-array
+    runs nothing either way: it stands for the sweep here.)"""
+    data = scenario(sweep={"wan[0].delay": ["10ms", "20ms"]})
+    data["expect"][0]["where"] = {"algoritm": "hierarchical"}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["run", str(path), "--emit-slurm-array"]) == 2
+    got = capsys.readouterr()
+    assert f"{path}: expect[0].where.algoritm: unknown key" in " ".join(got.err.split())
+    assert "#SBATCH" not in got.out
