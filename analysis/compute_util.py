@@ -1,9 +1,11 @@
 """Compute utilisation of emulated-compute training runs and the bandwidth a method needs for a
 given utilisation (Streaming DiLoCo's Table 4 shape). PURE (pandas only).
 
-* CU = compute time / wall time, summed over the **settled** steps: the first ``period`` steps
-  (the warm-up: connections, the first buckets) are dropped, then a whole number of periods is
-  kept (a DiLoCo run's CU depends on how many syncs fall in the window: count whole cycles);
+* CU = compute time / wall time, summed over the **settled** steps: the first
+  :data:`WARMUP_STEPS` (the connections' first windows) are dropped, then a whole number of sync
+  periods is kept (a DiLoCo run's CU depends on how many syncs fall in the window: count whole
+  cycles; a DiLoCo sync after H idle steps restarts TCP from its initial window anyway, so the
+  first sync is not colder than the later ones);
 * needed bandwidth for CU ≥ x: along a bandwidth sweep the lowest point at or above x and the
   highest below it bracket the answer, interpolated linearly in log bandwidth (the sweeps are
   log-spaced); both bracketing points are kept so a reader sees how far it was interpolated;
@@ -24,6 +26,8 @@ from analysis.model.diloco_wallclock import predicted_cu
 from analysis.model.topology import Topology
 from analysis.training import step_table
 
+WARMUP_STEPS = 5
+
 
 def sync_period(algorithm: str, inner_steps: int = 1, fragments: int = 1) -> int:
     """Steps between two identical points of the schedule: 1 for DDP, H for DiLoCo and for
@@ -31,11 +35,11 @@ def sync_period(algorithm: str, inner_steps: int = 1, fragments: int = 1) -> int
     return 1 if algorithm == "ddp" else max(1, inner_steps)
 
 
-def settled_steps(steps: Sequence[int], period: int) -> list[int]:
-    """The steps CU is measured over: after a warm-up of one period, whole periods only (all the
-    rest if less than one period remains)."""
+def settled_steps(steps: Sequence[int], period: int, warmup: int = WARMUP_STEPS) -> list[int]:
+    """The steps CU is measured over: after ``warmup`` steps, whole periods only (all the rest
+    if less than one period remains)."""
     ordered = sorted(steps)
-    rest = ordered[period:] if len(ordered) > period else ordered[1:] or ordered
+    rest = ordered[warmup:] if len(ordered) > warmup else ordered[1:] or ordered
     whole = len(rest) // period * period
     return rest[:whole] if whole else rest
 

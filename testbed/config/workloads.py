@@ -196,6 +196,12 @@ class TrainingWorkload(RankWorkloadModel):
         Metric("step_time_p50", "s", "median step time of the slowest rank"),
         Metric("step_time_p95", "s", "95th percentile step time"),
         Metric("compute_utilisation", "ratio", "compute time / step time"),
+        Metric(
+            "compute_utilisation_settled",
+            "ratio",
+            "emulated compute: compute / wall over the settled steps (whole sync periods)",
+        ),
+        Metric("cu_paper_model", "ratio", "the DiLoCo scaling-laws wall-clock model's CU"),
         Metric("comm_per_step", "s", "time blocked in communication per step"),
         Metric("comm_measured_over_predicted", "ratio", "comm per step / the α-β model's"),
     )

@@ -209,19 +209,16 @@ def test_predicted_cu_orders_the_methods() -> None:
 
 # -- compute utilisation and needed bandwidth ------------------------------------------------------
 def test_cu_counts_whole_periods_after_the_warmup() -> None:
-    assert settled_steps(list(range(25)), 10) == list(range(10, 20))
+    assert settled_steps(list(range(25)), 10) == list(range(5, 25))
+    assert settled_steps(list(range(25)), 10, warmup=10) == list(range(10, 20))
     assert settled_steps(list(range(5)), 10) == [1, 2, 3, 4]
-    # H = 4: three steps of 0.1 s, then one with a 0.3 s sync; the first period is slower
+    # H = 4: three steps of 0.1 s, then one with a 0.3 s sync; the first 5 steps are slower
     rows = [
-        {
-            "step": i,
-            "compute": 0.1,
-            "wall": 0.1 + (0.3 if i % 4 == 3 else 0) + (0.5 if i < 4 else 0),
-        }
-        for i in range(14)
+        {"step": i, "compute": 0.1, "wall": 0.1 + 0.3 * (i % 4 == 3) + 0.5 * (i < 5)}
+        for i in range(16)
     ]
-    cu = compute_utilisation(pd.DataFrame(rows), 4)
-    assert cu == pytest.approx(0.4 / 0.7)
+    cu = compute_utilisation(pd.DataFrame(rows), 4)  # steps 5..12: two syncs
+    assert cu == pytest.approx(0.8 / 1.4)
 
 
 def test_needed_bandwidth_interpolates_between_the_bracketing_points() -> None:
