@@ -109,7 +109,8 @@ def terms_display(terms: dict[str, Any], predicted: Any) -> tuple[dict[str, str]
         if _none(v):
             shown[name] = "-"
             continue
-        text = f"{float(v) * scale:{'+' if i else ''}.{decimals}f} {unit}"
+        value = round(float(v) * scale, decimals) + 0.0  # -0.0 reads as a cost taken off
+        text = f"{value:{'+' if i else ''}.{decimals}f} {unit}"
         shown[name] = _signed(text)
     total = "-" if _none(predicted) else _signed(f"{float(predicted) * scale:.{decimals}f} {unit}")
     return shown, total

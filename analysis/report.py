@@ -13,7 +13,7 @@ import base64
 import html
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -41,6 +41,7 @@ class Report:
     pngs: list[Path]
     sections: list[str]
     warnings: pd.DataFrame
+    headlines: list[Headline] = field(default_factory=list)
 
 
 def default_out(res: Results) -> Path:
@@ -97,6 +98,7 @@ def write_report(source: Results | str | Path | Iterable[str | Path], out: Path 
         pngs=[p for p, _ in pngs.values()],
         sections=[s.key for s in secs],
         warnings=csv["warnings"],
+        headlines=[h for s in secs for h in s.headlines],
     )
 
 
@@ -123,7 +125,7 @@ nav a { margin-right: 1em; white-space: nowrap; }
 table { border-collapse: collapse; font-size: 0.85em; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid var(--line); padding: 2px 6px; text-align: right;
          vertical-align: top; white-space: nowrap; }
-th { background: var(--head); position: sticky; top: 0; }
+th { background: var(--head); } th.text { text-align: left; }
 td.text { text-align: left; white-space: pre-wrap; max-width: 60em; }
 tbody tr:nth-child(even) { background: #fafafa; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }
@@ -138,7 +140,8 @@ TEXT_COLUMNS |= {"predicted outcome", "expectation", "detail", "runs"}
 
 def _html_table(df: pd.DataFrame) -> str:
     esc = html.escape
-    head = "".join(f"<th>{esc(str(c))}</th>" for c in df.columns)
+    text = ' class="text"'
+    head = "".join(f"<th{text if c in TEXT_COLUMNS else ''}>{esc(str(c))}</th>" for c in df.columns)
     rows = []
     for values in df.itertuples(index=False):
         cells = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.cli.console import make_console
@@ -71,6 +72,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = write_report(res, args.out)
     # Paths are printed unwrapped, so they can be copied from any terminal width.
     say: dict[str, Any] = {"highlight": False, "soft_wrap": True}
+    _print_headlines(report.headlines)
     out.print(f"report: {report.html}", **say)
     out.print(f"        {report.markdown}", **say)
     names = f" ({', '.join(p.stem for p in report.pngs)})" if report.pngs else ""
@@ -81,6 +83,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         text = ", ".join(f"{n} {k}" for k, n in counts.items())
         out.print(f"[yellow]warnings:[/] {text} (listed in the report)", **say)
     return 0
+
+
+def _print_headlines(headlines: list[Any]) -> None:
+    """The answer first: per scenario its question, the expectations' verdict with a line each,
+    and the main comparison (what the report's Overview opens with)."""
+    colour = {True: "green", False: "bold red", None: ""}
+    for h in headlines:
+        out.print(f"[bold]{escape(h.scenario)}[/]", highlight=False)
+        if h.question:
+            out.print(f"  question: {escape(h.question)}", highlight=False)
+        style = colour[h.ok]
+        verdict = escape(h.verdict)
+        out.print(f"  [{style}]{verdict}[/]" if style else f"  {verdict}", highlight=False)
+        for line in [*h.checks, *h.findings]:
+            out.print(f"    {escape(line)}", highlight=False)
 
 
 VERDICT_STYLE = {

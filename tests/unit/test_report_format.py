@@ -213,3 +213,31 @@ def test_bandwidth_against_rate_uses_one_unit_family():
         ax.get_xlabel() + " " + ax.get_ylabel() for ax in plot.figure.axes if ax.get_visible()
     }
     assert all("Mbit/s" in lb and "MB/s" not in lb for lb in labels), labels
+
+
+def test_the_report_verb_prints_the_answer_before_the_files(answered, tmp_path, capsys):
+    from testbed.cli import main
+
+    src = answered.out.parent
+    assert main(["report", str(src), "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "when does hierarchical pay off?" in out and "1 of 2 expectations failed" in out
+    assert "✗ busbw at least 100 MB/s: 2.735 MB/s >= 100 MB/s" in out
+    assert out.index("expectations failed") < out.index("report.html")
+
+
+def test_a_long_warnings_list_is_folded_behind_its_counts():
+    secs, _csv = sections(load(FIXTURES / "training"))  # 7 warnings
+    for sec in secs:
+        sec.plots = []
+    html = _html("training", secs, {}, [])
+    warnings = html[html.index('<section id="warnings">') :]
+    warnings = warnings[: warnings.index("</section>")]
+    assert "4 cpu-saturated; 3 link check" in warnings
+    assert "<details><summary>Show all 7 rows</summary>" in warnings
+    assert warnings.index("<details>") < warnings.index("<table>")
+
+
+def test_a_term_that_rounds_to_zero_is_not_negative():
+    shown, _total = terms_display({"model_alpha_beta": 1.0, "model_cwnd": -1e-6}, 1.0)
+    assert shown["model_cwnd"] == "+0.0 ms"

@@ -193,7 +193,8 @@ def test_longest_cluster_name_is_accepted() -> None:
 # --- bad scenarios: the exact message ---------------------------------------------------------
 
 ALLOWED_TOP = (
-    "name, description, clusters, wan, tcp, backend, engine, routing, placement, workload, "
+    "name, description, question, expected, clusters, wan, tcp, backend, engine, routing, "
+    "placement, workload, "
     "trace, faults, traffic, dilation, clock, sweep, repeat, expect"
 )
 ALLOWED_WAN = (
