@@ -18,8 +18,10 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # bgpd, bfdd): `routing: {mode: bgp}` runs its own instances in the gateway namespaces
 # (docs/multipath.md); its package's system service is not started by this script. stress-ng:
 # `make test-stress`'s background load beside the timing tests (scripts/test_stress.py).
+# chromium: the suite loads `testbed report`'s HTML in a headless browser (console errors,
+# images) and keeps a screenshot (tests/live/test_report_browser.py).
 PACKAGES=(iproute2 iptables tcpdump qemu-system-x86 kmod zstd python3 python3-venv
-          iputils-ping iperf3 mininet net-tools bridge-utils fping irtt frr stress-ng)
+          iputils-ping iperf3 mininet net-tools bridge-utils fping irtt frr stress-ng chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
