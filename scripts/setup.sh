@@ -78,7 +78,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&
          .venv/bin/python -m pip install -q "${torch_index[@]}" torch==2.13.0 &&
-         .venv/bin/python -m pip install -q -e '.[ranks,dev,mininet,ray]'; } >"$log" 2>&1; then
+         .venv/bin/python -m pip install -q -e '.[ranks,dev,mininet,ray,examples]'; } >"$log" 2>&1; then
     cat "$log" >&2
     echo "setup: pip install failed (log above, also in $log)" >&2
     exit 1

@@ -161,3 +161,65 @@ def test_comms_benchmark_example_runs_unchanged_and_agrees_with_the_link(
     for direction in ("east->west", "west->east"):
         moved = wan_moved(res, direction)
         assert payload <= moved <= payload * 1.10 + (1 << 20), (direction, moved, payload)
+
+
+# torchft on CPU: two replica groups (a torchrun each, east and west), the lighthouse a service;
+# the partition cuts west off at east's step 60 (clock: workload: east's metric lines' steps).
+# The groups must have started training together by then, after two torch imports per host,
+# which a saturated host stretches: hence the timing marker.
+@pytest.mark.timing
+@pytest.mark.timeout(300)
+def test_torchft_diloco_example_keeps_the_healthy_group_training_through_a_partition(
+    root, tmp_path: Path, capsys
+) -> None:
+    pytest.importorskip("torchft", reason="the `examples` extra (scripts/setup.sh installs it)")
+    import pandas as pd
+
+    name = "torchft-diloco"
+    scenario = EXAMPLES / name / "scenario.yaml"
+    env = yaml.safe_load(scenario.read_text())["workload"]["env"]
+    outer_steps, sync_every = int(env["OUTER_STEPS"]), 10  # train_diloco.py's SYNC_EVERY
+    out = tmp_path / "results"
+    run_name = f"{RUN_TAG}-{name}"[:32]
+    args = ["run", str(scenario), "--set", f"name={run_name}", "--out", str(out)]
+    code = main([*args, "--selfcheck", "0.3"])
+    printed = capsys.readouterr().out
+    # the partitioned group's worker gives up (torchft's quorum timeout) and torchrun, without
+    # restarts, with it: the run fails naming it; the healthy group finishes
+    assert code == 1, printed
+    (results,) = out.iterdir()
+    manifest = json.loads((results / "manifest.json").read_text())
+    ((run_id, run),) = manifest["runs"].items()
+    assert run["reason"].startswith("host west-h0 exited with code 1: "), run["reason"]
+    codes = {p["process"]: p["exit_code"] for p in run["processes"]}
+    assert codes == {"host east-h0": 0, "host west-h0": 1}
+    (lighthouse,) = run["services"]
+    assert lighthouse["service"] == "lighthouse" and lighthouse["stopped"]
+    run_dir = results / "runs" / run_id
+    west_log = (run_dir / "host-west-h0.log").read_text()
+    assert 'TimeoutError: status: Cancelled, message: "Timeout expired"' in west_log
+
+    res = analysis.load(results)
+    events = res.events
+    assert set(events["status"]) == {"applied"}, events
+    applied = dict(zip(events["action"], events["applied_unix"], strict=True))
+    begin, end = float(applied["blackhole"]), float(applied["unblackhole"])
+    lines = res.metrics[res.metrics["metric"] == "inner_step_s"]
+    fields = pd.DataFrame([json.loads(f) for f in lines["fields"]], index=lines.index)
+    lines = pd.concat([lines[["time"]], fields], axis=1).sort_values("time")
+    east, west = (lines[lines["replica_group"] == g] for g in (0, 1))
+    # both trained together before the partition (each outer step synced between the two)
+    assert (east[east["time"] < begin]["participants"] == 2).any()
+    assert (west[west["time"] < begin]["participants"] == 2).any()
+    # east kept training through it, alone: every step, and outer steps while west was cut off
+    assert list(east["step"]) == list(range(1, outer_steps * sync_every + 1))
+    during = east[(east["time"] >= begin) & (east["time"] <= end)]
+    assert not during.empty and (during["participants"] == 1).any()
+    assert east["outer_step"].iloc[-1] == outer_steps
+    assert (east[east["time"] > end]["participants"] == 1).all()
+    # East's longest pause after the partition began: it waits for west at most torchft's own
+    # timeout (the Manager's and the quorum's, 5 s in train_diloco.py), not for the partition.
+    after = east[east["time"] >= begin]["time"]
+    assert after.diff().max() < 5.0, after.diff().max()
+    # west trained no more once cut off (its quorum timed out)
+    assert (west["time"] <= end).all()

@@ -131,12 +131,20 @@ def test_testbed_run_refuses_a_missing_file_before_it_makes_anything(tmp_path: P
     assert not out.exists()
 
 
-def test_wan_changes_need_the_wall_clock(tmp_path: Path) -> None:
-    """A user's program announces no iterations: ``clock: workload`` would never start them."""
+def test_wan_changes_on_the_workload_clock_need_metric_lines(tmp_path: Path) -> None:
+    """``clock: workload`` starts them at rank 0's first metric line with a step: without
+    metric lines (``metrics: none``) nothing would ever start them."""
     faults = [{"kind": "blackhole", "link": "east-west", "at": "2s", "duration": "1s"}]
-    for more, wanted in (({"faults": faults}, "clock: 'workload' starts"), ({}, None)):
+    for more, wanted in (
+        ({"faults": faults}, None),
+        ({"faults": faults, "workload": {"metrics": "none"}}, "clock: 'workload' starts"),
+        ({"workload": {"metrics": "none"}}, None),
+    ):
         path = tmp_path / "s.yaml"
-        path.write_text(yaml.safe_dump({**command(), **more}))
+        data = command(**more.get("workload", {}))
+        path.write_text(
+            yaml.safe_dump({**data, **{k: v for k, v in more.items() if k != "workload"}})
+        )
         runs = load_runs(str(path))
         try:
             KINDS["command"].check(runs[0].scenario, tmp_path, str(path))
@@ -144,8 +152,40 @@ def test_wan_changes_need_the_wall_clock(tmp_path: Path) -> None:
             assert wanted is not None and f"{path}: {wanted}" in str(exc)
         else:
             assert wanted is None
-    path.write_text(yaml.safe_dump({**command(), "faults": faults, "clock": "wall"}))
+    data = {**command(metrics="none"), "faults": faults, "clock": "wall"}
+    path.write_text(yaml.safe_dump(data))
     KINDS["command"].check(load_runs(str(path))[0].scenario, tmp_path, str(path))
+
+
+def test_rank_0s_metric_lines_with_a_step_are_the_runs_clock(tmp_path: Path) -> None:
+    """Each line with an integer ``step`` announces that step to the clock (traffic.announce's
+    socket, read here by the run's OriginClock); other lines and other steps' types do not."""
+    from testbed.experiment.clock import OriginClock
+    from testbed.experiment.workloads.command import _appender, announced_step
+    from traffic.announce import Announcer
+
+    labels = {"process": "rank 0", "rank": 0, "host": "east-h0"}
+    assert announced_step(metric_row(b'{"metric": "m", "step": 4}', 0.0, labels) or {}) == 4
+    for line in (
+        b'{"metric": "m"}',
+        b'{"metric": "m", "step": true}',
+        b'{"metric": "m", "step": 1.5}',
+    ):
+        row = metric_row(line, 0.0, labels)
+        assert row is not None and announced_step(row) is None
+    with OriginClock(from_iterations=True) as clock:
+        each = _appender(tmp_path / "rank-0.jsonl", labels, Announcer(clock.path))
+        each(b"text\n", 1.0)
+        each(b'{"metric": "loss", "value": 1}\n', 1.0)
+        assert clock.wait_origin(timeout=0.3) is None
+        before = time.time()
+        each(b'{"metric": "loss", "value": 1, "step": 1}\n', 1.0)
+        each(b'{"metric": "loss", "value": 1, "step": 2}\n', 1.0)
+        origin = clock.wait_origin(timeout=5)
+        assert origin is not None and origin.unix >= before
+        second = clock.wait_iteration(2, timeout=5)
+        assert second is not None and second.unix >= origin.unix
+    assert len((tmp_path / "rank-0.jsonl").read_text().splitlines()) == 3
 
 
 # -- services ---------------------------------------------------------------------------------

@@ -9,8 +9,11 @@ interface for gloo, NCCL and TensorPipe, and the scenario's ``env``; it runs thr
 and stderr go to ``rank-R.log`` or ``host-H.log``; with ``metrics: json-lines``, stdout lines
 that are JSON objects with a ``metric`` key also become rows of metrics.parquet. ``timeout`` is
 the whole workload's deadline; ``on_failure: stop-all`` stops the rest at the first non-zero
-exit (torchrun's rule), ``wait`` lets them finish. The summary: a row per process (exit code,
-duration) and a row per metric (p50).
+exit (torchrun's rule), ``wait`` lets them finish. Rank 0's (node 0's) metric lines with an
+integer ``step`` are the run's clock (``clock: workload``: its announcements, traffic.announce).
+The workload's services (:class:`Services`) start first, each ready before the next, and stop
+when the workload ends. The summary: a row per process (exit code, duration) and a row per
+metric (p50).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from testbed.live.processes import rank_env
 from testbed.live.protocol import HostProcess, LiveNetwork
 from testbed.plan.model import Host, NetworkPlan
 from testbed.plan.ranks import RankSlot
+from traffic.announce import SPEC_KEY, Announcer
 
 TRAMPOLINE = "traffic.host_exec"
 # what a per-host process must not inherit: torchrun's agent gives each worker its own
@@ -199,12 +203,26 @@ def metric_row(line: bytes, seen: float, labels: dict[str, Any]) -> dict[str, An
     }
 
 
-def _appender(path: Path, labels: dict[str, Any]) -> Callable[[bytes, float], None]:
+def announced_step(row: dict[str, Any]) -> int | None:
+    """The step a metric row announces to the run's clock: its integer ``step`` (None: none)."""
+    step = json.loads(row["fields"]).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _appender(
+    path: Path, labels: dict[str, Any], announcer: Announcer | None = None
+) -> Callable[[bytes, float], None]:
+    """Each metric line's row appended to ``path``; with ``announcer`` (rank 0's or node 0's
+    lines), a row with an integer ``step`` K also announces iteration K to the run's clock."""
+
     def each(line: bytes, seen: float) -> None:
         row = metric_row(line, seen, labels)
         if row is not None:
             with open(path, "a") as out:
                 out.write(json.dumps(row) + "\n")
+            step = announced_step(row) if announcer is not None else None
+            if announcer is not None and step is not None:
+                announcer.start(step)
 
     return each
 
@@ -453,11 +471,11 @@ class Command(WorkloadKind):
             or scenario.traffic
             or any(link.schedule or link.trace for link in scenario.wan)
         )
-        if changes and scenario.clock == "workload":
+        if changes and scenario.clock == "workload" and scenario.workload.metrics_format == "none":
             problems.append(
-                ("clock", "'workload' starts the WAN changes and traffic at the ranks' first "
-                 "announced iteration, which a user's program does not announce; write "
-                 "clock: wall")
+                ("clock", "'workload' starts the WAN changes and traffic at rank 0's first "
+                 "metric line with a step, and metrics: none reads no line; write clock: wall "
+                 "or metrics: json-lines")
             )  # fmt: skip
         hosts = [f"{c}-h{i}" for c, cl in scenario.clusters.items() for i in range(cl.hosts)]
         problems += unknown_service_hosts(scenario.workload, hosts)
@@ -511,8 +529,10 @@ class Command(WorkloadKind):
                 trampoline += ["--hosts", str(hosts), "--cwd", str(cwd), "--"]
                 rows = run / f"{Path(slot.log).stem}.jsonl"
                 rows.unlink(missing_ok=True)
+                # rank 0's (node 0's) steps are the run's clock (clock: workload)
+                announcer = Announcer(spec.workload.get(SPEC_KEY)) if slot.key == 0 else None
                 each = (
-                    _appender(rows, {**slot.labels, "cluster": slot.cluster})
+                    _appender(rows, {**slot.labels, "cluster": slot.cluster}, announcer)
                     if workload.metrics_format == "json-lines"
                     else None
                 )
