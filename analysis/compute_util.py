@@ -175,3 +175,45 @@ def emulated_summary(rows: pd.DataFrame, workload: dict[str, Any], topo: Topolog
         ),
     }
     return out
+
+
+# Streaming DiLoCo's Table 4 (arXiv 2501.18512), 1B, 0.1 s steps: Gbit/s needed at CU
+# 50/80/90/95/99%, the paper's simulation
+PAPER_TABLE4_1B = {
+    "DP": (86.8, 152.6, 184.2, 222.3, 569.0),
+    "DiLoCo": (1.4, 6.2, 13.3, 23.3, 86.8),
+    "Streaming": (1.4, 5.2, 9.1, 16.0, 28.1),
+    "+ overlap": (1.4, 4.3, 6.2, 9.1, 11.0),
+    "+ overlap FP4": (0.4, 0.9, 1.7, 2.0, 3.0),
+}
+TABLE4_TARGETS = (0.5, 0.8, 0.9, 0.95, 0.99)
+
+
+def method_label(row: dict[str, Any]) -> str:
+    """Table 4's row name of a summary row (its ``workload.*`` sweep columns and algorithm)."""
+    algorithm = row.get("algorithm") or row.get("workload.algorithm")
+    if algorithm == "ddp":
+        return "DP"
+    if algorithm == "diloco":
+        return "DiLoCo"
+    tau = int(row.get("workload.streaming.overlap_steps") or 0)
+    if tau == 0:
+        return "Streaming"
+    return "+ overlap FP4" if row.get("workload.diloco.dtype") == "fp4" else "+ overlap"
+
+
+def table4_points(summaries: Sequence[dict[str, Any]], goodput_factor: float) -> pd.DataFrame:
+    """(method, real link rate in Gbit/s, settled CU) of emulated runs: the rate is the WAN
+    goodput in real units over the plan's goodput factor (payload per wire byte)."""
+    rows = [
+        {
+            "method": method_label(s),
+            "bandwidth": s["wan_goodput_real_bps"] / goodput_factor / 1e9,
+            "compute_utilisation": s["compute_utilisation_settled"],
+            "cu_paper_model": s.get("cu_paper_model"),
+            "scale": s.get("scale"),
+        }
+        for s in summaries
+        if s.get("compute") == "emulated" and s.get("wan_goodput_real_bps")
+    ]
+    return pd.DataFrame(rows)

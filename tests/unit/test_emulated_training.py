@@ -276,3 +276,31 @@ def test_an_emulated_summary_keeps_both_units_and_the_paper_model() -> None:
     assert out["wan_goodput_real_bps"] == pytest.approx(153e9)
     # one 2-rank ring all-reduce of 16 Mbit at 153 Mbit/s plus two one-way delays
     assert out["cu_paper_model"] == pytest.approx(0.1 / (0.1 + 16e6 / 153e6 + 2e-3))
+
+
+def test_table4_points_name_the_methods_in_real_gbits() -> None:
+    from analysis.compute_util import PAPER_TABLE4_1B, table4_points
+
+    base = {"compute": "emulated", "compute_utilisation_settled": 0.9, "scale": 0.01}
+    rows = [
+        {**base, "algorithm": "ddp", "wan_goodput_real_bps": 95e9, "scale": 0.001},
+        {**base, "algorithm": "diloco", "wan_goodput_real_bps": 9.5e9},
+        {**base, "algorithm": "streaming-diloco", "wan_goodput_real_bps": 9.5e9},
+        {
+            **base,
+            "algorithm": "streaming-diloco",
+            "workload.streaming.overlap_steps": 2,
+            "wan_goodput_real_bps": 9.5e9,
+        },
+        {
+            **base,
+            "algorithm": "streaming-diloco",
+            "workload.streaming.overlap_steps": 2,
+            "workload.diloco.dtype": "fp4",
+            "wan_goodput_real_bps": 0.95e9,
+        },
+        {"compute": "real", "algorithm": "ddp"},
+    ]
+    pts = table4_points(rows, 0.95)
+    assert pts["method"].tolist() == list(PAPER_TABLE4_1B)
+    assert pts["bandwidth"].tolist() == pytest.approx([100, 10, 10, 10, 1])
