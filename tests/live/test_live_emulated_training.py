@@ -33,7 +33,7 @@ def emulated_scenario(name: str, rate: str, **workload) -> dict:
 def test_ddp_at_scale_moves_the_scaled_gradient_and_its_cu_follows_the_paper_model(root, tmp_path):
     # 1B bf16 gradients at 1/1000: 2 MB per step; a 2-rank ring sends it once each way:
     # at 160 Mbit/s (153 Mbit/s of goodput) 0.105 s against 0.1 s of compute: CU about 0.5.
-    # One bucket (the paper model's one all-reduce per step; the real 48 buckets of 42 KB each
+    # One bucket (the paper model's one all-reduce per step; the real 48 buckets of 28-56 KB
     # pay gloo's round trips 48 times, which the model's single ε does not count)
     ddp = {"overlap": False, "bucket": "4GiB"}
     data = emulated_scenario("ddp", "160mbit", algorithm="ddp", steps=20, ddp=ddp)
