@@ -170,6 +170,26 @@ def test_a_service_that_never_gets_ready_ends_the_run_naming_it(
     assert not list((results / "runs" / run_id).glob("rank-*.log"))
 
 
+def test_a_service_that_fails_while_the_workload_runs_fails_the_run(
+    root, tmp_path: Path, capsys
+) -> None:
+    crash = "import time; print('up', flush=True); time.sleep(1); print('lost it'); exit(3)"
+    services = [{"name": "store", "host": "west-h0", "argv": ["python", "-c", crash],
+                 "ready": {"log": "^up$"}}]  # fmt: skip
+    workload = {"argv": ["python", "-c", "import time; time.sleep(3)"], "services": services}
+    path = write(tmp_path, command_scenario("svccrash", workload))
+    assert run(tmp_path, path) == 1
+    capsys.readouterr()
+    _, _, entry = the_run(tmp_path)
+    # the workload itself finished well; the service's failure is the run's
+    assert all(p["exit_code"] == 0 for p in entry["processes"])
+    assert entry["reason"] == (
+        "service store (west-h0) exited with code 3 while the workload ran: up | lost it"
+    )
+    (row,) = entry["services"]
+    assert (row["exit_code"], row["stopped"]) == (3, False)
+
+
 def test_an_unknown_service_host_is_a_scenario_error(root, tmp_path: Path, capsys) -> None:
     services = [{"name": "s", "host": "north-h0", "argv": ["python", "-c", "pass"],
                  "ready": {"port": 1}}]  # fmt: skip
