@@ -39,6 +39,8 @@ _DELETE = object()
 _ROUNDS = 6
 # how messages count the entries of a list field
 _ENTRY = {"wan": "WAN link", "faults": "fault", "traffic": "flow", "expect": "expectation"}
+# summary columns beside the metrics and SUMMARY_KEYS (analysis.run_summary; and model_<term>)
+_MORE_COLUMNS = ("run_id", "repeat", "kind", "cpu_saturated", "model_inputs", "wan_retransmits")
 _LINE = re.compile(r"^(?P<field>[^\s:]+(?: \S+)?): (?P<message>.*)$")
 
 
@@ -378,25 +380,35 @@ def expectation_problems(
     out: list[tuple[str, str]] = []
     resolved = [sc.model_dump(mode="json") for _, sc in points]
     rows = [_rows(sc) for _, sc in points]
+    known_rows = all(r is not None for r in rows)
     leaves = list(dict.fromkeys(p for r in resolved for p in _leaf_paths(r)))
-    columns = (*SUMMARY_KEYS, *known_metrics(), "run_id", "repeat", "kind")
+    columns = [*SUMMARY_KEYS, *known_metrics(), *_MORE_COLUMNS]
     for i, exp in enumerate(expectations):
         out += _metric_problems(i, exp, points[0][1])
         bad_keys = False
+        unknowable = False  # a condition on a column only the run's rows have
         for part in ("where", "compare_to", "when"):
             for key, wanted in (getattr(exp, part) or {}).items():
                 where = f"expect[{i}].{part}.{key}"
-                if key not in columns and all(
-                    get_path(r, key, MISSING) is MISSING for r in resolved
+                in_scenario = any(get_path(r, key, MISSING) is not MISSING for r in resolved)
+                if (key in SUMMARY_KEYS and known_rows) or (
+                    in_scenario and key not in SUMMARY_KEYS
                 ):
-                    bad_keys = True
-                    out.append((where, _unknown_key(key, [*SUMMARY_KEYS, *sweep_paths, *leaves])))
+                    missing = _unmet(part, key, wanted, rows, resolved)
+                    if missing is not None:
+                        bad_keys = True
+                        out.append((where, missing))
                     continue
-                missing = _unmet(part, key, wanted, rows, resolved)
-                if missing is not None:
+                unknowable = True
+                # a field path must be the scenario's; a bare name a column of the rows (the
+                # collectives' and training's are known; another kind's, only a near miss)
+                near = close_names(key, [*columns, *sweep_paths, *leaves])
+                path_like = "." in key or "[" in key
+                column = key in columns or key.startswith("model_")
+                if not column and (path_like or near or known_rows):
                     bad_keys = True
-                    out.append((where, missing))
-        if not bad_keys:
+                    out.append((where, _unknown_key(key, [*columns, *sweep_paths, *leaves])))
+        if not bad_keys and not unknowable:
             out += _combined(i, exp, points)
     return out
 

@@ -15,6 +15,8 @@ import yaml
 
 from testbed.cli import main
 
+REPO = Path(__file__).resolve().parents[2]
+
 BASE: dict[str, Any] = {
     "name": "v",
     "clusters": {"east": {"hosts": 2}, "west": {"hosts": 2}},
@@ -234,3 +236,33 @@ def test_run_refuses_before_anything_runs(tmp_path: Path, capsys) -> None:
     got = capsys.readouterr()
     assert f"{path}: expect[0].where.algoritm: unknown key" in " ".join(got.err.split())
     assert "#SBATCH" not in got.out
+
+
+SCENARIOS = sorted(
+    [
+        *(REPO / "scenarios").glob("*.yaml"),
+        *(REPO / "examples").glob("*/scenario.yaml"),
+        *(REPO / "tests" / "fixtures" / "scenarios").glob("*.yaml"),
+    ]
+)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_every_scenario_of_the_project_is_ok(path: Path, capsys) -> None:
+    """`testbed run` refuses what validate finds: a false alarm would refuse a good run."""
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_another_kinds_columns_are_not_taken_for_typos(tmp_path: Path, capsys) -> None:
+    data = scenario(
+        workload={"kind": "command", "argv": ["true"]},
+        expect=[
+            {"where": {"process": "rank 0"}, "metric": "exit_code", "relation": "==", "value": 0},
+            {"where": {"metric_name": "step"}, "metric": "p50", "relation": "<", "value": 1},
+        ],
+    )
+    code, text, _ = validate(tmp_path, data, capsys)
+    assert code == 0, text
+    data["expect"][0]["where"] = {"wan[0].dealy": "20ms"}  # a field path must still exist
+    code, text, path = validate(tmp_path, data, capsys)
+    assert code == 2 and f"{path}: expect[0].where.wan[0].dealy: unknown key" in text
