@@ -125,8 +125,9 @@ nav a { margin-right: 1em; white-space: nowrap; }
 table { border-collapse: collapse; font-size: 0.85em; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid var(--line); padding: 2px 6px; text-align: right;
          vertical-align: top; white-space: nowrap; }
-th { background: var(--head); } th.text { text-align: left; }
-td.text { text-align: left; white-space: pre-wrap; max-width: 60em; }
+th { background: var(--head); } th.text, th.name { text-align: left; }
+td.text { text-align: left; white-space: pre-wrap; min-width: 8em; max-width: 40em; }
+td.name { text-align: left; }
 tbody tr:nth-child(even) { background: #fafafa; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }
 dt { font-weight: bold; } dd { margin: 0; }
@@ -134,23 +135,33 @@ details > summary { cursor: pointer; color: var(--muted); }
 figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: var(--muted); max-width: 60em; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; }
 """
-TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "kind", "run_id", "verdict"}
+# prose: left-aligned and wrapped; names: left-aligned on one line; the rest (numbers) right
+TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "verdict", "status"}
 TEXT_COLUMNS |= {"predicted outcome", "expectation", "detail", "runs"}
+NAME_COLUMNS = {"run_id", "kind", "direction", "link", "backend", "queue", "collective"}
+NAME_COLUMNS |= {"algorithm", "cc", "results", "metric"}
 
 
 def _html_table(df: pd.DataFrame) -> str:
     esc = html.escape
-    text = ' class="text"'
-    head = "".join(f"<th{text if c in TEXT_COLUMNS else ''}>{esc(str(c))}</th>" for c in df.columns)
+    classes = [_column_class(str(c)) for c in df.columns]
+    head = "".join(
+        f"<th{cls}>{esc(str(c))}</th>" for c, cls in zip(df.columns, classes, strict=True)
+    )
     rows = []
     for values in df.itertuples(index=False):
         cells = []
-        for col, v in zip(df.columns, values, strict=True):
-            cls = ' class="text"' if col in TEXT_COLUMNS else ""
+        for cls, v in zip(classes, values, strict=True):
             cells.append(f"<td{cls}>{esc('' if pd.isna(v) else str(v))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     return f'<div class="scroll">{table}</div>'
+
+
+def _column_class(column: str) -> str:
+    if column in TEXT_COLUMNS:
+        return ' class="text"'
+    return ' class="name"' if column in NAME_COLUMNS else ""
 
 
 def _png_width(data: bytes) -> int:
