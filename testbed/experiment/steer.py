@@ -17,6 +17,7 @@ import dataclasses
 import json
 import shlex
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -516,12 +517,28 @@ def note_in_force(steering: Steering, started: list[Event], ended: list[Event]) 
         state.in_force += [event_dict(e) for e in started]
 
 
+def events_during(tb: Network, start: float, end: float, path: Path) -> int:
+    """Copy the event log's rows applied between ``start`` and ``end`` (unix s) to ``path``;
+    how many (no file when none)."""
+    assert tb.record is not None
+    try:
+        lines = (tb.record.state_dir / EVENT_LOG).read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    kept = [x for x in lines if start <= (json.loads(x).get("applied_unix") or 0) <= end]
+    if kept:
+        path.write_text("\n".join(kept) + "\n")
+    return len(kept)
+
+
 # -- a command on the live testbed ---------------------------------------------------------------
 def launch(tb: Network, workload: Any, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
     """The command kind's launcher on the live testbed ``tb``: ``workload`` (a CommandWorkload,
-    ``cwd`` relative to the current directory) on its ranks or hosts, logs in ``run_dir``. The
+    ``cwd`` relative to the current directory) on its ranks or hosts, logs in ``run_dir``, with
+    the testbed's events applied while it ran (``events.jsonl``, when there were any). The
     problems that failed it (the first failure first, as the run's status names them; empty:
     every process exited 0) and the kind's run info (a row per process)."""
+    started = time.time()
     from testbed.experiment.session import RankSession, rank_detail, read_rank_rows
     from testbed.experiment.workloads.command import KIND
     from testbed.plan.ranks import place_ranks
@@ -534,8 +551,11 @@ def launch(tb: Network, workload: Any, run_dir: Path) -> tuple[list[str], dict[s
         tb, ranks, run_dir, KIND.rank_module, workload.timeout, KIND.spec_keys(workload),
         processes=described,
     )  # fmt: skip
-    problems = session.run(KIND.deadlines(workload))
-    problems += KIND.problems(session, workload)
+    try:
+        problems = session.run(KIND.deadlines(workload))
+        problems += KIND.problems(session, workload)
+    finally:
+        events_during(tb, started, time.time(), run_dir / EVENT_LOG)
     rows, _ = read_rank_rows(run_dir)
     details = [
         p + (f": {rank_detail(run_dir, p, rows)}" if p.startswith("rank ") else "")

@@ -95,12 +95,14 @@ def test_link_set_delay_changes_ping_rtt_and_is_logged(live: str) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     again = rtts(live)
     assert near(again, 2 * DELAY), again
-    rows = [row for row in event_log(live) if row["action"] == "set"]
-    assert [row["status"] for row in rows] == ["applied"] * len(rows)
-    assert {row["command"] for row in rows} >= {
+    commands = [
         f"testbed link {live} east-west set delay=40ms",
+        f"testbed link {live} east-west set delay=5ms --direction 'east->west'",
         f"testbed link {live} east-west restore",
-    }
+    ]
+    rows = [row for row in event_log(live) if row["command"] in commands]
+    assert [row["status"] for row in rows] == ["applied"] * len(rows)
+    assert {row["command"] for row in rows} == set(commands)
     west = [row["delay_s"] for row in rows if row["direction"] == "east->west"]
     assert west == pytest.approx([0.040, 0.005, DELAY]), west
 
@@ -204,6 +206,34 @@ def test_launch_two_ranks_logs_and_failure(live: str, tmp_path: Path) -> None:
     failed = cli("launch", live, *args, "--", "python", "probe.py", "{host}", "3", timeout=120)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "rank 1 (west-h0) exited with code 3" in failed.stdout
+
+
+def test_launch_keeps_the_events_applied_while_it_ran(live: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"  # the program runs until the change was applied
+    (tmp_path / "wait.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+    )
+    args = ["--out", str(tmp_path / "runs"), "--cwd", str(tmp_path), "--follow", "none"]
+    running = subprocess.Popen(
+        [*CLI, "launch", live, *args, "--", "python", "wait.py"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert running.stdout is not None
+        logs = re.search(r"logs: (\S+)", running.stdout.readline())
+        assert logs
+        r = cli("link", live, "east-west", "set", "rate=50mbit")
+        assert r.returncode == 0, r.stdout + r.stderr
+        go.touch()
+        rest, _ = running.communicate(timeout=60)
+    finally:
+        running.kill()
+        cli("link", live, "east-west", "set", "rate=100mbit")
+    assert running.returncode == 0, rest
+    rows = [json.loads(x) for x in (Path(logs[1]) / "events.jsonl").read_text().splitlines()]
+    assert {(row["command"], row["rate_bps"]) for row in rows} == {
+        (f"testbed link {live} east-west set rate=50mbit", 50_000_000)
+    }
 
 
 SLOW = textwrap.dedent(
