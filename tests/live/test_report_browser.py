@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import cast
 
 import pytest
 from PIL import Image
@@ -114,5 +115,5 @@ def test_the_report_loads_in_a_browser_without_errors(
     assert run.returncode == 0 and shot.is_file(), run.stderr[-2000:]
     with Image.open(shot) as img:
         assert img.size == WINDOW
-        low, high = img.convert("L").getextrema()
+        low, high = cast(tuple[int, int], img.convert("L").getextrema())
         assert high - low > 100  # text on a background, not a blank page
