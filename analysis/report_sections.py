@@ -631,6 +631,34 @@ def _training_lines(res: Results, source: str) -> list[str]:
     return lines
 
 
+def _congestion_lines(res: Results, source: str) -> list[str]:
+    """Goodput per sender (and marking profile, where it varies) at the sweep's mildest and
+    harshest network (least and most loss, then RTT), at the largest size."""
+    if not T.is_congestion_sweep(res):
+        return []
+    c = T.congestion_table(res)
+    c = c[(c["results"] == source) & c["goodput_bps"].notna()] if not c.empty else c
+    if c.empty or (c["congestion"].nunique() < 2 and c["aqm_profile"].nunique() < 2):
+        return []
+    c = c[c["size"] == c["size"].max()]
+    by = ["congestion"] + (["aqm_profile"] if c["aqm_profile"].nunique() > 1 else [])
+    lines = []
+    points = c[["wan_loss", "rtt_s"]].drop_duplicates().sort_values(["wan_loss", "rtt_s"])
+    for loss, rtt in dict.fromkeys([tuple(points.iloc[0]), tuple(points.iloc[-1])]):
+        at = c[(c["wan_loss"] == loss) & (c["rtt_s"] == rtt)]
+        goodput = at.groupby(by)["goodput_bps"].median().sort_values(ascending=False)
+        senders = ", ".join(
+            f"{' '.join(map(str, k)) if isinstance(k, tuple) else k} {format_value('_bps', v)}"
+            for k, v in goodput.items()
+        )
+        lines.append(
+            f"at loss {format_value('wan_loss', loss)}, RTT {format_value('rtt', rtt)} "
+            f"({at['collective'].iloc[0]}, {format_value('size', at['size'].iloc[0])}), "
+            f"goodput (busbw × 8): {senders}"
+        )
+    return lines
+
+
 def _health_lines(res: Results, source: str) -> list[str]:
     runs = res.runs[res.runs["results"] == source]
     lines = []
@@ -665,13 +693,15 @@ def _limit(lines: list[str], what: str) -> list[str]:
 def headlines(res: Results) -> list[Headline]:
     """A :class:`Headline` per results directory: what its scenario asked, the verdict of its
     expectations, the main comparison (hierarchical vs flat at the largest size; each training
-    algorithm vs DDP) and what the numbers rest on."""
+    algorithm vs DDP; each sender's goodput at a congestion sweep's mildest and harshest point)
+    and what the numbers rest on."""
     out = []
     for source, manifest in res.manifests.items():
         scenario = manifest.get("scenario") or {}
         verdict, ok, checks = _verdict(manifest.get("expectations") or [], _expect_specs(manifest))
         findings = _limit(_speedup_lines(res, source), "Flat vs hierarchical")
         findings += _limit(_training_lines(res, source), "Training")
+        findings += _congestion_lines(res, source)
         findings += _health_lines(res, source)
         name = str(scenario.get("name") or source)
         out.append(

@@ -241,3 +241,14 @@ def test_a_long_warnings_list_is_folded_behind_its_counts():
 def test_a_term_that_rounds_to_zero_is_not_negative():
     shown, _total = terms_display({"model_alpha_beta": 1.0, "model_cwnd": -1e-6}, 1.0)
     assert shown["model_cwnd"] == "+0.0 ms"
+
+
+def test_a_congestion_sweep_headline_compares_the_senders_goodput():
+    from analysis.report_sections import headlines
+
+    (head,) = headlines(load(FIXTURES / "congestion"))
+    lines = [f for f in head.findings if "goodput" in f]
+    assert len(lines) == 2, head.findings  # the mildest and the harshest point
+    assert lines[0].startswith("at loss 0%") and lines[1].startswith("at loss 1%")
+    for line in lines:
+        assert "reno" in line and "bbr" in line and "Mbit/s" in line
