@@ -243,13 +243,13 @@ def test_a_service_on_an_unknown_host_or_missing_is_refused_before_any_network(
     KINDS["command"].check(load_runs(str(path))[0].scenario, tmp_path, str(path))
 
 
-def test_a_service_gets_the_hosts_variables_and_placeholders_but_no_rank(tmp_path: Path) -> None:
+def test_a_service_gets_its_hosts_variables_placeholders_and_env_not_a_rank(tmp_path: Path) -> None:
     argv = ["serve", "{host}", "{cluster}", "{host_addr}", "{master_addr}:{master_port}",
             "{world_size}", "{nnodes}", "{nproc_per_node}", "{run_dir}"]  # fmt: skip
     w, plan, ranks = plan_and_ranks(
         ranks_per_host=2,
-        env={"A": "workload's"},
-        services=[service(host="west-h1", argv=argv, env={"TOKEN": "{host}-t"})],
+        env={"A": "workload's on {host}", "B": "rank {rank}", "C": "node {node_rank}", "T": "w"},
+        services=[service(host="west-h1", argv=argv, env={"TOKEN": "{host}-t", "T": "s"})],
     )
     host = next(h for h in plan.hosts if h.name == "west-h1")
     got, env = service_launch(w, w.services[0], host, ranks, "10.0.0.1", 29500, tmp_path)
@@ -260,6 +260,8 @@ def test_a_service_gets_the_hosts_variables_and_placeholders_but_no_rank(tmp_pat
         "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "8",
         "GLOO_SOCKET_IFNAME": host.ifname, "NCCL_SOCKET_IFNAME": host.ifname,
         "TP_SOCKET_IFNAME": host.ifname, "TOKEN": "west-h1-t",
+        # the workload's env, but what names a rank's or a node's placeholder; its own wins
+        "A": "workload's on west-h1", "T": "s",
     }  # fmt: skip
 
 

@@ -36,10 +36,12 @@ import pandas as pd
 
 from analysis.operations import rank_operations
 from testbed.config.command import (
+    SERVICE_PLACEHOLDERS,
     CommandWorkload,
     Service,
     expand,
     missing_files,
+    placeholders_in,
     search_path,
     unknown_service_hosts,
 )
@@ -247,7 +249,8 @@ def service_launch(
 ) -> tuple[list[str], dict[str, str]]:
     """A service's argv (placeholders filled) and the variables it gets beside the testbed's
     environment: the launch's (MASTER_ADDR, MASTER_PORT, the world sizes), its host's socket
-    interface, then its own ``env``. No rank or node variable: it is no rank's."""
+    interface, the workload's ``env`` (but a value that names a rank's or a node's placeholder,
+    which a service has not), then its own ``env``. No rank or node variable: it is no rank's."""
     nodes = list(dict.fromkeys(r.host for r in ranks))
     values: dict[str, Any] = {
         "world_size": len(ranks),
@@ -269,6 +272,11 @@ def service_launch(
         "ROLE_WORLD_SIZE": str(len(ranks)),
     }
     env |= dict.fromkeys(IFNAME_VARIABLES, host.ifname)
+    env |= {
+        k: expand(v, values)
+        for k, v in workload.env.items()
+        if set(placeholders_in(v)) <= set(SERVICE_PLACEHOLDERS)
+    }
     env |= {k: expand(v, values) for k, v in service.env.items()}
     return [expand(a, values) for a in service.argv], env
 
