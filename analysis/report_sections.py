@@ -659,6 +659,27 @@ def _congestion_lines(res: Results, source: str) -> list[str]:
     return lines
 
 
+def _fault_lines(res: Results, source: str) -> list[str]:
+    """Per fault: what, how long, where, in which run, and its verdict (analysis.faults)."""
+    if not res.has("events"):
+        return []
+    faults = F.analyse(res).faults
+    faults = faults[faults["results"] == source] if not faults.empty else faults
+    runs = res.runs[res.runs["results"] == source]
+    labels = dict(zip(runs["run_id"], runs["label"], strict=True))
+    lines = []
+    for f in faults.to_dict("records"):
+        survived = f.get("survived")
+        mark = "?" if survived is None else CHECK if survived else CROSS
+        label = labels.get(f["run_id"], f["run_id"])
+        at = "" if label == "(no sweep)" else f" ({label})"
+        lines.append(
+            f"{mark} {f['kind']} of {format_value('duration', f['duration'])} on {f['link']}{at}: "
+            f"{f['verdict']}"
+        )
+    return lines
+
+
 def _health_lines(res: Results, source: str) -> list[str]:
     runs = res.runs[res.runs["results"] == source]
     lines = []
@@ -702,6 +723,7 @@ def headlines(res: Results) -> list[Headline]:
         findings = _limit(_speedup_lines(res, source), "Flat vs hierarchical")
         findings += _limit(_training_lines(res, source), "Training")
         findings += _congestion_lines(res, source)
+        findings += _limit(_fault_lines(res, source), "WAN dynamics and faults")
         findings += _health_lines(res, source)
         name = str(scenario.get("name") or source)
         out.append(

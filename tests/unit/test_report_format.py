@@ -252,3 +252,13 @@ def test_a_congestion_sweep_headline_compares_the_senders_goodput():
     assert lines[0].startswith("at loss 0%") and lines[1].startswith("at loss 1%")
     for line in lines:
         assert "reno" in line and "bbr" in line and "Mbit/s" in line
+
+
+def test_a_faults_headline_gives_each_faults_verdict():
+    from analysis.report_sections import headlines
+
+    (head,) = headlines(load(FIXTURES / "faults"))
+    lines = [f for f in head.findings if "blackhole" in f]
+    assert len(lines) == 2, head.findings
+    assert lines[0].startswith("✓ blackhole of 2 s on east-west") and "survived" in lines[0]
+    assert lines[1].startswith("✗ blackhole of 31.2 s") and "did not recover" in lines[1]
