@@ -670,7 +670,7 @@ def _fault_lines(res: Results, source: str) -> list[str]:
     lines = []
     for f in faults.to_dict("records"):
         survived = f.get("survived")
-        mark = "?" if survived is None else CHECK if survived else CROSS
+        mark = "?" if survived is None or pd.isna(survived) else CHECK if survived else CROSS
         label = labels.get(f["run_id"], f["run_id"])
         at = "" if label == "(no sweep)" else f" ({label})"
         lines.append(
