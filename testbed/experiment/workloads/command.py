@@ -18,6 +18,7 @@ metric (p50).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import math
@@ -519,6 +520,9 @@ class Command(WorkloadKind):
 
                 services = Services(tb, plan, workload.services, run, service_cwd, hosts, launch)
                 self._services[run] = services
+                # a caller that never reaches problems() (Ctrl-C in `testbed launch`, whose
+                # testbed stays up) must not leave them running: stopped at exit then
+                atexit.register(services.stop)
                 services.start()
             slots = command_slots(
                 workload, list(plan.hosts), ranks, spec.master_addr, spec.master_port, run
@@ -623,6 +627,7 @@ class Command(WorkloadKind):
         if services is None:
             return {"processes": rows}
         services.stop()  # stopped already by problems(), unless a caller skipped it
+        atexit.unregister(services.stop)
         return {"processes": rows, "services": services.rows()}
 
     def summarize(self, run: RunRows) -> list[dict]:
