@@ -5,6 +5,7 @@ naming the file, the field path (``wan[0].delay``), the bad value and what is al
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,10 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
             message = f"{shown}: {message}"
         return path, message
     if kind == "literal_error":
-        return path, f"{value!r} is not allowed; allowed: {ctx.get('expected')}"
+        allowed = re.findall(r"'([^']*)'", str(ctx.get("expected")))
+        return path, f"{value!r} is not allowed; allowed: {ctx.get('expected')}" + close_names(
+            value, allowed
+        )
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = {
             "greater_than": f"greater than {ctx.get('gt')}",

@@ -15,6 +15,7 @@ named by its sweep entry (``sweep.wan[0].delay``), where the user wrote the valu
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -63,7 +64,8 @@ class Problem:
             where = f" (sweep points {self.points[0]}; {self.points[1]}" + (
                 f"; and {more} more)" if more > 0 else ")"
             )
-        return f"{self.file}: {self.field}: {self.message}{where}"
+        field = "" if self.field == "(file)" else f"{self.field}: "
+        return f"{self.file}: {field}{self.message}{where}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +151,7 @@ def check_data(
     repeat = base.get("repeat", 1)
     labels: list[str] = []
     valid: list[tuple[dict[str, Any], Scenario]] = []
+    stand_ins: list[tuple[dict[str, Any], Scenario]] = []
     for combo in itertools.product(*axes):
         params = {k: v for part in combo for k, v in part.items()}
         label = _label(params) or "(no sweep)"
@@ -162,7 +165,11 @@ def check_data(
                 set_path(concrete, path, value)
             except ValueError as exc:
                 found.add(f"sweep.{path}", _no_such(str(exc), path, concrete), point)
-        errors, scenario = schema_problems({**concrete, "sweep": sweep} if sweep else concrete)
+        errors, scenario, stand_in = schema_problems(
+            {**concrete, "sweep": sweep} if sweep else concrete
+        )
+        if stand_in is not None:
+            stand_ins.append((params, stand_in))
         for where, message in errors:
             swept = next((p for p in params if _within(where, p)), None)
             if swept is not None:
@@ -174,9 +181,10 @@ def check_data(
         for where, message in _plan_problems(scenario, base_dir, source):
             found.add(where, message, point)
         valid.append((params, scenario))
-    if valid:
-        for where, message in expectation_problems(valid, list(sweep)):
-            found.add(where, message)
+    # the expectations against the valid points; against the others' stand-ins only their
+    # keys and metric (the stand-in values would give wrong answers about matching runs)
+    for where, message in expectation_problems(valid or stand_ins, list(sweep), not valid):
+        found.add(where, message)
     checked = Checked(source, found.problems(source, labels))
     checked.points = len(labels)
     checked.repeat = repeat if isinstance(repeat, int) and repeat >= 1 else 1
@@ -249,10 +257,14 @@ def _no_such(message: str, path: str, data: dict[str, Any]) -> str:
 
 
 # -- one point's schema ------------------------------------------------------------------------
-def schema_problems(data: dict[str, Any]) -> tuple[list[tuple[str, str]], Scenario | None]:
-    """Every (field, message) of validating ``data`` as a scenario, and the scenario when there
-    are none. Each failing field is set aside (deleted: its default; else a stand-in that
-    validates) and the rest validated again, so that checks needing every field run too."""
+def schema_problems(
+    data: dict[str, Any],
+) -> tuple[list[tuple[str, str]], Scenario | None, Scenario | None]:
+    """Every (field, message) of validating ``data`` as a scenario, the scenario when there are
+    none, and else the scenario with the failing fields set aside when that validates. Each
+    failing field is set aside (deleted: its default; else a stand-in that validates; a name the
+    scenario does not know: the closest it knows) and the rest validated again, so that checks
+    needing every field run too."""
     found: dict[tuple[str, str], None] = {}
     work = copy.deepcopy(data)
     set_aside: set[str] = set()
@@ -264,14 +276,17 @@ def schema_problems(data: dict[str, Any]) -> tuple[list[tuple[str, str]], Scenar
         for p, m in fresh:
             found.setdefault((p, _worded(p, m, data)))
         repaired = False
-        for p, _m in fresh:
+        for p, m in fresh:
             set_aside.add(p)
-            repaired = _set_aside(work, p) or repaired
+            repaired = _set_aside(work, p) or _renamed(work, p, m) or repaired
         if not repaired:
             break
-    if found:
-        return list(found), None
-    return [], Scenario.model_validate(data)
+    if not found:
+        return [], Scenario.model_validate(data), None
+    try:
+        return list(found), None, Scenario.model_validate(work)
+    except (ValidationError, TestbedError):
+        return list(found), None, None
 
 
 def _errors(data: dict[str, Any]) -> list[tuple[str, str]] | None:
@@ -293,18 +308,62 @@ def _set_aside(work: dict[str, Any], path: str) -> bool:
         return False
     parent = get_path(work, format_path(steps[:-1]), None) if len(steps) > 1 else work
     key = steps[-1]
+    if isinstance(parent, list) and isinstance(key, int) and key < len(parent):
+        # an entry of a list: another entry of it, else a stand-in (removing it would shift
+        # the paths of the entries after it)
+        old = parent[key]
+        for stand_in in (*(e for j, e in enumerate(parent) if j != key), *_STAND_INS):
+            parent[key] = copy.deepcopy(stand_in)
+            if _cleared(work, path):
+                return True
+        parent[key] = old
+        return False
     if not isinstance(parent, dict) or not isinstance(key, str) or key not in parent:
         return False
     old = parent.pop(key)
     for stand_in in (_DELETE, *_STAND_INS):
         if stand_in is not _DELETE:
             parent[key] = copy.deepcopy(stand_in)
-        errors = _errors(work)
-        if errors is None or all(not _within(p, path) for p, _ in errors):
+        if _cleared(work, path):
             return True
         parent.pop(key, None)
     parent[key] = old
     return False
+
+
+_UNKNOWN_NAME = re.compile(
+    r"(?:unknown \w+|no WAN link) '(?P<name>[^']*)'; \w+ are: (?P<known>.*)$"
+)
+
+
+def _renamed(work: dict[str, Any], path: str, message: str) -> bool:
+    """For a name the scenario does not know (a cluster, a link): that name, wherever it stands
+    at ``path``, replaced by the closest known one, so the checks after it run too."""
+    m = _UNKNOWN_NAME.match(message)
+    if m is None:
+        return False
+    known = m["known"].split(", ")
+    close = difflib.get_close_matches(m["name"], known, n=1, cutoff=0.0)
+    value = get_path(work, path, MISSING)
+    if not close or value is MISSING:
+        return False
+
+    def swap(v: Any) -> Any:
+        if isinstance(v, list):
+            return [swap(x) for x in v]
+        return close[0] if v == m["name"] else v
+
+    try:
+        set_path(work, path, swap(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _cleared(work: dict[str, Any], path: str) -> bool:
+    """Whether ``work`` validates without an error at or inside ``path``."""
+    errors = _errors(work)
+    return errors is None or all(not _within(p, path) for p, _ in errors)
 
 
 def _worded(path: str, message: str, data: dict[str, Any]) -> str:
@@ -312,7 +371,7 @@ def _worded(path: str, message: str, data: dict[str, Any]) -> str:
     every one), an unknown name a "did you mean"."""
     if re.fullmatch(r"expect\[[0-9]+\]\.metric", path) and message.startswith("unknown metric"):
         return _metric_message(get_path(data, path), data.get("workload"))
-    m = re.match(r"(?P<head>unknown \w+ '(?P<name>[^']*)'); \w+ are: (?P<known>.*)$", message)
+    m = _UNKNOWN_NAME.match(message)
     if m and "did you mean" not in message:
         return message + close_names(m["name"], m["known"].split(", "))
     return message
@@ -369,11 +428,14 @@ def _problem(source: str, line: str) -> Problem:
 
 # -- expectations against the runs --------------------------------------------------------------
 def expectation_problems(
-    points: list[tuple[dict[str, Any], Scenario]], sweep_paths: list[str]
+    points: list[tuple[dict[str, Any], Scenario]], sweep_paths: list[str], keys_only: bool = False
 ) -> list[tuple[str, str]]:
     """Each expectation against the runs the sweep produces: its metric is one the workload
     reports, every key of ``where``, ``compare_to`` and ``when`` names a summary column or a
-    scenario field, each condition is met by some run, and together they pick rows."""
+    scenario field, each condition is met by some run, and together they pick rows
+    (``keys_only``: the metric and keys alone)."""
+    if not points:
+        return []
     expectations = list(points[0][1].expect)
     if not expectations:
         return []
@@ -394,6 +456,8 @@ def expectation_problems(
                 if (key in SUMMARY_KEYS and known_rows) or (
                     in_scenario and key not in SUMMARY_KEYS
                 ):
+                    if keys_only:
+                        continue
                     missing = _unmet(part, key, wanted, rows, resolved)
                     if missing is not None:
                         bad_keys = True
@@ -408,7 +472,7 @@ def expectation_problems(
                 if not column and (path_like or near or known_rows):
                     bad_keys = True
                     out.append((where, _unknown_key(key, [*columns, *sweep_paths, *leaves])))
-        if not bad_keys and not unknowable:
+        if not bad_keys and not unknowable and not keys_only:
             out += _combined(i, exp, points)
     return out
 

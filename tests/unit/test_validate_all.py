@@ -266,3 +266,32 @@ def test_another_kinds_columns_are_not_taken_for_typos(tmp_path: Path, capsys) -
     data["expect"][0]["where"] = {"wan[0].dealy": "20ms"}  # a field path must still exist
     code, text, path = validate(tmp_path, data, capsys)
     assert code == 2 and f"{path}: expect[0].where.wan[0].dealy: unknown key" in text
+
+
+def test_every_kind_of_problem_in_one_pass(tmp_path: Path, capsys) -> None:
+    """Field errors, names the scenario does not know (a cluster, a link) and an expectation's
+    typo: all in the first run of validate, none held back for a second round."""
+    data = scenario(
+        name="Bad Name",
+        clusters={"east": {"hosts": 0}, "west": {"hosts": 2, "gpus": 3}},
+        wan=[{"between": ["east", "wst"], "rate": "fast", "dealy": "5ms"}],
+        faults=[{"kind": "blackhole", "link": "east-wast", "at": "1s", "duration": "2s"}],
+    )
+    data["workload"].update(algorithms=["flat", "hierarchcal"], iterations=0)
+    data["expect"][0]["where"] = {"algoritm": "flat"}
+    code, text, path = validate(tmp_path, data, capsys)
+    assert code == 2
+    for wanted in (
+        "name: 'Bad Name' is not a valid scenario name",
+        "clusters.east.hosts: 0 is out of range",
+        "clusters.west.gpus: unknown key 'gpus'",
+        "wan[0].rate: 'fast' is not a rate",
+        "wan[0].dealy: unknown key 'dealy'",
+        "workload.algorithms[1]: 'hierarchcal' is not allowed",
+        "workload.iterations: 0 is out of range",
+        "wan[0].between: unknown cluster 'wst'; clusters are: east, west; did you mean 'west'?",
+        "faults[0].link: no WAN link 'east-wast'; links are: east-west; did you mean 'east-west'?",
+        "expect[0].where.algoritm: unknown key",
+    ):
+        assert f"{path}: {wanted}" in text, wanted
+    assert "did you mean 'hierarchical'?" in text
