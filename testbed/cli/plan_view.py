@@ -1,6 +1,12 @@
-"""The pure verbs: ``validate`` (a scenario file is sound) and ``plan`` (what would be built,
-as tables: namespaces and addresses, WAN directions, fabric, TCP, DCQCN flows, how links change,
-faults). Nothing here touches the kernel.
+"""The pure verbs: ``validate`` (every problem of a scenario file at once, as ``testbed run``
+would find them: testbed.plan.check) and ``plan`` (what a run would build and do: namespaces and
+addresses, WAN directions, fabric, TCP, DCQCN flows, how links change, faults; the sweep's runs,
+rank placement, predicted times and estimated duration, expectations, the backend chosen here:
+testbed.experiment.forecast; or the topology as a graph). Nothing here touches the kernel.
+
+Settings print in the scenario's own syntax (testbed.core.syntax), so that a value can be
+copied into a scenario or a ``--set``; a table wider than the console prints as stacked rows
+(:func:`emit`). ``--json`` shapes are docs/json.md's.
 
 The scenario schema (pydantic), the plan and the timeline are imported inside the verbs: their
 import is most of the CLI's start-up, which ``--help`` and the live verbs do not need.
