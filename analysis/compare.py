@@ -207,3 +207,148 @@ def _verdict(row: pd.Series, tolerance: float, kind: _Kind) -> str:
     if ratio < 1 - tolerance:
         return "improved"
     return "same"
+
+
+# -- what else differs between the two sides -----------------------------------------------------
+NETWORK_FIELDS = {
+    "rate_bps": "rate",
+    "delay_s": "delay",
+    "jitter_s": "jitter",
+    "loss": "loss",
+    "reorder": "reorder",
+    "buffer": "buffer",
+    "aqm": "aqm",
+    "mtu": "mtu",
+}
+MAX_LINES = 3  # per kind of difference; the rest is counted
+
+
+def identical(base: Results, new: Results) -> bool:
+    """Whether the two sides hold the same results (their manifests equal): a comparison of a
+    set with itself says nothing."""
+    return sorted(map(_canonical, base.manifests.values())) == sorted(
+        map(_canonical, new.manifests.values())
+    )
+
+
+def _canonical(manifest: object) -> str:
+    import json
+
+    return json.dumps(manifest, sort_keys=True, default=str)
+
+
+def _text(v: object, field: str = "") -> str:
+    from testbed.core.units import format_duration, format_percent, format_rate
+
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "-"
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        shown = {"rate_bps": format_rate, "delay_s": format_duration, "jitter_s": format_duration,
+                 "loss": format_percent, "reorder": format_percent}.get(field)  # fmt: skip
+        return shown(float(v)) if shown else f"{v:g}"
+    return str(v)
+
+
+def _point(row: dict, params: list[str]) -> str:
+    return ", ".join(f"{p}={row[p]}" for p in params if row.get(p) not in (None, "")) or "(all)"
+
+
+def _per_point(frame: pd.DataFrame, params: list[str], keys: list[str], fields: list[str]) -> dict:
+    """(point..., keys...) -> {field: value} of the first row of each (repeats agree)."""
+    if frame.empty:
+        return {}
+    f = frame.copy()
+    for p in params:
+        f[p] = f[p].map(lambda v: "" if v is None or pd.isna(v) else str(v)) if p in f else ""
+    out: dict = {}
+    for row in f.to_dict("records"):
+        key = tuple(row.get(k) for k in [*params, *keys])
+        out.setdefault(key, ({k: row.get(k) for k in [*params, *keys]}, row))
+    return {k: (ident, {fl: row.get(fl) for fl in fields}) for k, (ident, row) in out.items()}
+
+
+def _capped(lines: list[str], what: str) -> list[str]:
+    if len(lines) <= MAX_LINES:
+        return lines
+    return [*lines[:MAX_LINES], f"{what}: {len(lines) - MAX_LINES} more difference(s)"]
+
+
+def differences(base: Results, new: Results) -> list[str]:
+    """What differs between the two sides besides the code under test, one warning each: the
+    resolved network of a sweep point (per WAN direction), the link backend, and the CPU flag
+    (a run whose CPU was saturated measured the CPU, not the network). Points on one side only
+    are not compared (they are listed as unmatched)."""
+    params = list(dict.fromkeys([*base.params, *new.params]))
+    out: list[str] = []
+    fields = list(NETWORK_FIELDS)
+    b = _per_point(base.network, params, ["direction"], fields)
+    n = _per_point(new.network, params, ["direction"], fields)
+    lines = []
+    for key in [k for k in b if k in n]:
+        ident, before = b[key]
+        after = n[key][1]
+        changed = [
+            f"{NETWORK_FIELDS[f]} {_text(before[f], f)} -> {_text(after[f], f)}"
+            for f in fields
+            if _text(before[f]) != _text(after[f])
+        ]
+        if changed:
+            lines.append(
+                f"network differs at {_point(ident, params)} {ident['direction']}: "
+                + ", ".join(changed)
+            )
+    out += _capped(lines, "network")
+    rb = _per_point(base.runs, params, [], ["backend", "cpu_saturated"])
+    rn = _per_point(new.runs, params, [], ["backend", "cpu_saturated"])
+    backend, cpu = [], []
+    for key in [k for k in rb if k in rn]:
+        ident, before = rb[key]
+        after = rn[key][1]
+        where = _point(ident, params)
+        if _text(before["backend"]) != _text(after["backend"]):
+            backend.append(
+                f"backend differs at {where}: BASE {_text(before['backend'])}, "
+                f"NEW {_text(after['backend'])}"
+            )
+        sat_b, sat_n = bool(before["cpu_saturated"]), bool(after["cpu_saturated"])
+        if sat_b != sat_n:
+            which = "BASE" if sat_b else "NEW"
+            cpu.append(
+                f"CPU flag differs at {where}: {which}'s run saturated its CPU (cpu_saturated), "
+                "the other's did not; its times are partly the CPU's"
+            )
+    return out + _capped(backend, "backend") + _capped(cpu, "CPU flag")
+
+
+def comparison_json(cmp: Comparison, warnings: list[str] | None = None) -> dict:
+    """:class:`Comparison` as JSON-ready data (docs/json.md, ``testbed compare --json``): NaN as
+    null, numbers as SI (seconds, bytes, bytes/s)."""
+
+    def records(frame: pd.DataFrame) -> list[dict]:
+        rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+        return [{str(k): _plain(v) for k, v in r.items()} for r in rows]
+
+    counts = cmp.counts()
+    return {
+        "version": 1,
+        "kind": cmp.kind,
+        "verdict": "regressed" if cmp.regressed else "ok",
+        "tolerance": cmp.tolerance,
+        "params": cmp.params,
+        "keys": cmp.keys,
+        "matched": len(cmp.table),
+        "counts": {k: counts.get(k, 0) for k in VERDICTS},
+        "rows": records(cmp.table),
+        "only_base": records(cmp.only_base),
+        "only_new": records(cmp.only_new),
+        "warnings": list(warnings or []),
+    }
+
+
+VERDICTS = ("regressed", "improved", "same", "still failing", "fixed")
+
+
+def _plain(v: object) -> object:
+    """numpy scalars as Python's own (json.dumps takes those only)."""
+    item = getattr(v, "item", None)
+    return item() if callable(item) else v

@@ -2,7 +2,9 @@
 
 Neither needs root or touches the network. Exit codes: 0 ok (compare: nothing regressed), 1
 compare found a regression beyond the tolerance, 2 bad input (no such directory, not a results
-directory, no matching runs, a bad tolerance), printed as one line without a traceback.
+directory, no matching runs, a bad tolerance, the same results on both sides of a compare),
+printed as one line without a traceback. compare also writes its verdict to a file and warns
+when the two sides' networks, backends or CPU flags differ.
 ``analysis`` (pandas, matplotlib) is imported inside the verbs so other verbs start fast.
 """
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from testbed.cli.console import make_console
 from testbed.core.errors import TestbedError
@@ -52,6 +55,16 @@ def register(sub: Any) -> None:
         "--tolerance",
         default="10%",
         help="allowed change of time p50 before a row counts as regressed/improved (default 10%%)",
+    )
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print the comparison as JSON instead of the table (docs/json.md)",
+    )
+    s.add_argument(
+        "--verdict",
+        metavar="FILE",
+        help="where the verdict is also written (a .json name: the JSON; default: NEW/compare.txt)",
     )
     s.set_defaults(fn=cmd_compare)
 
@@ -110,18 +123,40 @@ VERDICT_STYLE = {
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from analysis.compare import compare
+    import json
+    from pathlib import Path
+
+    from analysis.compare import compare, comparison_json, differences, identical
     from analysis.loader import ResultsError
 
     try:
         tolerance = parse_percent(args.tolerance)
     except ValueError as exc:
         raise ReportError(f"--tolerance: {exc}") from None
+    if Path(args.base).resolve() == Path(args.new).resolve():
+        raise ReportError(
+            f"BASE and NEW are the same directory ({args.base}): compare a results set with "
+            "another run's"
+        )
     base, new = _load(args.base), _load(args.new)
+    if identical(base, new):
+        raise ReportError(
+            f"{args.base} and {args.new} hold identical results (equal manifest.json): a copy "
+            "compared with itself says nothing; compare with another run's results"
+        )
     try:
         cmp = compare(base, new, tolerance)
     except ResultsError as exc:
         raise ReportError(f"{args.base} vs {args.new}: {exc}") from None
+    warnings = differences(base, new)
+    verdict_path = Path(args.verdict) if args.verdict else Path(args.new) / "compare.txt"
+    doc = comparison_json(cmp, warnings) | {"base": str(args.base), "new": str(args.new)}
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        _write_verdict(verdict_path, doc, None)
+        return 1 if cmp.regressed else 0
+    for w in warnings:
+        out.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     training = cmp.kind == "training"
     what = "training step time p50" if training else "collective time p50"
     t = Table(title=f"{what}: NEW {args.new} vs BASE {args.base}")
@@ -183,13 +218,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
             else (f"{w['collective']} {w['algorithm']} {format_size(w['size'])}")
         )
         slowest = f"; worst {_change(w['ratio'])} ({point}{', ' + where if where else ''})"
-    out.print(
+    line = (
         f"{verdict}: {len(cmp.table)} matched ({text}); {unmatched} unmatched; tolerance "
-        f"{format_percent(tolerance)} on time p50{slowest}",
-        highlight=False,
-        soft_wrap=True,
+        f"{format_percent(tolerance)} on time p50{slowest}"
     )
+    out.print(line, highlight=False, soft_wrap=True)
+    _write_verdict(verdict_path, doc, Text.from_markup(line).plain)
+    out.print(f"verdict: {escape(str(verdict_path))}", highlight=False, soft_wrap=True)
     return 1 if cmp.regressed else 0
+
+
+def _write_verdict(path: Any, doc: dict[str, Any], line: str | None) -> None:
+    """The verdict in a file for a CI job to keep: the JSON for a ``.json`` name, else the
+    verdict line, the warnings and both sides' paths as text."""
+    import json
+
+    if path.suffix == ".json":
+        text = json.dumps(doc, indent=2) + "\n"
+    else:
+        head = line or f"{doc['verdict'].upper()}: {doc['matched']} matched"
+        lines = [head, f"BASE: {doc['base']}", f"NEW:  {doc['new']}"]
+        text = "\n".join([*lines, *(f"warning: {w}" for w in doc["warnings"])]) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise ReportError(f"--verdict {path}: {exc.strerror or exc}") from None
 
 
 def _missing(x: Any) -> bool:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from testbed.cli.common import add_engine_option, need_root
 from testbed.cli.console import escape, make_console
+from testbed.cli.progress import Eta, PhaseWatch, counting, estimates
 from testbed.cli.steer import Follower, follow_choice
 from testbed.core.errors import ScenarioError, TestbedError
 
@@ -67,6 +68,12 @@ def register(sub: Any) -> None:
         help="run the points on a Ray cluster (auto, or the head's HOST:PORT), one point at a "
         "time per machine that joined with `testbed ray-node`; a scenario with `placement:` "
         "spans that cluster's machines instead (docs/scale-out.md)",
+    )
+    s.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="also write the expectations as JUnit XML to FILE (a test case per expectation "
+        "per run; failures give the measured value and the bound)",
     )
     s.add_argument(
         "--follow",
@@ -221,11 +228,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     interrupted = False
     which = "none" if args.ray else (args.follow or default_follow(runs))
     following: list[Follower] = []
-    with Progress(*columns, console=out, transient=True) as progress:
+    # the phase of the run in progress and the ETA; a run on this machine only (a Ray
+    # cluster's points run elsewhere, several at once)
+    watched = not args.ray
+    eta = Eta(estimates(pending, args.selfcheck) if watched else {})
+    watch = PhaseWatch(out, eta, [r.run_id for r in pending], out.is_terminal)
+    with Progress(*columns, console=out, transient=True) as progress, watch:
         task = progress.add_task("starting", total=len(pending))
+        watch.show = lambda text: progress.update(task, description=escape(text))
 
         def on_start(spec) -> None:
             progress.update(task, description=escape(f"{spec.run_id} {spec.label()}"))
+            if watched:
+                run_dir = exp.results.path / "runs" / spec.run_id
+                what = counting(spec.scenario.rank_workload, bool(spec.scenario.flows))
+                watch.start_run(spec.run_id, spec.label(), run_dir, what, spec.scenario.name)
             if which != "none":
                 run_dir = exp.results.path / "runs" / spec.run_id
                 emit = lambda t: progress.console.print(t, soft_wrap=True)  # noqa: E731
@@ -234,6 +251,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_done(spec, result) -> None:
             while following:
                 following.pop().stop()
+            if watched:
+                watch.end_run(spec.run_id)
             progress.advance(task)
             colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
             backend = result.info.get("backend") or "-"
@@ -266,6 +285,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"expectations: {sum(c.status == 'passed' for c in checks)} passed, "
             f"{len(failed_checks)} failed, {sum(c.status == 'unchecked' for c in checks)} unchecked"
         )
+    if args.junit and not interrupted:
+        from testbed.cli.junit import write_junit
+
+        name = exp.runs[0].scenario.name if exp.runs else Path(args.file).stem
+        junit = write_junit(args.junit, name, checks, watch.durations)
+        out.print(f"junit: {escape(junit)}", highlight=False, soft_wrap=True)
     if interrupted:
         err.print(
             f"interrupted; what was measured is in {exp.results.path} "

@@ -58,8 +58,15 @@ def test_compare_training_runs_on_step_time_and_time_to_loss(tmp_path: Path) -> 
     assert list(bad["algorithm"]) == ["ddp"] and list(bad["ratio"]) == [pytest.approx(2.0)]
 
 
-def test_compare_verb_prints_a_training_table(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["compare", str(TRAINING), str(TRAINING)])
+def test_compare_verb_prints_a_training_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    again = tmp_path / "again"  # a later run with the same numbers (a set with itself is refused)
+    shutil.copytree(TRAINING, again)
+    manifest = json.loads((again / "manifest.json").read_text())
+    manifest["started"] += 3600
+    (again / "manifest.json").write_text(json.dumps(manifest))
+    code = main(["compare", str(TRAINING), str(again)])
     out = capsys.readouterr().out
     assert code == 0
     assert "training step time p50" in out and "time to loss" in out
