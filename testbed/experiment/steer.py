@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.config.dynamics import DirectionSettings
 from testbed.config.loading import load_scenario, with_faults
@@ -46,6 +46,9 @@ from testbed.plan.timeline import Change, Event, Timeline
 from testbed.plan.timeline.faults import expand_fault
 from testbed.plan.timeline.model import Builder, State, configured_states, full_changes
 from testbed.plan.topology import build_plan
+
+if TYPE_CHECKING:
+    from testbed.experiment.session import RankSession
 
 SCENARIO_PATH = "scenario_path"  # in the registry record's ``extra``: the absolute scenario file
 STATE_FILE = "steer.json"
@@ -532,12 +535,15 @@ def events_during(tb: Network, start: float, end: float, path: Path) -> int:
 
 
 # -- a command on the live testbed ---------------------------------------------------------------
-def launch(tb: Network, workload: Any, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
+def launch_session(
+    tb: Network, workload: Any, run_dir: Path, *, wan_counters: bool = False
+) -> tuple[RankSession, list[str]]:
     """The command kind's launcher on the live testbed ``tb``: ``workload`` (a CommandWorkload,
     ``cwd`` relative to the current directory) on its ranks or hosts, logs in ``run_dir``, with
     the testbed's events applied while it ran (``events.jsonl``, when there were any). The
-    problems that failed it (the first failure first, as the run's status names them; empty:
-    every process exited 0) and the kind's run info (a row per process)."""
+    finished RankSession (codes, times, logs; with ``wan_counters``, the WAN bottlenecks' byte
+    counters sampled while it ran) and the problems that failed it (the first failure first, as
+    the run's status names them; empty: every process exited 0)."""
     started = time.time()
     from testbed.experiment.session import RankSession, rank_detail, read_rank_rows
     from testbed.experiment.workloads.command import KIND
@@ -549,7 +555,7 @@ def launch(tb: Network, workload: Any, run_dir: Path) -> tuple[list[str], dict[s
     described = KIND.processes(workload, tb.plan, ranks, run_dir, None)
     session = RankSession(
         tb, ranks, run_dir, KIND.rank_module, workload.timeout, KIND.spec_keys(workload),
-        processes=described,
+        processes=described, wan_counters=wan_counters,
     )  # fmt: skip
     try:
         problems = session.run(KIND.deadlines(workload))
@@ -561,4 +567,12 @@ def launch(tb: Network, workload: Any, run_dir: Path) -> tuple[list[str], dict[s
         p + (f": {rank_detail(run_dir, p, rows)}" if p.startswith("rank ") else "")
         for p in problems
     ]
+    return session, details
+
+
+def launch(tb: Network, workload: Any, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
+    """:func:`launch_session`'s problems and the kind's run info (a row per process)."""
+    from testbed.experiment.workloads.command import KIND
+
+    session, details = launch_session(tb, workload, run_dir)
     return details, KIND.run_info(session)

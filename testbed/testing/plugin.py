@@ -22,8 +22,9 @@ Skips (never failures), with the reason: not root; the kernel lacks what the sce
 (the testbed's "unsupported on this kernel: ..." errors).
 
 A failing test that used the fixture gets a report section "testbed: ranks and network": every
-failed ``run_ranks`` call of the test explained (failing ranks, their hosts, traceback tails,
-the stack of a rank that hung), or the last call's times, plus the network state.
+failed ``run_ranks`` or ``run_command`` call of the test explained (failing ranks or processes,
+their hosts, traceback or log tails, the stack of a rank that hung), or the last call's times,
+plus the network state.
 """
 
 from __future__ import annotations
@@ -192,9 +193,9 @@ def testbed(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Any]:
     """The emulated network of the test's ``@pytest.mark.testbed(...)``: a
-    :class:`testbed.ranktest.RankTestbed` (``run_ranks(fn, *args, **kwargs)``, ``testbed``,
-    ``plan``, ``ranks``, ``links``). Skipped when not root or when the kernel lacks what the
-    scenario needs."""
+    :class:`testbed.ranktest.RankTestbed` (``run_ranks(fn, *args, **kwargs)``,
+    ``run_command(argv, per="rank", ...)``, ``testbed``, ``plan``, ``ranks``, ``links``).
+    Skipped when not root or when the kernel lacks what the scenario needs."""
     req = _request(request)
     if os.geteuid() != 0:
         pytest.skip(NEEDS_ROOT)

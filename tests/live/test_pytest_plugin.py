@@ -320,6 +320,103 @@ def test_module_scoped_network_is_shared(root, pytester):
     assert not [r for r in registry.records() if not r.live() and r.name.startswith("pt")]
 
 
+# a user's program as it is: rank 1 sends N bytes to rank 0 across the WAN over a plain TCP
+# socket (torchrun's variables say where), both print their time as a JSON line
+SEND_SCRIPT = """\
+import json, os, socket, sys, time
+
+rank, n = int(os.environ["RANK"]), int(sys.argv[1])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+print("hello from", socket.gethostname(), "rank", rank, flush=True)  # only log
+t0 = time.perf_counter()
+if rank == 0:
+    conn, _ = socket.create_server((addr, port)).accept()
+    got = 0
+    while got < n:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            break
+        got += len(chunk)
+    conn.sendall(b"k")
+else:
+    for _ in range(400):
+        try:
+            s = socket.create_connection((addr, port))
+            break
+        except OSError:
+            time.sleep(0.05)
+    s.sendall(b"x" * n)
+    s.recv(1)
+    got = n
+print(json.dumps({"metric": "transfer_s", "value": time.perf_counter() - t0}), flush=True)
+print(json.dumps({"metric": "received", "value": got, "rank": rank}), flush=True)
+"""
+
+
+@pytest.mark.live
+def test_run_command_returns_what_run_ranks_does(root, pytester):
+    pytester.makefile(".py", send=SEND_SCRIPT)
+    pytester.makepyfile(
+        test_command="""
+        import pytest
+
+        pytestmark = pytest.mark.testbed("tiny.yaml", scope="module", selfcheck=False)
+        N = 1 << 20
+
+        def test_a_program_across_the_wan(testbed):
+            res = testbed.run_command(["python", "send.py", str(N)], timeout=60)
+            assert res.ok, res.explain()
+            assert [o.label for o in res.outcomes] == ["rank 0 (east-h0)", "rank 1 (west-h0)"]
+            assert [o.status for o in res.outcomes] == ["ok", "ok"]
+            assert [o.exit_code for o in res.outcomes] == [0, 0]
+            assert all(len(o.seconds) == 1 and 0 < o.seconds[0] < 60 for o in res.outcomes)
+            assert res.times == [max(o.seconds[0] for o in res.outcomes)]
+            assert "hello from east-h0 rank 0" in res.stdout[0]  # its own hostname
+            assert "hello from west-h0 rank 1" in res.stdout[1]
+            assert sorted(res.metric("received")) == [N, N]
+            assert len(res.metric("transfer_s")) == 2
+            assert {r["process"] for r in res.metrics} == {"rank 0", "rank 1"}
+            # the payload crossed the WAN once; TCP/IP headers (52 B per 1448 B segment, 3.6%)
+            # and the reverse ACKs (66 B per two segments, 2.3%) add under 10%: 1.25 bounds it
+            # with room for the connection's handshake and retransmissions
+            assert len(res.wan_bytes) == 1
+            assert N <= res.wan_bytes[0] <= 1.25 * N, res.wan_bytes
+            assert "run_command(python send.py" in res.explain()
+
+        def test_per_host_placeholders_and_a_failing_process(testbed):
+            argv = ["python", "-c", "import sys; print('node {node_rank} of {nnodes}'); "
+                    "sys.exit(3 if {node_rank} == 1 else 0)"]
+            res = testbed.run_command(argv, per="host", timeout=60, on_failure="wait")
+            assert not res.ok
+            assert [o.label for o in res.outcomes] == ["host east-h0", "host west-h0"]
+            assert [o.status for o in res.outcomes] == ["ok", "error"]
+            assert res.outcomes[1].exit_code == 3
+            assert res.outcomes[1].error_summary == "exited with code 3"
+            assert "node 1 of 2" in res.outcomes[1].error
+            assert res.problems[0].startswith("host west-h0 exited with code 3"), res.problems
+            assert res.metrics == []
+
+        def test_a_hung_process_is_named_at_the_timeout(testbed):
+            argv = ["python", "-c", "import time; time.sleep(30 * {rank})"]
+            res = testbed.run_command(argv, timeout=2)
+            assert [o.status for o in res.outcomes] == ["ok", "timeout"]
+            assert "rank 1 (west-h0) did not finish within 2s" in res.problems[0], res.problems
+
+        def test_bad_input_is_refused_before_anything_runs(testbed):
+            from testbed.core.errors import ScenarioError
+
+            before = len(testbed.results)
+            with pytest.raises(ScenarioError, match="unknown placeholder"):
+                testbed.run_command(["python", "{rnak}"])
+            with pytest.raises(ScenarioError, match="no-such-program"):
+                testbed.run_command(["no-such-program"])
+            assert len(testbed.results) == before
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=4)
+
+
 # -- pure: what can be sent to the ranks -------------------------------------------------------
 def top_level(ctx, x):
     return x

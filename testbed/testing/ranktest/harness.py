@@ -9,12 +9,15 @@ Two clocks bound a call: ``setup_timeout`` until every rank has joined torch.dis
 start, torch import and gloo's rendezvous: seconds each on a small machine), then ``timeout``
 for the iterations themselves, so a short ``timeout`` tests the user's code, not the machine's
 import speed. A rank still running at its deadline gets SIGUSR1 (it dumps its stack into its
-log, which the results show) and is then killed.
+log, which the results show) and is then killed. ``run_command`` runs a user's program instead,
+through the command kind's launcher (testbed.experiment.steer.launch_session), and reads its
+processes back into the same RankResults.
 """
 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,12 +36,18 @@ from testbed.testing.ranktest.functions import (
     pickle_arguments,
     positive_seconds,
 )
-from testbed.testing.ranktest.outcomes import call_problems, read_outcomes, root_causes_first
+from testbed.testing.ranktest.outcomes import (
+    RankOutcome,
+    call_problems,
+    read_outcomes,
+    root_causes_first,
+)
 from testbed.testing.ranktest.results import RankResults
 from testbed.trace.run_traces import with_wan_counters
 
 RANK_MODULE = "traffic.user_rank"
 FAILURE_GRACE = 5.0  # after one rank failed, seconds the others get to report their own error
+LOG_TAIL = 10  # lines of a failed process's log in its outcome's ``error``
 
 
 class RankTestbed:
@@ -254,6 +263,122 @@ class RankTestbed:
             topology=self._topology,
             wan_counters=session.wan_counters,
             events=session.events if timeline is not None else None,
+        )
+        self.results.append(result)
+        return result
+
+    # -- running a program -----------------------------------------------------------------
+    def run_command(
+        self,
+        argv: list[str],
+        *,
+        per: str = "rank",
+        ranks_per_host: int | None = None,
+        placement: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+        timeout: float | str = 120.0,
+        metrics: str = "json-lines",
+        on_failure: str = "stop-all",
+        services: list[dict[str, Any]] | None = None,
+    ) -> RankResults:
+        """Run a program, unchanged, on every rank (``per="rank"``) or host (``per="host"``,
+        e.g. torchrun) with the command kind's launcher (docs/command.md: the placeholders in
+        ``argv`` and ``env`` values, torchrun's environment, the hosts' own hostnames, a
+        process group each; ``services`` as its ``workload.services``). ``cwd`` defaults to the
+        current directory; ``timeout`` bounds the whole launch. Returns a RankResults with an
+        outcome per process (``status`` ``ok`` for exit 0, ``error``, ``timeout``, ``stopped``;
+        ``exit_code``, ``seconds`` = [its duration], ``log``, ``stdout``), ``times`` = [the
+        slowest process's seconds], ``wan_bytes`` = [the bytes through every WAN direction while
+        it ran], ``metrics`` its stdout's metric lines. Raises ScenarioError (before any process
+        starts) for a bad argument, an unknown placeholder or a program that is not there;
+        never for what the processes do: check ``.ok``."""
+        from pydantic import ValidationError
+
+        from testbed.config.command import CommandWorkload, missing_files
+        from testbed.experiment.session import read_rank_rows
+        from testbed.experiment.steer import launch_session
+        from testbed.experiment.workloads.command import KIND, describe_exit
+
+        if isinstance(argv, str) or not argv:
+            raise ScenarioError("run_command: argv is a non-empty list: ['python', 'bench.py']")
+        data = {
+            "kind": "command", "per": per, "argv": [str(a) for a in argv],
+            "ranks_per_host": ranks_per_host or self.ranks_per_host,
+            "placement": placement or self.placement,
+            "cwd": str(Path(cwd if cwd is not None else ".").resolve()), "env": env or {},
+            "timeout": f"{positive_seconds(timeout, 'timeout')!r}s", "metrics": metrics,
+            "on_failure": on_failure,
+            "services": services or [],
+        }  # fmt: skip
+        try:
+            workload = CommandWorkload.model_validate(data)
+        except ValidationError as exc:
+            lines = []
+            for e in exc.errors():
+                inner = (e.get("ctx") or {}).get("error")
+                path = getattr(inner, "path", ".".join(str(x) for x in e["loc"]))
+                lines.append(
+                    f"{path.removeprefix('workload.')}: {getattr(inner, 'message', e['msg'])}"
+                )
+            raise ScenarioError("run_command: " + "; ".join(lines)) from None
+        missing = missing_files(workload, Path.cwd())
+        if missing:
+            shown = "; ".join(f"{f.removeprefix('workload.')}: {m}" for f, m in missing)
+            raise ScenarioError(f"run_command: {shown}")
+        if self.testbed.record is None or self.testbed.plan is None:
+            raise TestbedError(f"testbed {self.name} is not up")
+        self._calls += 1
+        assert self.out_dir is not None
+        run_dir = self.out_dir / f"call-{self._calls}"
+        session, problems = launch_session(self.testbed, workload, run_dir, wan_counters=True)
+        KIND.run_info(session)  # its services, if any, stopped and forgotten
+        launch = session.launch
+        unix = time.time() - launch.clock.now()  # the launch's clock -> Unix time
+        clusters = {h.name: h.cluster for h in self.testbed.plan.hosts}
+        outcomes = []
+        for p in launch.processes or ():
+            code, why = launch.codes.get(p.key), launch.stopped.get(p.key)
+            seen, begun = launch.times.get(p.key), launch.begun.get(p.key)
+            exited = seen.exited if seen is not None else None
+            o = RankOutcome(
+                p.key, p.host, clusters.get(p.host, ""), "ok", exit_code=code,
+                log=run_dir / p.log, name=p.what,
+            )  # fmt: skip
+            if begun is not None:
+                o.starts = [unix + begun]
+                if exited is not None and why is None:
+                    o.seconds = [exited - begun]
+            if why is not None:
+                o.status = "timeout" if why == "timeout" else "stopped"
+                o.error_summary = f"was stopped ({why})"
+            elif code is None:
+                o.status, o.error_summary = "crashed", "did not start"
+            elif code != 0:
+                o.status, o.error_summary = "error", describe_exit(code)
+                o.error_time = unix + (seen.failed if seen and seen.failed else launch.clock.now())
+            if o.status != "ok":
+                o.error = "\n".join(o.stdout.strip().splitlines()[-LOG_TAIL:])
+            outcomes.append(o)
+        begun_all = [unix + b for b in launch.begun.values()]
+        ended = [unix + t.exited for t in launch.times.values() if t.exited is not None]
+        window = (min(begun_all), max(ended)) if begun_all and ended else None
+        network_problems = self.testbed.problems()
+        rows, _ = read_rank_rows(run_dir)
+        result = RankResults(
+            function=" ".join(workload.argv),
+            outcomes=outcomes,
+            problems=problems + [p for p in network_problems if p not in problems],
+            network=self.network_state(),
+            network_problems=network_problems,
+            links=self.links,
+            call_kwargs={},
+            run_dir=run_dir,
+            topology=self._topology,
+            wan_counters=session.wan_counters,
+            call="run_command",
+            metrics=[r for r in rows if "metric" in r],
+            window=window,
         )
         self.results.append(result)
         return result

@@ -59,10 +59,20 @@ class RankOutcome:
     exit_code: int | None = None
     stack: str = ""
     log: Path | None = None
+    name: str = ""  # run_command's process: "rank 3 (east-h1)" or "host east-h1"
 
     @property
     def label(self) -> str:
-        return f"rank {self.rank} ({self.host})"
+        return self.name or f"rank {self.rank} ({self.host})"
+
+    @property
+    def stdout(self) -> str:
+        """Its log: stdout and stderr as it wrote them ("" without one)."""
+        if self.log is None:
+            return ""
+        with contextlib.suppress(OSError):
+            return self.log.read_text(errors="replace")
+        return ""
 
     @property
     def primary(self) -> bool:

@@ -1,6 +1,7 @@
-"""Everything one ``run_ranks`` call produced (:class:`RankResults`): per-rank returns, timings
-(:class:`TimeStats`), errors with tracebacks, problems, the link self-check, the WAN counters,
-fault events and α-β predictions, and ``explain()``, the failure message a test shows.
+"""Everything one ``run_ranks`` (or ``run_command``) call produced (:class:`RankResults`): per-rank
+returns, timings (:class:`TimeStats`), errors with tracebacks, problems, the link self-check, the
+WAN counters, fault events and α-β predictions, a command's stdout and metric lines, and
+``explain()``, the failure message a test shows.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class RankResults:
       events.parquet (docs/results.md: ``action``, ``what``, ``scheduled_unix``,
       ``applied_unix``, ``late_s``, ``status``, ``error``, ...); empty otherwise.
       ``faults_ended_at``: when the last fault's closing event was applied (Unix time).
+    * ``stdout``: each process's log (stdout and stderr), in the order of ``outcomes``;
+      ``metrics``: ``run_command``'s metric lines as metrics.parquet's rows, ``metric(name)``
+      their values.
     * ``explain()`` (also ``str(res)``): failing ranks, their hosts and traceback tails, and the
       network state; ``repr`` is a one-line summary.
     """
@@ -89,8 +93,15 @@ class RankResults:
         topology: Callable[[], Any],
         wan_counters: list[dict[str, Any]] | None = None,
         events: list[dict[str, Any]] | None = None,
+        call: str = "run_ranks",
+        metrics: list[dict[str, Any]] | None = None,
+        window: tuple[float, float] | None = None,
     ) -> None:
         self.function = function
+        self.call = call
+        self.metrics = metrics or []
+        # run_command: the launch's first start and last exit (Unix s), its one "iteration"
+        self._window = window
         self.wan_counters = wan_counters or []
         self.events = events or []
         self.outcomes = outcomes
@@ -148,17 +159,28 @@ class RankResults:
 
         from analysis.training import wan_bytes
 
-        steps = pd.DataFrame(
-            {
-                "step": range(n),
-                "start": starts,
-                "end": [s + t for s, t in zip(starts, self.times, strict=True)],
-            }
-        )
+        ends = [s + t for s, t in zip(starts, self.times, strict=True)]
+        if self._window is not None:  # run_command: the whole launch
+            starts, ends = [self._window[0]], [self._window[1]]
+        steps = pd.DataFrame({"step": range(n), "start": starts, "end": ends})
         per_dir = wan_bytes(steps, pd.DataFrame(self.wan_counters))
         return [
             float(b)
             for b in per_dir.groupby("step")["bytes"].sum().reindex(range(n), fill_value=0.0)
+        ]
+
+    @property
+    def stdout(self) -> list[str]:
+        """Each process's log (stdout and stderr as written), in the order of ``outcomes``."""
+        return [o.stdout for o in self.outcomes]
+
+    def metric(self, name: str) -> list[float]:
+        """The numeric values of the metric lines named ``name``, in the order they were read
+        (every process's, rank 0's first)."""
+        return [
+            float(r["value"])
+            for r in self.metrics
+            if r.get("metric") == name and isinstance(r.get("value"), int | float)
         ]
 
     @property
@@ -189,6 +211,8 @@ class RankResults:
     # -- presentation ----------------------------------------------------------------------
     def _summary(self) -> str:
         first = next((o for o in self._ordered() if o.status != "ok"), None)
+        if self.ok and self.call == "run_command":
+            return f"ok: {len(self.outcomes)} processes exited 0, slowest {self.time.max:.2f} s"
         if self.ok:
             return f"ok: {len(self.outcomes)} ranks, {self.time}"
         if first is not None and first.error_summary:
@@ -200,7 +224,8 @@ class RankResults:
 
     def explain(self) -> str:
         lines = [
-            f"run_ranks({self.function}) on {len(self.outcomes)} ranks: {self._summary()}",
+            f"{self.call}({self.function}) on {len(self.outcomes)} "
+            f"{'processes' if self.call == 'run_command' else 'ranks'}: {self._summary()}",
         ]
         if self.problems:
             lines.append("problems:")
@@ -228,8 +253,12 @@ class RankResults:
                 lines.append(f"  log: {o.log}")
         fine = [o for o in self.outcomes if o.status == "ok"]
         if fine:
-            lines.append("ranks that returned: " + ", ".join(o.label for o in fine))
-        if self.times:
+            which = "exited 0" if self.call == "run_command" else "returned"
+            lines.append(
+                f"{'processes' if self.call == 'run_command' else 'ranks'} that {which}: "
+                + ", ".join(o.label for o in fine)
+            )
+        if self.times and self.call == "run_ranks":
             lines.append(f"time (slowest rank per iteration): {self.time}")
         lines.append(self.network)
         return "\n".join(lines)
