@@ -93,6 +93,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     data = load_yaml(args.file)
     base = Path(args.file).parent
     checked = check_data(data, args.file, base, overrides)
+    if checked.problems and args.json:
+        print(json.dumps(validate_json(checked), indent=2))
+        return 2
     if checked.problems:
         raise ScenarioError(checked.text())
     runs = expand(data, args.file, overrides)

@@ -103,6 +103,9 @@ def selfcheck_seconds(plan: NetworkPlan, window: float) -> float:
     return total
 
 
+_COMM_PER_STEP: dict[tuple[str, str], float | None] = {}  # replaying every step's sync is slow
+
+
 def _predictions(sc: Scenario, plan: NetworkPlan, ranks: list[RankSlot]) -> list[Predicted]:
     from analysis.model import predict_timed, unsupported
     from analysis.run_summary import predicted_comm_per_step
@@ -133,8 +136,11 @@ def _predictions(sc: Scenario, plan: NetworkPlan, ranks: list[RankSlot]) -> list
                     out.append(Predicted(what, seconds, times, mathis))
         return out
     if isinstance(w, TrainingWorkload):
+        key = (w.model_dump_json(), repr(topo))  # points of a sweep often share both
         try:
-            per_step = predicted_comm_per_step(w.model_dump(mode="json"), topo)
+            if key not in _COMM_PER_STEP:
+                _COMM_PER_STEP[key] = predicted_comm_per_step(w.model_dump(mode="json"), topo)
+            per_step = _COMM_PER_STEP[key]
         except (ValueError, KeyError) as exc:
             return [Predicted(f"{w.algorithm}: communication per step", None, w.steps, str(exc))]
         note = mathis if per_step is not None else "the model has no answer for this schedule"

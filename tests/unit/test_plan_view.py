@@ -210,6 +210,10 @@ def test_plan_reports_every_problem_at_once(tmp_path: Path, capsys) -> None:
     assert code == 2
     assert "sweep.wan[0].dealy: unknown key 'dealy'" in text
     assert "workload.iterations: 0 is out of range" in text
+    code, text = plan(capsys, str(write(tmp_path, data)), "--json")
+    got = json.loads(text)
+    assert code == 2 and got["ok"] is False
+    assert {p["field"] for p in got["problems"]} == {"sweep.wan[0].dealy", "workload.iterations"}
 
 
 # -- 80 columns ---------------------------------------------------------------------------------
