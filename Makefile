@@ -10,8 +10,17 @@ setup:
 demo: setup
 	$(SUDO) .venv/bin/testbed run scenarios/quickstart.yaml
 
+# Two pytest-xdist workers: the live tiers mostly wait on emulated delays and rank start-up (one
+# worker keeps the two cores about 40% busy), so two overlap those waits. Tests that share a
+# machine-wide resource (Mininet, Ray) stay on one worker at a time (tests/conftest.py's groups);
+# a timing test on a host the other worker saturates is rerun, then xfailed (tests/timing.py).
+# The guest tier runs afterwards, alone: its emulated CPU (TCG) takes a whole core, and beside
+# a second worker its guest measured path floors of 9-39 ms for links of 5 ms. Exit 5 (no guest
+# test among the PYTEST_ARGS selection) is not a failure.
+WORKERS ?= 2
 test: setup
-	$(SUDO) .venv/bin/python -m pytest -q $(PYTEST_ARGS)
+	$(SUDO) .venv/bin/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not guest" $(PYTEST_ARGS)
+	$(SUDO) .venv/bin/python -m pytest -q -m guest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] || exit $$rc
 
 # The fast tier: pure tests, no root, no namespaces (seconds).
 test-unit: setup

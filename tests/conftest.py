@@ -30,11 +30,32 @@ TIERS = ("unit", "live", "guest", "acceptance")
 HERE = Path(__file__).resolve().parent
 
 
+# Files whose tests share a machine-wide resource, so that two pytest-xdist workers never run two
+# of them at once: Mininet (its switches' interfaces and its cleanup live in the root namespace;
+# the acceptance files drive both engines) and Ray (clusters of raylets on this machine).
+SHARED_RESOURCE_GROUPS = {
+    "mininet": ("acceptance/", "live/test_mininet_engine.py", "live/test_mininet_link.py"),
+    "ray": ("live/test_ray_sweep.py", "live/test_spanned.py"),
+}
+
+
+def xdist_group_of(relpath: str) -> str:
+    """The pytest-xdist group (``--dist loadgroup``) of a test file given relative to tests/: its
+    shared-resource group, else the file itself (a file's tests, and its module-scoped networks,
+    stay on one worker)."""
+    for group, members in SHARED_RESOURCE_GROUPS.items():
+        if any(relpath.startswith(m) for m in members):
+            return group
+    return relpath
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.path)).resolve().relative_to(HERE).parts
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
+        item.add_marker(pytest.mark.xdist_group(xdist_group_of("/".join(parts))))
 
 
 @pytest.fixture

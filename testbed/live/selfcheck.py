@@ -6,7 +6,8 @@ Three probes between the first host of each cluster, one after the other:
   compensation made at bring-up (testbed.plan.compensation).
 - Capacity: paced UDP a little above the link's rate (traffic.udprate), counted by the receiver
   over a window whose edges are kernel receive timestamps: what the link carries, whatever TCP
-  does; above SELFCHECK_LEAK of the rate the emulation leaks and the run fails.
+  does; above SELFCHECK_LEAK of the rate on LEAK_PROBES probes in a row the emulation leaks and
+  the run fails.
 - TCP goodput: one bulk flow (traffic.bulk) started with an initial window of one BDP and fixed
   socket buffers, so a long fat link is full within a few round trips; the ceiling is rate x
   1448/1514 (1398/1464 at MTU 1450).
@@ -90,6 +91,13 @@ def rtt_within_tolerance(measured: float, configured: float) -> bool:
     """The self-check's RTT rule (seconds): within SELFCHECK_TOLERANCE of the configured RTT,
     or 1 ms."""
     return abs(measured - configured) <= max(SELFCHECK_TOLERANCE * configured, 0.001)
+
+
+# A leak must show on this many capacity probes in a row. The window's edges are kernel receive
+# stamps, but on a busy host the receiving namespace's softirq can stamp the first counted datagram
+# late: 5 ms of that is SELFCHECK_LEAK's 1% of the 0.5 s window, read as a leak (seen beside a
+# second test worker, 101.1%). A real leak passes every probe; a late stamp is one window's.
+LEAK_PROBES = 2
 
 
 def judge(
@@ -295,15 +303,23 @@ def check_direction(
         problems.append(f"RTT {median * 1e3:.2f} ms vs configured {rtt_conf * 1e3:.2f} ms")
     capacity = capacity_ratio = capacity_window = None
     try:
-        cap = measure_capacity(tb, src, dst, rate, sizes)
-        capacity, capacity_window = cap["rate_bps"], cap["seconds"]
-        if cap["socket_drops"]:
-            drops = cap["socket_drops"]
-            problems.append(f"capacity probe: {drops} datagrams dropped by the receiver")
-        elif cap["sender"]["send_rate_bps"] < rate:
-            problems.append("capacity probe: the sender could not reach the link's rate")
-        elif capacity is not None:
-            capacity_ratio = capacity / capacity_conf
+        for _ in range(LEAK_PROBES):
+            cap = measure_capacity(tb, src, dst, rate, sizes)
+            if cap["socket_drops"]:
+                drops = cap["socket_drops"]
+                problems.append(f"capacity probe: {drops} datagrams dropped by the receiver")
+                break
+            if cap["sender"]["send_rate_bps"] < rate:
+                problems.append("capacity probe: the sender could not reach the link's rate")
+                break
+            if cap["rate_bps"] is None:
+                break
+            ratio_now = cap["rate_bps"] / capacity_conf
+            if capacity_ratio is None or ratio_now < capacity_ratio:  # the lower reading stands
+                capacity, capacity_window = cap["rate_bps"], cap["seconds"]
+                capacity_ratio = ratio_now
+            if capacity_ratio <= SELFCHECK_LEAK:
+                break
     except (NetError, ValueError, OSError, KeyError) as exc:
         problems.append(f"capacity probe: {exc}")
     goodput = ratio = window = None

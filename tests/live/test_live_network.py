@@ -241,18 +241,23 @@ def test_validate_cli_exit_codes(tmp_path):
     assert "Traceback" not in bad.stderr
 
 
-def test_plan_cli_touches_no_kernel(tmp_path):
-    before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+def test_plan_cli_touches_no_kernel(root, tmp_path):
+    # plan runs in a mount namespace of its own whose /run/netns is an empty tmpfs: a namespace it
+    # made would be there afterwards, and namespaces other tests make meanwhile (another
+    # pytest-xdist worker) are not
+    left = tmp_path / "netns-left"
+    script = 'mkdir -p /run/netns && mount -t tmpfs plan-check /run/netns && "$@"; rc=$?; '
+    script += f'ls -A /run/netns > "{left}"; exit $rc'
+    isolated = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
     r = subprocess.run(
-        [*CLI, "plan", "scenarios/quickstart.yaml"],
+        [*isolated, *CLI, "plan", "scenarios/quickstart.yaml"],
         capture_output=True,
         text=True,
         env=dict(os.environ),
     )
     assert r.returncode == 0, r.stderr
     assert "east->west" in r.stdout and "bfifo" in r.stdout
-    after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    assert {n for n in after - before if n.startswith("mctb")} == set()
+    assert left.read_text() == ""
 
 
 def test_doctor_reports_netem(root):

@@ -86,6 +86,15 @@ def test_a_sweep_on_two_nodes_gives_the_summary_of_a_local_run(tmp_path, cluster
     assert run_on_ray(again, c.address)  # nothing left to do
 
 
+def parent_pid(pid: int) -> int | None:
+    """``pid``'s parent, None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 @pytest.fixture
 def before():
     """The testbeds before the test; after it, new ones without a live owner are removed (a
@@ -110,17 +119,21 @@ def test_a_point_whose_node_dies_is_retried_on_another(tmp_path, cluster, before
     )
     driver.start()
     try:
-        # the first attempt's testbed appears; its owner is a worker of one of the nodes
+        # the first attempt's testbed appears; its owner is a worker of one of the nodes (a
+        # testbed another test makes meanwhile, e.g. on another pytest-xdist worker, is not)
+        raylets = {n: n.all_processes["raylet"][0].process.pid for n in nodes}
         deadline = time.monotonic() + 120
+        victim = None
         while first is None:
             assert time.monotonic() < deadline, "the point did not start"
-            new = [r for r in registry.records() if r.prefix not in before]
-            first = new[0] if new and new[0].phase == "up" else None
+            for rec in registry.records():
+                node = next(
+                    (n for n, pid in raylets.items() if pid == parent_pid(rec.owner_pid)), None
+                )
+                if rec.prefix not in before and rec.phase == "up" and node is not None:
+                    first, victim = rec, node
             time.sleep(0.2)
-        raylets = {n: n.all_processes["raylet"][0].process.pid for n in nodes}
-        stat = Path(f"/proc/{first.owner_pid}/stat").read_text()
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        (victim,) = [n for n, pid in raylets.items() if pid == parent]
+        assert victim is not None
         c.remove_node(victim, allow_graceful=False)
         driver.join(timeout=240)
         assert not driver.is_alive()
