@@ -81,3 +81,36 @@ def test_fp4_streaming_fragments_are_four_bits_an_element_on_the_wire(root, tmp_
     # a 2-rank all-gather: each direction carries one rank's codes (plus headers and ACKs)
     assert s["wan_bytes_per_step"] == pytest.approx(2 * s["payload_bytes_per_step"], rel=0.15)
     assert 0.5 < s["compute_utilisation_settled"] <= 1.0
+
+
+@pytest.mark.timeout(150)
+def test_the_same_point_at_two_scales_has_the_same_cu(root, tmp_path):
+    # DiLoCo H=10 with a 1B bf16 model at 6 Gbit/s real: a 2 GB sync (2.8 s real) every 1 s of
+    # compute. At 1/1000 it is 2 MB over 6 Mbit/s, at 1/100 20 MB over 60 Mbit/s: both are
+    # many initial windows and shaper buckets, so the CU must agree. The bottleneck buffer is
+    # scaled with them (200 MB real: 267 ms at either scale): the default, 1 BDP floored at
+    # 128 KiB, is not scaled (175 ms of queue at 6 Mbit/s, 17 ms at 60 Mbit/s)
+    data = emulated_scenario("scl", "60mbit", steps=15, algorithm="diloco")
+    data["workload"]["diloco"] = {"inner_steps": 10, "dtype": "bf16"}
+    data["sweep"] = {
+        "cases": [
+            {"workload.scale": "1/100", "wan[0].rate": "60mbit", "wan[0].buffer": "2MB"},
+            {"workload.scale": "1/1000", "wan[0].rate": "6mbit", "wan[0].buffer": "200KB"},
+        ]
+    }
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    ok = exp.run(selfcheck_seconds=0.3)
+    runs = exp.manifest["runs"]
+    assert ok, {k: r["reason"] for k, r in runs.items() if r["status"] != "ok"}
+    by_scale = {round(s["scale"], 6): s for s in exp.manifest["summary"]}
+    for s in by_scale.values():
+        print({k: s.get(k) for k in sorted(s)})
+    big, small = by_scale[0.01], by_scale[0.001]
+    assert big["wan_goodput_real_bps"] == pytest.approx(small["wan_goodput_real_bps"], rel=0.01)
+    # each of the 48 tensors rounded to whole elements at each scale
+    assert big["payload_bytes_per_step"] == pytest.approx(
+        10 * small["payload_bytes_per_step"], rel=1e-4
+    )
+    # the bound for scale invariance
+    cu_big, cu_small = big["compute_utilisation_settled"], small["compute_utilisation_settled"]
+    assert cu_small == pytest.approx(cu_big, rel=0.05)
