@@ -82,6 +82,14 @@ class Workload(RankWorkloadModel):
 # them equal): tensor layouts at real byte counts, never computed
 NamedShape = Literal["llama-3-1b", "llama-3-8b", "llama-3-70b"]
 EMULATED_ALGORITHMS = ("ddp", "diloco", "streaming-diloco")
+# layers and parameters of each named shape (traffic.training.synthetic; a unit test holds them)
+NAMED_LAYERS_PARAMS = {
+    "llama-3-1b": (16, 1_235_814_400),
+    "llama-3-8b": (32, 8_030_261_248),
+    "llama-3-70b": (80, 70_553_706_496),
+}
+MAX_EMULATED_BYTES = 4 << 30  # per rank and buffer: the ranks share this machine's memory
+DTYPE_BYTES_WIRE = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp4": 0.5}
 
 
 def _ratio(v: Any) -> Any:
@@ -296,11 +304,21 @@ class TrainingWorkload(RankWorkloadModel):
             )
         if self.ddp.hook not in ("none", "fp16", "bf16"):
             raise FieldError("workload.ddp.hook", "emulated DDP takes none, fp16 or bf16")
-        layers = (
-            self.model.synthetic.layers
-            if isinstance(self.model, SyntheticModel)
-            else {"llama-3-1b": 16, "llama-3-8b": 32, "llama-3-70b": 80}[self.model]
-        )
+        if isinstance(self.model, SyntheticModel):
+            layers, params = self.model.synthetic.layers, self.model.synthetic.params
+        else:
+            layers, params = NAMED_LAYERS_PARAMS[self.model]
+        wire = self.model.synthetic.dtype if isinstance(self.model, SyntheticModel) else "bf16"
+        if self.algorithm != "ddp":
+            wire = self.diloco.dtype
+        nbytes = params * self.scale * DTYPE_BYTES_WIRE[wire]  # one buffer of the whole model
+        if nbytes > MAX_EMULATED_BYTES:
+            raise FieldError(
+                "workload.scale",
+                f"{params:.3g} parameters at scale {self.scale:g} are {nbytes / 2**30:.1f} GiB "
+                f"of buffers per rank (at most {MAX_EMULATED_BYTES / 2**30:g} GiB): lower the "
+                "scale, e.g. 1/1000, and the link rates with it",
+            )
         if self.algorithm == "streaming-diloco":
             h, f, tau = (
                 self.diloco.inner_steps,

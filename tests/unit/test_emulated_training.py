@@ -62,7 +62,11 @@ def test_named_shapes_hold_the_published_parameter_counts(name: str, params: int
 
 
 def test_the_schema_names_every_shape() -> None:
+    from testbed.config.workloads import NAMED_LAYERS_PARAMS
+
     assert set(typing.get_args(NamedShape)) == set(NAMED_SHAPES)
+    for name, (layers, params) in NAMED_LAYERS_PARAMS.items():
+        assert (layers, params) == (NAMED_SHAPES[name].layers, layout_of(name).numel)
 
 
 def test_synthetic_model_holds_exactly_its_parameters_in_its_layers() -> None:
@@ -160,6 +164,10 @@ def test_the_schema_keeps_emulated_and_real_compute_apart() -> None:
         workload(algorithm="parameter-server")
     with pytest.raises(ValueError, match="fragments"):
         workload(algorithm="streaming-diloco", streaming={"fragments": 32})
+    # a 70B model at full scale would be 141 GB of bf16 gradients per rank
+    with pytest.raises(ValueError, match="lower the scale"):
+        workload(model="llama-3-70b")
+    assert workload(model="llama-3-70b", scale="1/1000").scale == 1e-3
 
 
 # -- the paper's wall-clock model --------------------------------------------------------------
