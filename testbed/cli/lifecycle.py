@@ -10,10 +10,11 @@ The scenario schema and ``testbed.live`` are imported inside ``up`` and ``exec``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
@@ -117,6 +118,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     recs = registry.records()
+    if getattr(args, "json", False):
+        print(json.dumps(ls_json(recs), indent=2))
+        return 0
     if not recs:
         out.print("no testbeds")
         return 0
@@ -132,6 +136,31 @@ def cmd_ls(args: argparse.Namespace) -> int:
         t.add_row(r.name, r.prefix, state, r.engine, r.backend, hosts, owner, age, r.scenario)
     out.print(t)
     return 0
+
+
+def ls_json(recs: list[registry.Record]) -> dict[str, Any]:
+    """``testbed ls --json`` (docs/json.md): every testbed's record, ``live`` false for one a
+    crashed process left behind."""
+    now = time.time()
+    return {
+        "version": 1,
+        "testbeds": [
+            {
+                "name": r.name,
+                "prefix": r.prefix,
+                "state": r.phase if r.live() else "leftover",
+                "live": r.live(),
+                "engine": r.engine,
+                "backend": r.backend,
+                "hosts": {h: a for h, a in r.hosts.items() if not h.endswith("-gw")},
+                "persistent": r.persistent,
+                "owner_pid": r.owner_pid,
+                "age_s": round(now - r.created, 3),
+                "scenario": r.scenario,
+            }
+            for r in recs
+        ],
+    }
 
 
 def cmd_down(args: argparse.Namespace) -> int:

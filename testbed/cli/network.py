@@ -90,6 +90,7 @@ def register(sub: Any) -> None:
     )
     s.set_defaults(fn=cmd_exec)
     s = sub.add_parser("ls", help="list testbeds on this machine")
+    s.add_argument("--json", action="store_true", help="print the list as JSON (docs/json.md)")
     s.set_defaults(fn=cmd_ls)
     s = sub.add_parser("down", help="tear a testbed down")
     s.add_argument("name", help="the testbed's name (testbed ls lists them)")
@@ -101,4 +102,5 @@ def register(sub: Any) -> None:
     s.add_argument(
         "file", nargs="?", help="a scenario: also say which backend it gets and what it lacks"
     )
+    s.add_argument("--json", action="store_true", help="print the findings as JSON (docs/json.md)")
     s.set_defaults(fn=cmd_doctor)

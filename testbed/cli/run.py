@@ -67,7 +67,8 @@ def register(sub: Any) -> None:
         metavar="ADDRESS",
         help="run the points on a Ray cluster (auto, or the head's HOST:PORT), one point at a "
         "time per machine that joined with `testbed ray-node`; a scenario with `placement:` "
-        "spans that cluster's machines instead (docs/scale-out.md)",
+        "spans that cluster's machines instead (docs/scale-out.md); `local`: a throwaway "
+        "cluster of this machine, started for the run and stopped after it",
     )
     s.add_argument(
         "--junit",
@@ -210,7 +211,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             "--ray ADDRESS (the Ray cluster of those machines, docs/scale-out.md)"
         )
     need_root("run")
-    if args.ray:
+    if args.ray == "local" and spanned:
+        raise ScenarioError(
+            f"{args.file}: placement: its clusters are on several machines; --ray local is "
+            "this machine alone: give the Ray cluster of those machines (--ray ADDRESS)"
+        )
+    if args.ray == "local":
+        from testbed.live.ray_common import require_ray
+
+        require_ray()  # before a results directory is made; the cluster starts with the runs
+    elif args.ray:
         from testbed.live.ray_common import connect_ray
 
         connect_ray(args.ray)  # before a results directory is made
@@ -233,11 +243,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     watched = not args.ray
     eta = Eta(estimates(pending, args.selfcheck) if watched else {})
     watch = PhaseWatch(out, eta, [r.run_id for r in pending], out.is_terminal)
+    local: list[Any] = []  # the --ray local cluster while it runs: its processes recorded
     with Progress(*columns, console=out, transient=True) as progress, watch:
         task = progress.add_task("starting", total=len(pending))
         watch.show = lambda text: progress.update(task, description=escape(text))
 
         def on_start(spec) -> None:
+            for cluster in local:
+                cluster.snapshot()
             progress.update(task, description=escape(f"{spec.run_id} {spec.label()}"))
             if watched:
                 run_dir = exp.results.path / "runs" / spec.run_id
@@ -266,7 +279,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.ray and not spanned:
                 from testbed.distributed.ray_sweep import run_on_ray
 
-                ok = run_on_ray(exp, args.ray, args.selfcheck, on_start, on_done)
+                if args.ray == "local":
+                    from testbed.cli.ray_local import LocalRay
+
+                    with LocalRay() as cluster:
+                        local.append(cluster)
+                        ok = run_on_ray(exp, "local", args.selfcheck, on_start, on_done)
+                else:
+                    ok = run_on_ray(exp, args.ray, args.selfcheck, on_start, on_done)
             else:
                 ok = exp.run(args.selfcheck, on_start, on_done)
         except KeyboardInterrupt:
