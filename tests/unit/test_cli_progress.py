@@ -12,6 +12,7 @@ from rich.console import Console
 
 from testbed.cli.progress import HEARTBEAT_S, Counting, Eta, Phase, PhaseWatch, counting, phase_of
 from testbed.config.loading import load_scenario
+from testbed.config.workloads import Workload
 
 COLL = Counting("iteration", 20, warmup=True)
 
@@ -53,6 +54,7 @@ def test_phases_of_training_and_traffic(tmp_path: Path) -> None:
 def test_counting_from_the_scenario() -> None:
     sc = load_scenario("scenarios/quickstart.yaml")
     w = sc.rank_workload
+    assert isinstance(w, Workload)
     got = counting(w)
     assert got.unit == "iteration"
     assert got.n == len(w.collectives) * len(w.algorithms) * len(w.sizes) * w.iterations
