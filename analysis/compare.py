@@ -2,7 +2,8 @@
 
 This module owns the matching and the verdicts; the CLI (``testbed.cli.report``) only prints.
 Rows of the two sets' summaries are matched on what the scenario swept (sweep parameters,
-collective, algorithm, size; for training, sweep parameters and algorithm), never on the results
+collective, algorithm, size; for training, sweep parameters and algorithm; for a command
+workload's metric lines, sweep parameters and metric), never on the results
 directory's name or the run id, so a re-run of the same scenario matches its base. Repeats of one
 point are folded into their median. The verdicts (regressed, improved, same, still failing,
 fixed) and the training rows' time to loss: docs/results.md, "testbed compare". Rows only in one
@@ -29,6 +30,12 @@ TRAINING_COLUMNS = [
     "algorithm", "base_time_p50", "new_time_p50", "ratio",
     "base_time_to_loss", "new_time_to_loss", "time_to_loss_ratio", "verdict",
 ]  # fmt: skip
+# a command workload's metric lines (metrics.parquet): per metric, the median of its values,
+# compared as a time is (more than the tolerance higher: regressed)
+COMMAND_KEYS = ["metric"]
+COMMAND_COLUMNS = [
+    "metric", "base_p50", "new_p50", "ratio", "base_samples", "new_samples", "verdict",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class Comparison:
     only_new: pd.DataFrame
     params: list[str]
     tolerance: float
-    kind: str = "collectives"  # or "training"
+    kind: str = "collectives"  # or "training", "command"
     keys: list[str] = field(default_factory=lambda: list(KEYS))
 
     @property
@@ -71,11 +78,36 @@ def _kind(base: Results, new: Results) -> _Kind:
         and not (base.training_summary.empty or new.training_summary.empty)
     ):
         return _Kind("training", TRAINING_KEYS, TRAINING_COLUMNS, "step_time_p50", "time_to_loss")
+    if (
+        base.summary.empty
+        and new.summary.empty
+        and not (_command_summary(base).empty or _command_summary(new).empty)
+    ):
+        return _Kind("command", COMMAND_KEYS, COMMAND_COLUMNS, "p50", "samples")
     return _Kind("collectives", KEYS, COLUMNS, "time_p50", "busbw")
 
 
 def _summary(res: Results, kind: _Kind) -> pd.DataFrame:
+    if kind.name == "command":
+        return _command_summary(res)
     return res.training_summary if kind.name == "training" else res.summary
+
+
+def _command_summary(res: Results) -> pd.DataFrame:
+    """Per run and metric of a command workload's metric lines: the median of their numeric
+    values (``p50``), how many (``samples``) and the run's status."""
+    m = res.metrics
+    if m.empty or not {"metric", "value", "run_id"} <= set(m.columns):
+        return pd.DataFrame()
+    m = m.assign(value=pd.to_numeric(m["value"], errors="coerce")).dropna(subset=["value"])
+    by = [c for c in ("results", "run_id", *res.params) if c in m.columns]
+    s = m.groupby([*by, "metric"], as_index=False, dropna=False).agg(
+        p50=("value", "median"), samples=("value", "size")
+    )
+    runs = res.runs
+    if not runs.empty and {"results", "run_id", "status"} <= set(runs.columns):
+        s = s.merge(runs[["results", "run_id", "status"]], on=["results", "run_id"], how="left")
+    return s
 
 
 def _folded(res: Results, params: list[str], kind: _Kind) -> pd.DataFrame:
@@ -123,7 +155,9 @@ def compare(base: Results, new: Results, tolerance: float = 0.10) -> Comparison:
     b, n = _folded(base, params, kind), _folded(new, params, kind)
     if b.empty or n.empty:
         which = "BASE" if b.empty else "NEW"
-        raise ResultsError(f"{which} has no measured collectives or training to compare")
+        raise ResultsError(
+            f"{which} has no measured collectives, training or command metrics to compare"
+        )
     keys = [*params, *kind.keys]
     merged = b.merge(n, on=keys, how="outer", suffixes=("_base", "_new"), indicator=True)
     both = merged[merged["_merge"] == "both"].copy()
@@ -138,7 +172,7 @@ def compare(base: Results, new: Results, tolerance: float = 0.10) -> Comparison:
             f"no matching runs: BASE and NEW share no (sweep parameters, {', '.join(kind.keys)}); "
             f"parameters: {', '.join(params) or '(no sweep)'}"
         )
-    second = "busbw" if kind.name == "collectives" else "time_to_loss"
+    second = {"collectives": "busbw", "training": "time_to_loss"}.get(kind.name, kind.second)
     table = pd.DataFrame(
         {
             **{k: both[k] for k in keys},
@@ -167,6 +201,8 @@ def compare(base: Results, new: Results, tolerance: float = 0.10) -> Comparison:
         gone["verdict"] = ["regressed" if ok else "still failing" for ok in gone["base_ok"]]
         table = pd.concat([table, gone], ignore_index=True)
     table = table.drop(columns=["base_ok", "new_ok"])
+    if kind.name == "command":  # a metric's p50, not a time
+        table = table.rename(columns={"base_time_p50": "base_p50", "new_time_p50": "new_p50"})
     order = _order(base, new)
     return Comparison(
         table=sort_by_params(table[[*params, *kind.columns]], order, kind.keys),

@@ -46,8 +46,8 @@ def register(sub: Any) -> None:
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser(
         "compare",
-        help="compare collective or training step times of two results sets; exit 1 when "
-        "something regressed",
+        help="compare collective or training step times (or a command workload's metrics) of "
+        "two results sets; exit 1 when something regressed",
     )
     s.add_argument("base", metavar="BASE", help="results directory (or directory of them)")
     s.add_argument("new", metavar="NEW", help="results directory (or directory of them)")
@@ -158,6 +158,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for w in warnings:
         out.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     training = cmp.kind == "training"
+    if cmp.kind == "command":
+        return _print_command_comparison(args, cmp, doc, verdict_path, tolerance)
     what = "training step time p50" if training else "collective time p50"
     t = Table(title=f"{what}: NEW {args.new} vs BASE {args.base}")
     if training:
@@ -221,6 +223,44 @@ def cmd_compare(args: argparse.Namespace) -> int:
     line = (
         f"{verdict}: {len(cmp.table)} matched ({text}); {unmatched} unmatched; tolerance "
         f"{format_percent(tolerance)} on time p50{slowest}"
+    )
+    out.print(line, highlight=False, soft_wrap=True)
+    _write_verdict(verdict_path, doc, Text.from_markup(line).plain)
+    out.print(f"verdict: {escape(str(verdict_path))}", highlight=False, soft_wrap=True)
+    return 1 if cmp.regressed else 0
+
+
+def _print_command_comparison(
+    args: argparse.Namespace, cmp: Any, doc: dict[str, Any], verdict_path: Any, tolerance: float
+) -> int:
+    """``compare``'s table for a command workload: per sweep point and metric of its metric
+    lines, the p50 on both sides (a higher one is regressed, as a time is)."""
+    t = Table(title=f"command metric p50: NEW {args.new} vs BASE {args.base}")
+    columns = [*cmp.params, "metric", "base p50", "new p50", "change", "base lines", "new lines"]
+    for col in [*columns, "verdict"]:
+        t.add_column(col, justify="left" if col in (*cmp.params, "metric") else "right")
+    for r in cmp.table.to_dict("records"):
+        style = VERDICT_STYLE.get(r["verdict"], "")
+        t.add_row(
+            *(str(r[p]) for p in cmp.params), str(r["metric"]),
+            *("-" if _missing(r[c]) else f"{float(r[c]):.6g}" for c in ("base_p50", "new_p50")),
+            _change(r["ratio"]),
+            *("-" if _missing(r[c]) else str(int(r[c])) for c in ("base_samples", "new_samples")),
+            f"[{style}]{r['verdict']}[/]" if style else r["verdict"],
+        )  # fmt: skip
+    out.print(t)
+    for label, rows in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
+        for r in rows.to_dict("records"):
+            where = ", ".join(f"{p}={r[p]}" for p in cmp.params if r.get(p) not in (None, ""))
+            out.print(f"[yellow]unmatched[/] ({label}): {where} {r['metric']}", highlight=False)
+    counts = cmp.counts()
+    order = ("regressed", "improved", "same", "still failing", "fixed")
+    text = ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
+    verdict = "[bold red]REGRESSED[/]" if cmp.regressed else "[green]OK[/]"
+    line = (
+        f"{verdict}: {len(cmp.table)} matched ({text}); "
+        f"{len(cmp.only_base) + len(cmp.only_new)} unmatched; tolerance "
+        f"{format_percent(tolerance)} on each metric's p50"
     )
     out.print(line, highlight=False, soft_wrap=True)
     _write_verdict(verdict_path, doc, Text.from_markup(line).plain)

@@ -151,6 +151,7 @@ class CommandWorkload(RankWorkloadModel):
         Metric("duration", "s", "a process's start to its exit (one summary row per process)"),
         Metric("p50", "1", "median of a json-lines metric (one summary row per metric_name)"),
         Metric("samples", "count", "lines of a json-lines metric (one row per metric_name)"),
+        Metric("wan_bytes", "B", "bytes through a WAN direction (a row per wan_direction)"),
     )
     per: Literal["rank", "host"] = "rank"
     argv: list[str] = Field(min_length=1)

@@ -190,6 +190,9 @@ def _identity(row: dict, resolved: dict | None, ignore: set[str], params: list[s
 
 
 def _label(row: dict) -> str:
+    for key in ("process", "metric_name", "wan_direction"):  # a command workload's row
+        if row.get(key) is not None:
+            return f"{row.get('run_id')} {'WAN ' if key == 'wan_direction' else ''}{row[key]}"
     if "collective" not in row:  # a training run
         return f"{row.get('run_id')} {row.get('algorithm')}"
     return f"{row.get('run_id')} {row.get('collective')}/{row.get('algorithm')}/{row.get('size')} B"

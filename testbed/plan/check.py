@@ -41,7 +41,10 @@ _ROUNDS = 6
 # how messages count the entries of a list field
 _ENTRY = {"wan": "WAN link", "faults": "fault", "traffic": "flow", "expect": "expectation"}
 # summary columns beside the metrics and SUMMARY_KEYS (analysis.run_summary; and model_<term>)
-_MORE_COLUMNS = ("run_id", "repeat", "kind", "cpu_saturated", "model_inputs", "wan_retransmits")
+_MORE_COLUMNS = (
+    "run_id", "repeat", "kind", "cpu_saturated", "model_inputs", "wan_retransmits",
+    "process", "metric_name", "wan_direction",  # a command workload's rows (per process, ...)
+)  # fmt: skip
 _LINE = re.compile(r"^(?P<field>[^\s:]+(?: \S+)?): (?P<message>.*)$")
 
 

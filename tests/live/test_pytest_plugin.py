@@ -323,7 +323,11 @@ def test_module_scoped_network_is_shared(root, pytester):
 # a user's program as it is: rank 1 sends N bytes to rank 0 across the WAN over a plain TCP
 # socket (torchrun's variables say where), both print their time as a JSON line
 SEND_SCRIPT = """\
-import json, os, socket, sys, time
+import json
+import os
+import socket
+import sys
+import time
 
 rank, n = int(os.environ["RANK"]), int(sys.argv[1])
 addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])

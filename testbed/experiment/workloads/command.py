@@ -49,6 +49,7 @@ from testbed.config.command import (
 from testbed.core.errors import ScenarioError, TestbedError
 from testbed.core.nsenter import NETNS_DIR
 from testbed.core.stats import quantile
+from testbed.core.units import format_size
 from testbed.experiment.ranks import Deadlines, LaunchProcess, RankSpec
 from testbed.experiment.session import RankSession
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
@@ -228,6 +229,22 @@ def _appender(
                 announcer.start(step)
 
     return each
+
+
+def wan_bytes_by_direction(queues: list[dict[str, Any]]) -> dict[str, float]:
+    """Bytes through each WAN direction's bottleneck while the workload ran: its byte counter's
+    last sample minus its first (queues.parquet's ``bytes``, sampled from the launch to the
+    end; cross traffic during it counts too). Directions in the order first seen."""
+    seen: dict[str, list[tuple[float, float]]] = {}
+    for q in queues:
+        when, count = q.get("time"), q.get("bytes")
+        if q.get("direction") is not None and when is not None and count is not None:
+            seen.setdefault(str(q["direction"]), []).append((float(when), float(count)))
+    out = {}
+    for direction, samples in seen.items():
+        samples.sort()
+        out[direction] = max(0.0, samples[-1][1] - samples[0][1])
+    return out
 
 
 def describe_exit(code: int) -> str:
@@ -644,6 +661,12 @@ class Command(WorkloadKind):
             out.append(
                 {**run.params, "metric_name": name, "p50": quantile(got, 0.5), "samples": len(got)}
             )
+        per_direction = wan_bytes_by_direction(run.traces.get("queues", []))
+        for direction, sent in per_direction.items():
+            out.append({**run.params, "wan_direction": direction, "wan_bytes": sent})
+        if per_direction:
+            total = sum(per_direction.values())
+            out.append({**run.params, "wan_direction": "all", "wan_bytes": total})
         return out
 
     def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
@@ -668,7 +691,13 @@ class Command(WorkloadKind):
                     {**point, "process / metric": s["metric_name"], "status": lines,
                      "value": f"p50 {s['p50']:.6g}"}
                 )  # fmt: skip
-        return "command (per process: status and duration; per metric: p50)", pd.DataFrame(shown)
+            elif "wan_direction" in s:
+                shown.append(
+                    {**point, "process / metric": f"WAN {s['wan_direction']}", "status": "bytes",
+                     "value": format_size(s["wan_bytes"])}
+                )  # fmt: skip
+        title = "command (per process: status and duration; per metric: p50; WAN bytes)"
+        return title, pd.DataFrame(shown)
 
 
 KIND = Command()
