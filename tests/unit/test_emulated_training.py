@@ -312,3 +312,22 @@ def test_table4_points_name_the_methods_in_real_gbits() -> None:
     pts = table4_points(rows, 0.95)
     assert pts["method"].tolist() == list(PAPER_TABLE4_1B)
     assert pts["bandwidth"].tolist() == pytest.approx([100, 10, 10, 10, 1])
+
+
+def test_the_cu_figure_draws_every_method_and_the_papers_points() -> None:
+    from analysis.compute_util_plots import cu_vs_bandwidth
+
+    pts = pd.DataFrame(
+        [
+            {"method": m, "bandwidth": b, "compute_utilisation": c, "cu_paper_model": c + 0.01}
+            for m in ("DP", "DiLoCo")
+            for b, c in ((10.0, 0.4), (100.0, 0.9))
+        ]
+    )
+    fig = cu_vs_bandwidth(pts)
+    assert fig is not None
+    ax = fig.axes[0]
+    # per method: measured, paper model, the paper's five needed-bandwidth points
+    assert len(ax.lines) == 6
+    assert list(ax.lines[2].get_xdata()) == [86.8, 152.6, 184.2, 222.3, 569.0]
+    assert cu_vs_bandwidth(pts.iloc[0:0]) is None
