@@ -337,6 +337,10 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_mininet_engine.py",
         "test_the_plan_as_mininet_nodes_with_the_project_links",
     ),
+    ("bulk cross-traffic beside a workload", "native", "one", "single"): (
+        "test_events_runner.py",
+        "test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout",
+    ),
     ("training (a real model)", "native", "one", "single"): (
         "test_live_training.py",
         "test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp",
