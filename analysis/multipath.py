@@ -9,7 +9,9 @@ This module owns the numbers of a run's parallel paths:
   sender's tcp_info ``bytes_sent`` split at the move times where tcp.parquet has the socket);
 * :func:`path_utilisation`: per run, window (the whole run, and each collective x algorithm x
   size) and link direction: bytes per path (shaper counters) and their shares, paths that
-  carried at least CARRYING of them, and the distinct paths of the flows seen in the window.
+  carried at least CARRYING of them, and the distinct paths of the flows seen in the window;
+* :func:`path_set_rates`: the rate each path direction was set to while the run went on (its
+  own schedule steps and trace bins, events.parquet), for the per-path panels.
 
 A direction of a multipath link is named ``east->west/j``; ``a->b`` is its ``base``.
 """
@@ -50,6 +52,26 @@ def multipath_queues(queues: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     base, path = split_direction(q["direction"])
     return q.assign(base=base, path=path)
+
+
+def path_set_rates(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per ``set`` applied to a direction of a multipath link (a path's schedule step
+    or trace bin; a burst loss sets the rate it had): ``time`` (applied, unix s), ``base``,
+    ``path`` and ``rate_bps`` (0: a trace bin that holds the queue)."""
+    cols = [*RUN, "base", "path", "time", "rate_bps"]
+    need = {"action", "direction", "rate_bps"}
+    if events.empty or not need <= set(events.columns):
+        return pd.DataFrame(columns=cols)
+    ev = _run_keys(events)
+    ev = ev[(ev["action"] == "set") & ev["direction"].astype(str).str.contains("/", regex=False)]
+    if "status" in ev:
+        ev = ev[ev["status"] == "applied"]
+    if ev.empty:
+        return pd.DataFrame(columns=cols)
+    base, path = split_direction(ev["direction"])
+    applied = ev["applied_unix"] if "applied_unix" in ev else ev["scheduled_unix"]
+    out = ev.assign(base=base, path=path, time=applied.astype(float))
+    return out.sort_values("time")[cols].reset_index(drop=True)
 
 
 def path_throughput(queues: pd.DataFrame) -> pd.DataFrame:

@@ -1,22 +1,23 @@
 """Report figure of multipath WAN links (docs/multipath.md). PURE: draws loaded results.
 
 This module owns the per-path throughput timeline: per run and link direction (``east->west``)
-one panel with a line per path (the path's shaper counter, wire Mbit/s), the collectives'
-windows as bands, fault and schedule events as dashed lines, and the moves of flows seen in
+one panel with a line per path (the path's shaper counter, wire Mbit/s), the rate a path's own
+schedule or trace set it to as a dashed step line in its colour, the collectives' windows as
+bands, fault and schedule events as dashed lines, and the moves of flows seen in
 flowpaths.parquet as ticks on the x axis, the sending gateway's routing events (route changes,
 sessions down: routing.parquet) as purple lines. Same conventions as :mod:`analysis.plots`.
 """
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.events import applied_events
 from analysis.loader import Results
-from analysis.multipath import flow_paths, operation_windows, path_throughput
+from analysis.multipath import flow_paths, operation_windows, path_set_rates, path_throughput
 from analysis.plots import style as P
 from testbed.core.direction import Direction
 
@@ -45,6 +46,30 @@ def _routing_marks(
         P.mark_event(ax, cast(float, e.time) - origin, label, "tab:purple", y=0.6)
 
 
+def _set_rate_steps(
+    ax: Any,
+    set_rates: pd.DataFrame,
+    key: tuple[str, str, str, int],
+    span: tuple[float, float],
+    colour: Any,
+) -> None:
+    """The rate path ``key`` was set to (its schedule steps, its trace bins), held from each
+    set to the next and to the panel's last sample, as a dashed step line."""
+    results, run_id, base, path = key
+    r = set_rates[
+        (set_rates["results"] == results)
+        & (set_rates["run_id"] == run_id)
+        & (set_rates["base"] == base)
+        & (set_rates["path"] == path)
+    ]
+    if r.empty:
+        return
+    origin, end = span
+    t = [*(r["time"] - origin), max(end, float(r["time"].max())) - origin]
+    y = [*(r["rate_bps"] / 1e6), float(r["rate_bps"].iloc[-1]) / 1e6]
+    ax.step(t, y, where="post", color=colour, lw=0.8, ls="--", label=f"path {path} set to")
+
+
 def plot_path_timeline(res: Results) -> P.Plot | None:
     tp = path_throughput(res.queues)
     if tp.empty:
@@ -57,11 +82,13 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
     windows = operation_windows(res.collectives)
     ev = applied_events(res.events) if not res.events.empty else res.events
     moves = flow_paths(res.flowpaths)
+    set_rates = path_set_rates(res.events)
     with P._style():
         fig = Figure(figsize=(11, 2.8 * len(shown)), layout="constrained")
         axes = fig.subplots(len(shown), 1, squeeze=False).ravel()
         for ax, ((results, run_id, base), g) in zip(axes, shown, strict=True):
             origin = float(g["time"].min())
+            span = (origin, float(g["time"].max()))
             paths = sorted(g["path"].dropna().unique())
             colours = P._colours(paths)
             for path in paths:
@@ -73,6 +100,7 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
                     lw=0.9,
                     label=f"path {path}",
                 )
+                _set_rate_steps(ax, set_rates, (results, run_id, base, path), span, colours[path])
             w = windows[(windows["results"] == results) & (windows["run_id"] == run_id)]
             for i, row in enumerate(w.itertuples(index=False)):
                 start, end = cast(float, row.start), cast(float, row.end)
@@ -115,7 +143,9 @@ def plot_path_timeline(res: Results) -> P.Plot | None:
         "path_timeline",
         "Multipath links: throughput per path",
         "Per run and link direction: the wire rate each path's shaper sent (queues.parquet "
-        "counters, per sample interval). Grey bands: the collectives' timed iterations; dashed "
+        "counters, per sample interval); dashed in a path's colour: the rate its own schedule "
+        "or trace set it to (events.parquet). Grey bands: the collectives' timed iterations; "
+        "dashed "
         "lines: schedule steps and faults (red), the sending gateway's routing events (purple: "
         "its route's paths changing, a BFD or BGP session down; routing.parquet); ticks on "
         "the axis: a flow moved to another path (flowpaths.parquet)." + more,

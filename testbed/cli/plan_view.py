@@ -201,7 +201,7 @@ def _print_network(
     emit(_tcp_table(sc, plan))
     if any(getattr(f, "kind", "") == "dcqcn" for f in sc.flows):
         emit(_dcqcn_table(sc, plan))
-    if any(link.preset or link.schedule or link.trace for link in sc.wan):
+    if any(link.preset or link.schedule or link.trace for link in sc.wan_paths):
         emit(_dynamics_table(sc, base, args.file, timeline))
     if sc.faults:
         emit(_faults_table(sc, timeline))
@@ -351,7 +351,7 @@ def _dynamics_table(sc: Scenario, base: Path, source: str, timeline: Timeline) -
     t = Table(title="WAN links: preset and how they change (docs/faults.md)")
     for col in ("link", "preset (source)", "changes"):
         t.add_column(col)
-    for i, link in enumerate(sc.wan):
+    for i, link in ((i, p) for i, w in enumerate(sc.wan) for p in w.paths_of()):
         if link.trace is not None:
             tr = link.trace
             bins = read_link_trace(link, i, base, source)

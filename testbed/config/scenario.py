@@ -199,9 +199,10 @@ class Scenario(Strict):
         # collectives workload. The rest samples or changes the network from one process.
         later = "not across machines yet (docs/scale-out.md); remove it or `placement:`"
         for i, link in enumerate(self.wan):
-            for key in ("schedule", "trace"):
-                if getattr(link, key):
-                    raise FieldError(f"wan[{i}].{key}", f"{key} is {later}")
+            for path in link.paths_of():
+                for key in ("schedule", "trace"):
+                    if getattr(path, key):
+                        raise FieldError(f"{path.where(i)}.{key}", f"{key} is {later}")
         checks = [
             ("routing.mode", self.routing.mode == "bgp", "bgp"),
             ("faults", bool(self.faults), "faults"),
@@ -281,7 +282,7 @@ class Scenario(Strict):
                     )
             if flow.from_ == flow.to:
                 raise FieldError(f"{where}.to", "a flow goes to another host")
-        dynamic = self.faults or any(link.schedule or link.trace for link in self.wan)
+        dynamic = self.faults or any(link.schedule or link.trace for link in self.wan_paths)
         if dynamic and self.workload is None and not self.traffic:
             raise FieldError(
                 "faults" if self.faults else "wan",

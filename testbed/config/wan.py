@@ -114,17 +114,84 @@ PATH_SETTINGS = tuple(LinkSettings.model_fields)
 DIRECTION_SETTINGS = tuple(f for f in PATH_SETTINGS if f != "reverse")
 
 
-# A link-wide setting a multipath link refuses, with what the user can do instead.
-_NOT_PER_PATH = {
-    "schedule": "use a link without `paths`, or `faults:` on one path (`link: a-b/1`)",
-    "trace": "use a link without `paths` to replay a trace",
-    "preset": "write the preset's settings (`testbed plan` shows them) into each path",
+# What a multipath link takes per path only, and why: each path is an emulated link of its own
+# (its own shaper, delay line and wire namespace), so a change names the path it acts on.
+_PER_PATH_ONLY = {
+    "schedule": "a schedule step changes one path's shaper and delay line",
+    "trace": "a trace replays on one path's shaper and delay line",
+    "preset": "a preset describes one measured path",
 }
 
 
-class WanPath(LinkSettings):
-    """One of a WAN link's parallel paths (``paths:``): every setting of a single link, and its
-    weight in the gateways' multipath routes (ECMP when all weights are equal)."""
+class LinkDynamics(Strict):
+    """What a single link and each path of a multipath link may add to their settings: how they
+    change while the workload runs (``schedule`` steps or a recorded ``trace`` replayed
+    (testbed.config.dynamics), not both) and a measured real path they start from (``preset``,
+    testbed.config.presets: it fills the fields not written; ``scale`` multiplies its rates and
+    byte buffer)."""
+
+    schedule: list[ScheduleStep] = Field(default_factory=list)
+    trace: LinkTrace | None = None
+    preset: str | None = None
+    scale: float = 1.0
+
+    @property
+    def preset_source(self) -> str | None:
+        """The preset, its scale and where its numbers come from (for the plan and results)."""
+        return None if self.preset is None else find_preset(self.preset).describe(self.scale)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("paths"):
+            for key, why in _PER_PATH_ONLY.items():
+                if data.get(key) not in (None, []):
+                    raise FieldError(
+                        key,
+                        f"a link with `paths` takes `{key}` per path ({why}): move it into the "
+                        f"path it applies to (`paths: [{{..., {key}: ...}}]`), or into each path",
+                    )
+        if "scale" in data and data.get("preset") is None:
+            raise FieldError(
+                "scale",
+                "scale multiplies a preset's rate; without `preset:` write the rate itself",
+            )
+        scale = data.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < 1e6:
+            raise FieldError(
+                "scale", f"{scale!r} is not a positive number (a rate multiplier, e.g. 0.1)"
+            )
+        try:
+            return fill_preset(data)
+        except ValueError as exc:
+            raise FieldError("preset", str(exc)) from None
+
+    @model_validator(mode="after")
+    def _one_dynamics(self) -> LinkDynamics:
+        if self.schedule and self.trace is not None:
+            raise FieldError(
+                "trace", "a link has a schedule or a trace, not both; drop one of them"
+            )
+        for i, (a, b) in enumerate(zip(self.schedule, self.schedule[1:], strict=False)):
+            if b.at <= a.at:
+                raise FieldError(
+                    f"schedule[{i + 1}].at",
+                    f"{b.at:g}s is not after the step before it ({a.at:g}s); steps are in "
+                    "increasing time",
+                )
+        return self
+
+
+# what a path of a multipath link carries to its link of its own (WanLink.paths_of)
+_PATH_CARRIES = (*PATH_SETTINGS, *LinkDynamics.model_fields)
+
+
+class WanPath(LinkDynamics, LinkSettings):
+    """One of a WAN link's parallel paths (``paths:``): every setting of a single link, its own
+    schedule, trace or preset, and its weight in the gateways' multipath routes (ECMP when all
+    weights are equal)."""
 
     weight: int = Field(1, ge=1, le=256)
 
@@ -145,15 +212,10 @@ class _Between(Strict):
         return v
 
 
-class WanLink(LinkSettings, _Between):
-    # How the link changes while the workload runs (testbed.config.dynamics): steps, or a
-    # recorded link replayed; not both.
-    schedule: list[ScheduleStep] = Field(default_factory=list)
-    trace: LinkTrace | None = None
-    # A measured real path the link starts from (testbed.config.presets): it fills the fields
-    # not written here; ``scale`` multiplies its rates and byte buffer.
-    preset: str | None = None
-    scale: float = 1.0
+class WanLink(LinkDynamics, LinkSettings, _Between):
+    """A WAN link: the clusters it joins, its settings and dynamics (LinkSettings,
+    LinkDynamics), or its parallel paths, each with its own."""
+
     # Parallel paths between the two gateways, each with the settings above (then not written
     # at the link itself); the gateways spread traffic over them (routing.ecmp).
     paths: list[WanPath] = Field(default_factory=list)
@@ -184,7 +246,7 @@ class WanLink(LinkSettings, _Between):
         for j, p in enumerate(self.paths):
             # validated already, as the path's fields
             link = WanLink.model_construct(
-                between=self.between, **{f: getattr(p, f) for f in PATH_SETTINGS}
+                between=self.between, **{f: getattr(p, f) for f in _PATH_CARRIES}
             )
             link._path, link._weight = j, p.weight
             out.append(link)
@@ -205,51 +267,9 @@ class WanLink(LinkSettings, _Between):
             raise FieldError(
                 "paths", f"{len(self.paths)} paths given; a multipath link has 2 to {MAX_PATHS}"
             )
-        for key, instead in _NOT_PER_PATH.items():
-            if key in self.model_fields_set:
-                raise FieldError(
-                    key,
-                    f"{key} is not supported on a link with `paths` yet: each path has its own "
-                    f"emulators, and a {key} per path is not built; {instead}",
-                )
         return self
 
-    @property
-    def preset_source(self) -> str | None:
-        """The preset, its scale and where its numbers come from (for the plan and results)."""
-        return None if self.preset is None else find_preset(self.preset).describe(self.scale)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_preset(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        if "scale" in data and data.get("preset") is None:
-            raise FieldError(
-                "scale",
-                "scale multiplies a preset's rate; without `preset:` write the rate itself",
-            )
-        scale = data.get("scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < 1e6:
-            raise FieldError(
-                "scale", f"{scale!r} is not a positive number (a rate multiplier, e.g. 0.1)"
-            )
-        try:
-            return fill_preset(data)
-        except ValueError as exc:
-            raise FieldError("preset", str(exc)) from None
-
-    @model_validator(mode="after")
-    def _one_dynamics(self) -> WanLink:
-        if self.schedule and self.trace is not None:
-            raise FieldError(
-                "trace", "a link has a schedule or a trace, not both; drop one of them"
-            )
-        for i, (a, b) in enumerate(zip(self.schedule, self.schedule[1:], strict=False)):
-            if b.at <= a.at:
-                raise FieldError(
-                    f"schedule[{i + 1}].at",
-                    f"{b.at:g}s is not after the step before it ({a.at:g}s); steps are in "
-                    "increasing time",
-                )
-        return self
+    def where(self, i: int) -> str:
+        """The field that holds this link's (or path's) settings when it is ``wan[i]``:
+        ``wan[0]``, or ``wan[0].paths[1]`` for a path."""
+        return f"wan[{i}]" + ("" if self._path is None else f".paths[{self._path}]")

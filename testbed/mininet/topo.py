@@ -99,7 +99,7 @@ class ScenarioTopo(Topo):
                 ("workload", scenario.workload is not None),
                 ("traffic", bool(scenario.traffic)),
                 ("faults", bool(scenario.faults)),
-                ("schedules and traces", any(w.schedule or w.trace for w in scenario.wan)),
+                ("schedules and traces", any(w.schedule or w.trace for w in scenario.wan_paths)),
             )
             if present
         ]

@@ -407,8 +407,9 @@ def _plan_problems(sc: Scenario, base_dir: Path, source: str) -> list[tuple[str,
 
     try:
         for i, link in enumerate(sc.wan):
-            if link.trace is not None:
-                read_link_trace(link, i, base_dir, source)
+            for path in link.paths_of():
+                if path.trace is not None:
+                    read_link_trace(path, i, base_dir, source)
         plan = build_plan(sc, "<prefix>", 64)
         build_timeline(sc, plan, base_dir, default_horizon(sc), source=source)
     except TestbedError as exc:

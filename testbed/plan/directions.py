@@ -38,12 +38,12 @@ def changing_directions(scenario: Scenario) -> set[str]:
     emulation must exist from bring-up. Rate changes and blackholes need none (HTB, iptables).
     A csv trace may carry delay and loss: the plan does not read files, so it counts."""
     out: set[str] = set()
-    for link in scenario.wan:
+    for link in scenario.wan_paths:
         for step in link.schedule:
             if any(getattr(step, f) is not None for f in PROPAGATION):
-                out.update(link_directions(link.between, step.direction))
+                out.update(link_directions(link.between, step.direction, link.path))
         if link.trace is not None and link.trace.format == "csv":
-            out.update(link_directions(link.between, link.trace.direction))
+            out.update(link_directions(link.between, link.trace.direction, link.path))
     for f in scenario.faults:
         if f.kind == "burst_loss":
             for p in scenario.links_named(f.link):
@@ -55,15 +55,17 @@ def traced_directions(scenario: Scenario) -> set[str]:
     """WAN directions a trace replays on (``WanDirection.traced``)."""
     return {
         d
-        for link in scenario.wan
+        for link in scenario.wan_paths
         if link.trace is not None
-        for d in link_directions(link.between, link.trace.direction)
+        for d in link_directions(link.between, link.trace.direction, link.path)
     }
 
 
 def loss_later(scenario: Scenario) -> bool:
     """Whether a schedule step, a csv trace (it may carry loss) or a burst loss brings loss to a
     link while it runs: the hosts must then send wire-sized packets from bring-up (render.py)."""
-    steps = any(s.loss for link in scenario.wan for s in link.schedule)
-    traces = any(link.trace is not None and link.trace.format == "csv" for link in scenario.wan)
+    steps = any(s.loss for link in scenario.wan_paths for s in link.schedule)
+    traces = any(
+        link.trace is not None and link.trace.format == "csv" for link in scenario.wan_paths
+    )
     return steps or traces or any(f.kind == "burst_loss" for f in scenario.faults)

@@ -495,7 +495,7 @@ class Command(WorkloadKind):
         changes = (
             scenario.faults
             or scenario.traffic
-            or any(link.schedule or link.trace for link in scenario.wan)
+            or any(link.schedule or link.trace for link in scenario.wan_paths)
         )
         if changes and scenario.clock == "workload" and scenario.workload.metrics_format == "none":
             problems.append(

@@ -51,7 +51,7 @@ def default_horizon(scenario: Scenario) -> float:
     end, a fault's end, a schedule step), at least ``DEFAULT_HORIZON``. A run passes its own."""
     times = [DEFAULT_HORIZON]
     times += [flow.start + flow.duration for flow in scenario.flows]
-    times += [step.at for link in scenario.wan for step in link.schedule]
+    times += [step.at for link in scenario.wan_paths for step in link.schedule]
     for f in scenario.faults:
         if f.at is not None:
             times.append(f.at + fault_length(f))

@@ -39,14 +39,14 @@ def link_settings(b: Builder, i: int, link: WanLink) -> None:
     for k, step in enumerate(link.schedule):
         ops.append(Op(step.at, SETS, len(ops), _schedule_op(link, i, k, configured)))
         if step.loss is not None:
-            for d in link_directions(link.between, step.direction):
+            for d in link_directions(link.between, step.direction, link.path):
                 b.intervals.append(
                     Interval(
                         ("loss", d),
                         step.at,
                         step.at,
                         None,
-                        f"wan[{i}].schedule[{k}]",
+                        f"{link.where(i)}.schedule[{k}]",
                         f"sets loss at {step.at:g} s",
                     )
                 )
@@ -121,7 +121,7 @@ def _settings_text(step: Any) -> str:
 
 def _schedule_op(link: WanLink, i: int, k: int, configured: dict[str, State]) -> Any:
     step = link.schedule[k]
-    dirs = link_directions(link.between, step.direction)
+    dirs = link_directions(link.between, step.direction, link.path)
 
     def apply(states: dict[str, State]) -> tuple[Any, ...]:
         for d in dirs:
@@ -136,7 +136,7 @@ def _schedule_op(link: WanLink, i: int, k: int, configured: dict[str, State]) ->
         what = "restore the configured settings" if step.restore else _settings_text(step)
         if step.direction != "both":
             what += f" ({dirs[0]})"
-        return dirs, what, "schedule", None, f"wan[{i}].schedule[{k}]"
+        return dirs, what, "schedule", None, f"{link.where(i)}.schedule[{k}]"
 
     return apply
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def read_link_trace(link: WanLink, i: int, base_dir: Path, source: str = "<scenario>") -> TraceBins:
-    """Link ``i``'s trace file read and binned (errors name ``wan[i].trace.file``)."""
+    """Link ``i``'s (or its path's) trace file read and binned (errors name
+    ``wan[i].trace.file`` or ``wan[i].paths[j].trace.file``)."""
     assert link.trace is not None
     path = Path(base_dir) / link.trace.file
     return read_trace(
@@ -29,7 +30,7 @@ def read_link_trace(link: WanLink, i: int, base_dir: Path, source: str = "<scena
         link.trace.bin,
         link.trace.scale,
         source=source,
-        field=f"wan[{i}].trace.file",
+        field=f"{link.where(i)}.trace.file",
     )
 
 
@@ -38,15 +39,15 @@ def trace_ops(b: Builder, i: int, link: WanLink, seq0: int) -> list[Op]:
     trace = link.trace
     assert trace is not None
     bins = read_link_trace(link, i, b.base_dir, b.source)
-    dirs = link_directions(link.between, trace.direction)
-    where = f"wan[{i}].trace"
+    dirs = link_directions(link.between, trace.direction, link.path)
+    where = f"{link.where(i)}.trace"
     period = bins.period
     expanded: list[tuple[float, Any]] = []
     if trace.loop:
         b.loops = True
         if b.horizon / trace.bin > MAX_TRACE_EVENTS:
             raise b.error(
-                f"wan[{i}].trace.bin",
+                f"{where}.bin",
                 f"looping {format_duration(trace.bin)} bins up to {b.horizon:g} s would be "
                 f"{b.horizon / trace.bin:.0f} shaper changes (at most {MAX_TRACE_EVENTS}); use "
                 "a larger bin",
@@ -68,7 +69,7 @@ def trace_ops(b: Builder, i: int, link: WanLink, seq0: int) -> list[Op]:
     ops: list[Op] = []
     for at, x in expanded:
         label = f"trace bin {round(x.t / bins.width)}" if x is not bins.last else "trace end, held"
-        ops.append(Op(at, SETS, seq0 + len(ops), _trace_op(i, dirs, x, label)))
+        ops.append(Op(at, SETS, seq0 + len(ops), _trace_op(where, dirs, x, label)))
     if bins.bins[0].loss is not None:
         end = b.horizon if trace.loop else period
         for d in dirs:
@@ -78,7 +79,7 @@ def trace_ops(b: Builder, i: int, link: WanLink, seq0: int) -> list[Op]:
     return ops
 
 
-def _trace_op(i: int, dirs: tuple[str, ...], x: Any, label: str) -> Any:
+def _trace_op(where: str, dirs: tuple[str, ...], x: Any, label: str) -> Any:
     """A bin's settings; a zero-rate bin holds the queue (Mahimahi: packets wait for the next
     delivery opportunity) and keeps the buffer of the rate before it."""
 
@@ -98,6 +99,6 @@ def _trace_op(i: int, dirs: tuple[str, ...], x: Any, label: str) -> Any:
             what += f", delay {format_duration(x.delay)}"
         if x.loss is not None:
             what += f", loss {format_percent(x.loss)}"
-        return dirs, what, "trace", None, f"wan[{i}].trace"
+        return dirs, what, "trace", None, where
 
     return apply
