@@ -101,11 +101,11 @@ def line_rate_between(rows: list[dict], start: float, end: float) -> tuple[float
 
 @pytest.mark.timing
 def test_a_trace_on_one_path_sets_its_rate_while_the_hash_spreads_flows(make_testbed, tmp_path):
-    levels = (80e6, 20e6, 60e6, 40e6, 80e6)
+    levels = (80e6, 20e6, 60e6, 40e6, 80e6, 30e6)
     rows = "".join(f"{k}s,{r / 1e6:g}mbit\n" for k, r in enumerate(levels))
     (tmp_path / "path0.csv").write_text("t,rate\n" + rows)
     trace = {"file": "path0.csv", "format": "csv", "bin": "1s", "loop": False}
-    data = traced_scenario({"trace": trace}, seconds=5.5)
+    data = traced_scenario({"trace": trace}, seconds=6.5)
     data["trace"] = {"queues": "20ms"}  # the lines' own samples of what left their queues
     # path 0's HTB leaf is gone (its line shapes it); path 1's is read by tc
     samples, events, tb = run_sampled(make_testbed, data, tmp_path, ports=("p1-west",))

@@ -134,3 +134,30 @@ def test_the_report_takes_each_paths_set_rates_from_the_events() -> None:
     assert list(line.get_ydata()) == [80.0, 20.0, 20.0]
     _set_rate_steps(ax, rates, ("", "r0", "east->west", 1), (9.0, 13.0), "C1")
     assert len(ax.get_lines()) == 1  # path 1 never changed: no line
+
+
+def test_a_path_trace_composes_with_faults_on_either_path(tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text("t,rate\n0s,80mbit\n1s,20mbit\n")
+    trace = {"file": "t.csv", "format": "csv", "bin": "1s", "loop": False}
+    data = two_paths({"trace": trace})
+    data["faults"] = [
+        {"kind": "burst_loss", "link": "east-west/0", "at": "1.5s", "duration": "1s",
+         "p": "1%", "r": "25%"},
+        {"kind": "blackhole", "link": "east-west/1", "at": "0.5s", "duration": "1s"},
+    ]  # fmt: skip
+    sc = parse_scenario(data, "s.yaml")
+    tl = build_timeline(sc, build_plan(sc, "x", 64), tmp_path, 10.0, source="s.yaml")
+    got = [(e.at, e.link, e.source, e.action) for e in tl.events]
+    assert got == [
+        (0.0, "east-west/0", "trace", "set"),
+        (0.5, "east-west/1", "fault", "blackhole"),
+        (1.0, "east-west/0", "trace", "set"),
+        (1.5, "east-west/1", "fault", "unblackhole"),  # an end before a start at one time
+        (1.5, "east-west/0", "fault", "set"),
+        (2.5, "east-west/0", "fault", "set"),
+    ]
+    burst = tl.events[4]
+    # the burst loss on path 0 keeps the rate its trace set there (20 Mbit/s), on path 0 only
+    assert {c.direction: c.rate for c in burst.changes} == {
+        "east->west/0": 20_000_000, "west->east/0": 100_000_000,
+    }  # fmt: skip
