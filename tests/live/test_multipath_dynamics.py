@@ -1,6 +1,7 @@
-"""Live tests of dynamics on one path of a multipath WAN link (static routing, l4 hash): a trace
+"""Live tests of dynamics on one path of a multipath WAN link (l4 hash): a trace
 replays on path 0 through the run's event runner while bulk flows, spread by the gateways' hash,
-cross both paths; a schedule step on path 0 changes path 0's shaper and leaves path 1's alone.
+cross both paths; a schedule step on path 0 changes path 0's shaper and leaves path 1's alone,
+with static routing and with BGP + BFD (whose route keeps both paths).
 Both drive the real run machinery (testbed.experiment.dynamics.RunDynamics: the clock origin,
 the event runner, the link backend, the scenario's bulk flows) on a live testbed."""
 
@@ -153,12 +154,16 @@ def htb_bound(level: float, span: float, slack: float, burst: int) -> tuple[floa
     return level - off, level + off + 8 * burst / span
 
 
+BGP = {"mode": "bgp", "bgp": {"bfd": {"interval": "50ms", "multiplier": 3}}}
+
+
 @pytest.mark.timing
-def test_a_schedule_step_on_one_path_changes_that_path_only(make_testbed, tmp_path):
+@pytest.mark.parametrize("routing", [{}, BGP], ids=["static", "bgp"])
+def test_a_schedule_step_on_one_path_changes_that_path_only(make_testbed, tmp_path, routing):
     steps = [{"at": "3s", "rate": "20mbit"}]
-    samples, events, tb = run_sampled(
-        make_testbed, traced_scenario({"schedule": steps}, seconds=4.5), tmp_path
-    )
+    data = traced_scenario({"schedule": steps}, seconds=4.5)
+    data["routing"] |= routing
+    samples, events, tb = run_sampled(make_testbed, data, tmp_path)
     # the step names path 0 (both its directions); nothing acts on path 1
     assert sorted(r["direction"] for r in events) == ["east->west/0", "west->east/0"], events
     at = next(r["applied_unix"] for r in events)
@@ -181,5 +186,8 @@ def test_a_schedule_step_on_one_path_changes_that_path_only(make_testbed, tmp_pa
     after1, span, slack = rate_between(samples, "p1-west", at + 0.3, at + 1.3)
     lo, hi = htb_bound(100e6, span, slack, burst1)
     assert lo <= after1 <= hi, (after1, lo, hi)
+    if routing:  # BGP: a slower path is still a path; its sessions and BFD stay up
+        shown = tb.run("east-gw", ["ip", "route", "show", "proto", "bgp"]).stdout
+        assert shown.count("nexthop via") == 2, shown
     print("Mbit/s path 0 before/after:", before0 / 1e6, after0 / 1e6,
           "path 1 before/after:", before1 / 1e6, after1 / 1e6)  # fmt: skip
