@@ -303,3 +303,15 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def ended(pid: int, within: float = 5.0) -> bool:
+    """Whether ``pid`` stops running within ``within`` seconds: a process just sent SIGKILL is
+    still ``R`` while the kernel tears it down (tens of ms for a Python process on a busy host),
+    so a check right after the kill races with its exit. The limit is a deadline, not a bound."""
+    deadline = time.monotonic() + within
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

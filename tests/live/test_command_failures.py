@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import RUN_TAG, alive
+from helpers import RUN_TAG, alive, ended
 
 import analysis
 from testbed.cli import main
@@ -145,7 +145,7 @@ def test_services_start_first_in_order_and_are_stopped_at_the_end(
     pids = [int(p) for p in (run_dir / "server-pids").read_text().split()]
     pids.append(int((run_dir / "notary-pid").read_text().split()[0]))
     for pid in pids:
-        assert not alive(pid), pid
+        assert ended(pid), pid
 
 
 def test_a_service_that_never_gets_ready_ends_the_run_naming_it(
@@ -312,7 +312,7 @@ def test_ctrl_c_mid_run_ends_every_process_and_keeps_the_results(root, tmp_path:
             proc.wait()
     assert proc.returncode == 130, printed
     for pid in pids:
-        assert not alive(pid), pid
+        assert ended(pid), pid
     results, run_id, entry = the_run(tmp_path)
     assert entry["status"] == "interrupted" and entry["reason"] == "interrupted by the user"
     run_dir = results / "runs" / run_id

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import RUN_TAG, alive
+from helpers import RUN_TAG, ended
 
 import analysis
 from testbed.cli import main
@@ -214,7 +214,7 @@ def test_a_failing_rank_stops_the_others_and_names_its_exit_code(
     run_dir = results / "runs" / run_id
     for r in (0, 1, 2):
         for pid in map(int, (run_dir / f"pids-{r}").read_text().split()):
-            assert not alive(pid), (r, pid)
+            assert ended(pid), (r, pid)
 
 
 # torchrun's workers all-reduce ELEMENTS float32 ones ITERATIONS times over gloo and print each

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import alive, scenario
+from helpers import ended, scenario
 
 from testbed.config.command import CommandWorkload, missing_files, placeholders_in
 from testbed.config.loading import parse_scenario
@@ -459,7 +459,14 @@ def test_stop_all_stops_the_rest_and_what_they_started(tmp_path: Path) -> None:
         "open(os.path.join({out!r}, f'child-{key}'), 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"
     )
-    failing = "import time, sys; time.sleep(1.0); print('bad input'); sys.exit(3)"
+    # rank 1 fails once both others have started their child (no race with a slow start-up)
+    children = [str(tmp_path / f"child-{k}") for k in (0, 2)]
+    failing = (
+        "import os, sys, time\n"
+        f"while not all(os.path.exists(p) for p in {children!r}):\n"
+        "    time.sleep(0.05)\n"
+        "print('bad input'); sys.exit(3)\n"
+    )
     programs = [
         sleeper.format(out=str(tmp_path), key=0),
         failing,
@@ -476,7 +483,7 @@ def test_stop_all_stops_the_rest_and_what_they_started(tmp_path: Path) -> None:
     ]
     for key in (0, 2):
         child = int((tmp_path / f"child-{key}").read_text())
-        assert not alive(child)
+        assert ended(child)
         assert launch.codes[key] == -signal.SIGTERM  # asked to end, as torchrun asks its workers
     assert [p["stopped"] for p in info["processes"]] == ["stopped", None, "stopped"]
 
