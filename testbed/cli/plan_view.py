@@ -515,7 +515,7 @@ def _print_overview(
 
 
 def _print_workload(sc: Scenario, fc: Forecast) -> None:
-    from testbed.config.workloads import TrainingWorkload, Workload
+    from testbed.config.workloads import SyntheticModel, TrainingWorkload, Workload
 
     w = sc.workload
     if w is None:
@@ -527,6 +527,16 @@ def _print_workload(sc: Scenario, fc: Forecast) -> None:
             f"collectives {', '.join(w.collectives)} x algorithms {', '.join(w.algorithms)} x "
             f"sizes {', '.join(size_text(x) for x in w.sizes)}; {w.dtype}; warmup {w.warmup}, "
             f"iterations {w.iterations}; timeout {duration_text(w.timeout)}"
+        )
+    elif isinstance(w, TrainingWorkload) and w.compute is not None:  # emulated compute
+        model = w.model
+        if isinstance(model, SyntheticModel):
+            spec = model.synthetic
+            model = f"synthetic {spec.params:.3g} params ({spec.dtype}, {spec.layers} layers)"
+        text = (
+            f"training {model}, emulated compute {duration_text(w.compute.step)} per step, "
+            f"scale {w.scale:g}: {w.algorithm}, {w.steps} steps; timeout "
+            f"{duration_text(w.timeout)}"
         )
     elif isinstance(w, TrainingWorkload):
         text = (

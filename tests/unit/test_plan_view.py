@@ -268,3 +268,13 @@ def test_json_shape(capsys) -> None:
     (run,) = got["runs"]
     assert run["run_id"] == "p000-r0" and len(run["predicted"]) == 4
     assert {p["what"] for p in run["predicted"]} >= {"all_reduce flat 16MiB"}
+
+
+def test_an_emulated_training_workload_reads_as_one(capsys) -> None:
+    """A synthetic model has no dataset: its line names the model, the emulated step and scale
+    (it read `SyntheticSpec(params=...) on None`)."""
+    code, text = plan(capsys, "scenarios/streaming-diloco-table4.yaml")
+    assert code == 0
+    (line,) = [x for x in text.splitlines() if x.startswith("workload:")]
+    assert "None" not in line and "Spec(" not in line
+    assert "synthetic 1e+09 params (bf16, 24 layers), emulated compute 100ms per step" in line
