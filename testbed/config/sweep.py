@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,21 +86,34 @@ def expand(
                 raise ScenarioError(f"{source}: sweep: {exc}") from None
     specs: list[RunSpec] = []
     axes = [_case_axis(sweep[p]) if p == CASES else [{p: v} for v in sweep[p]] for p in sweep]
-    for point, combo in enumerate(itertools.product(*axes)):
-        params = {k: v for part in combo for k, v in part.items()}
-        concrete = copy.deepcopy(base)
-        for path, value in params.items():
-            if value is None:  # a case that leaves this path at the scenario's value
-                continue
-            try:
-                set_path(concrete, path, value)
-            except ValueError as exc:
-                raise ScenarioError(f"{source}: sweep: {exc}") from None
+    for point, (params, concrete, unset) in enumerate(sweep_points(base, axes)):
+        if unset:
+            raise ScenarioError(f"{source}: sweep: {unset[0][1]}")
         where = source if not params else f"{source} (sweep point {_label(params)})"
         scenario = parse_scenario({**concrete, "sweep": sweep}, where)
         for r in range(scenario.repeat):
             specs.append(RunSpec(f"p{point:03d}-r{r}", point, r, params, scenario))
     return specs
+
+
+def sweep_points(
+    base: dict[str, Any], axes: Sequence[Sequence[dict[str, Any]]]
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], list[tuple[str, str]]]]:
+    """Each point of the product of ``axes`` (each a list of {path: value} settings): its
+    parameters, a copy of ``base`` with them set, and (path, reason) for each that could not be
+    set. A None value is a case that leaves its path at the scenario's value."""
+    for combo in itertools.product(*axes):
+        params = {k: v for part in combo for k, v in part.items()}
+        concrete = copy.deepcopy(base)
+        unset: list[tuple[str, str]] = []
+        for path, value in params.items():
+            if value is None:
+                continue
+            try:
+                set_path(concrete, path, value)
+            except ValueError as exc:
+                unset.append((path, str(exc)))
+        yield params, concrete, unset
 
 
 def _case_paths(source: str, cases: list[Any]) -> list[str]:

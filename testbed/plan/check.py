@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from pydantic import ValidationError
 from testbed.config.expect import SUMMARY_KEYS, Check, Expectation, check, known_metrics
 from testbed.config.loading import close_names, describe_errors, load_yaml
 from testbed.config.scenario import Scenario
-from testbed.config.sweep import CASES, _case_axis, _label
+from testbed.config.sweep import CASES, _case_axis, _label, sweep_points
 from testbed.config.workloads import WORKLOAD_KINDS, TrainingWorkload, Workload
 from testbed.core.errors import TestbedError
 from testbed.core.metrics import RUN_METRICS
@@ -155,19 +154,12 @@ def check_data(
     labels: list[str] = []
     valid: list[tuple[dict[str, Any], Scenario]] = []
     stand_ins: list[tuple[dict[str, Any], Scenario]] = []
-    for combo in itertools.product(*axes):
-        params = {k: v for part in combo for k, v in part.items()}
+    for params, concrete, unset in sweep_points(base, axes):
         label = _label(params) or "(no sweep)"
         labels.append(label)
         point = label if params else None
-        concrete = copy.deepcopy(base)
-        for path, value in params.items():
-            if value is None:  # a case that leaves this path at the scenario's value
-                continue
-            try:
-                set_path(concrete, path, value)
-            except ValueError as exc:
-                found.add(f"sweep.{path}", _no_such(str(exc), path, concrete), point)
+        for path, reason in unset:
+            found.add(f"sweep.{path}", _no_such(reason, path, concrete), point)
         errors, scenario, stand_in = schema_problems(
             {**concrete, "sweep": sweep} if sweep else concrete
         )
