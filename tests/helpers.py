@@ -17,7 +17,10 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 RUN_TAG = f"t{os.getpid()}"
 
@@ -35,6 +38,26 @@ def scenario(**overrides: Any) -> dict[str, Any]:
     }
     data.update(overrides)
     return data
+
+
+def command_scenario(
+    name: str, workload: dict[str, Any], hosts: int = 1, **more: Any
+) -> dict[str, Any]:
+    """Two clusters of ``hosts`` hosts, a 100 Mbit/s 5 ms WAN, and a command workload."""
+    return {
+        "name": f"{RUN_TAG}-{name}"[:32],
+        "clusters": {"east": {"hosts": hosts}, "west": {"hosts": hosts}},
+        "wan": [{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}],
+        "workload": {"kind": "command", **workload},
+        **more,
+    }
+
+
+def write_scenario(tmp_path: Path, data: dict[str, Any]) -> Path:
+    """``data`` as ``tmp_path``/scenario.yaml."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def two_path_scenario(routing: dict[str, Any]) -> dict[str, Any]:

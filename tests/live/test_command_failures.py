@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from helpers import RUN_TAG, alive, ended
+from helpers import alive, command_scenario, ended, write_scenario
 
 import analysis
 from testbed.cli import main
@@ -73,22 +72,6 @@ CLIENT = textwrap.dedent(
 )
 
 
-def command_scenario(name: str, workload: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {
-        "name": f"{RUN_TAG}-{name}"[:32],
-        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
-        "wan": [{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}],
-        "workload": {"kind": "command", **workload},
-        **more,
-    }
-
-
-def write(tmp_path: Path, data: dict[str, Any]) -> Path:
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def run(tmp_path: Path, path: Path) -> int:
     return main(["run", str(path), "--out", str(tmp_path / "results"), "--selfcheck", SELFCHECK])
 
@@ -119,7 +102,7 @@ def test_services_start_first_in_order_and_are_stopped_at_the_end(
         "services": services,
         "timeout": "30s",
     }
-    path = write(tmp_path, command_scenario("svc", workload))
+    path = write_scenario(tmp_path, command_scenario("svc", workload))
     code = run(tmp_path, path)
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -155,7 +138,7 @@ def test_a_service_that_never_gets_ready_ends_the_run_naming_it(
     services = [{"name": "lighthouse", "host": "east-h0", "argv": ["python", "-c", never],
                  "ready": {"port": 29599}, "timeout": "2s"}]  # fmt: skip
     workload = {"argv": ["python", "-c", "pass"], "services": services, "timeout": "30s"}
-    path = write(tmp_path, command_scenario("svcnever", workload))
+    path = write_scenario(tmp_path, command_scenario("svcnever", workload))
     started = time.monotonic()
     assert run(tmp_path, path) == 1
     capsys.readouterr()
@@ -177,7 +160,7 @@ def test_a_service_that_fails_while_the_workload_runs_fails_the_run(
     services = [{"name": "store", "host": "west-h0", "argv": ["python", "-c", crash],
                  "ready": {"log": "^up$"}}]  # fmt: skip
     workload = {"argv": ["python", "-c", "import time; time.sleep(3)"], "services": services}
-    path = write(tmp_path, command_scenario("svccrash", workload))
+    path = write_scenario(tmp_path, command_scenario("svccrash", workload))
     assert run(tmp_path, path) == 1
     capsys.readouterr()
     _, _, entry = the_run(tmp_path)
@@ -194,7 +177,7 @@ def test_an_unknown_service_host_is_a_scenario_error(root, tmp_path: Path, capsy
     services = [{"name": "s", "host": "north-h0", "argv": ["python", "-c", "pass"],
                  "ready": {"port": 1}}]  # fmt: skip
     workload = {"argv": ["python", "-c", "pass"], "services": services}
-    path = write(tmp_path, command_scenario("svchost", workload))
+    path = write_scenario(tmp_path, command_scenario("svchost", workload))
     assert run(tmp_path, path) == 2
     err = capsys.readouterr().err
     assert "workload.services[0].host: no host 'north-h0'; hosts are: east-h0, west-h0" in err
@@ -208,7 +191,7 @@ HANGING = "import os, time\nif os.environ['RANK'] == '3':\n    print('rank 3 wai
 def test_one_hung_rank_is_named_by_the_timeout(root, tmp_path: Path, capsys) -> None:
     (tmp_path / "hang.py").write_text(HANGING)
     workload = {"argv": ["python", "hang.py"], "ranks_per_host": 2, "timeout": "4s"}
-    path = write(tmp_path, command_scenario("hang", workload))
+    path = write_scenario(tmp_path, command_scenario("hang", workload))
     assert run(tmp_path, path) == 1
     capsys.readouterr()
     _, _, entry = the_run(tmp_path)
@@ -244,7 +227,7 @@ NOISY = textwrap.dedent(
 def test_stdout_that_is_not_json_is_log_and_not_an_error(root, tmp_path: Path, capsys) -> None:
     (tmp_path / "noisy.py").write_text(NOISY)
     workload = {"argv": ["python", "noisy.py"], "metrics": "json-lines", "timeout": "30s"}
-    path = write(tmp_path, command_scenario("noisy", workload))
+    path = write_scenario(tmp_path, command_scenario("noisy", workload))
     code = run(tmp_path, path)
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -285,7 +268,7 @@ def test_ctrl_c_mid_run_ends_every_process_and_keeps_the_results(root, tmp_path:
                  "{run_dir}"], "ready": {"log": "ready to sign"}}]  # fmt: skip
     workload = {"argv": ["python", "linger.py", "{run_dir}"], "services": services,
                 "timeout": "120s"}  # fmt: skip
-    path = write(tmp_path, command_scenario("ctrlc", workload))
+    path = write_scenario(tmp_path, command_scenario("ctrlc", workload))
     out = tmp_path / "results"
     cli = [sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out)]
     proc = subprocess.Popen(

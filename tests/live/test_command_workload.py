@@ -12,11 +12,9 @@ import socket
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from helpers import RUN_TAG, ended
+from helpers import command_scenario, ended, write_scenario
 
 import analysis
 from testbed.cli import main
@@ -73,22 +71,6 @@ FAILING = textwrap.dedent(
 )
 
 
-def command_scenario(name: str, workload: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {
-        "name": f"{RUN_TAG}-{name}"[:32],
-        "clusters": {"east": {"hosts": 2}, "west": {"hosts": 2}},
-        "wan": [{"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}],
-        "workload": {"kind": "command", **workload},
-        **more,
-    }
-
-
-def write(tmp_path: Path, data: dict[str, Any]) -> Path:
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def test_a_plain_program_gets_its_placeholders_environment_hostname_and_metrics(
     root, tmp_path: Path, capsys
 ) -> None:
@@ -112,7 +94,7 @@ def test_a_plain_program_gets_its_placeholders_environment_hostname_and_metrics(
     }
     expect = [{"where": {"metric_name": "answer"}, "metric": "p50", "relation": "==",
                "value": 43.5}]  # fmt: skip
-    path = write(tmp_path, command_scenario("cmd", workload, expect=expect))
+    path = write_scenario(tmp_path, command_scenario("cmd", workload, hosts=2, expect=expect))
     code = main(["run", str(path), "--out", str(tmp_path / "results")])
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -181,7 +163,7 @@ def test_a_plain_program_gets_its_placeholders_environment_hostname_and_metrics(
 def test_bad_input_exits_2_naming_the_field_before_any_network(
     root, tmp_path: Path, capsys, argv: list[str], field: str
 ) -> None:
-    path = write(tmp_path, command_scenario("bad", {"argv": argv}))
+    path = write_scenario(tmp_path, command_scenario("bad", {"argv": argv}, hosts=2))
     assert main(["run", str(path), "--out", str(tmp_path / "results")]) == 2
     printed = capsys.readouterr()
     assert f"{field}:" in printed.err, printed
@@ -194,7 +176,7 @@ def test_a_failing_rank_stops_the_others_and_names_its_exit_code(
 ) -> None:
     (tmp_path / "fail.py").write_text(FAILING)
     workload = {"argv": ["python", "fail.py", "{run_dir}"], "timeout": "120s"}
-    path = write(tmp_path, command_scenario("cmdfail", workload))
+    path = write_scenario(tmp_path, command_scenario("cmdfail", workload, hosts=2))
     assert main(["run", str(path), "--out", str(tmp_path / "results")]) == 1
     capsys.readouterr()
     (results,) = (tmp_path / "results").iterdir()
@@ -253,7 +235,7 @@ def test_torchrun_per_host_runs_a_gloo_all_reduce_across_the_wan(
         "env": {"ELEMENTS": str(elements), "ITERATIONS": str(iterations)},
         "timeout": "400s",
     }
-    path = write(tmp_path, command_scenario("cmdtr", workload))
+    path = write_scenario(tmp_path, command_scenario("cmdtr", workload, hosts=2))
     code = main(["run", str(path), "--out", str(tmp_path / "results")])
     printed = capsys.readouterr().out
     assert code == 0, printed
