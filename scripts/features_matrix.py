@@ -341,6 +341,18 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_events_runner.py",
         "test_tcp_user_timeout_fails_a_blackholed_rank_before_the_operation_timeout",
     ),
+    ("bulk traffic alone", "native", "one", "multipath"): (
+        "test_multipath_dynamics.py",
+        "test_a_trace_on_one_path_sets_its_rate_while_the_hash_spreads_flows",
+    ),
+    ("schedule", "native", "one", "multipath"): (
+        "test_multipath_dynamics.py",
+        "test_a_schedule_step_on_one_path_changes_that_path_only",
+    ),
+    ("trace", "native", "one", "multipath"): (
+        "test_multipath_dynamics.py",
+        "test_a_trace_on_one_path_sets_its_rate_while_the_hash_spreads_flows",
+    ),
     ("training (a real model)", "native", "one", "single"): (
         "test_live_training.py",
         "test_every_algorithm_trains_and_diloco_sends_one_hth_of_ddp",
