@@ -216,8 +216,8 @@ def _print_network(
         out.print(
             f"times count from {origin} (clock: {sc.clock}); {len(timeline.events)} events"
             + (
-                f", looping traces expanded to {timeline.horizon:g} s (a run expands to its own "
-                "length)"
+                f", looping traces expanded to {duration_text(timeline.horizon)} (a run expands "
+                "to its own length)"
                 if timeline.horizon is not None
                 else ""
             )
@@ -360,19 +360,19 @@ def _dynamics_table(sc: Scenario, base: Path, source: str, timeline: Timeline) -
             changes = (
                 f"trace {tr.file} ({tr.format}, {tr.direction}"
                 + (f", scale {tr.scale:g}" if tr.scale != 1 else "")
-                + f"): {len(rates)} bins of {format_duration(tr.bin)}, mean "
-                f"{format_rate(bins.mean_rate())}, {format_rate(min(rates))}.."
-                f"{format_rate(max(rates))}"
+                + f"): {len(rates)} bins of {duration_text(tr.bin)}, mean "
+                f"{rate_text(bins.mean_rate())}, {rate_text(min(rates))}.."
+                f"{rate_text(max(rates))}"
                 + (f", {dark} bins at rate 0 (blackholes)" if dark else "")
                 + (
-                    f", loops to {timeline.horizon:g} s"
+                    f", loops to {duration_text(timeline.horizon)}"
                     if tr.loop and timeline.horizon is not None
-                    else f", then holds {format_rate(bins.last.rate)}"
+                    else f", then holds {rate_text(bins.last.rate)}"
                 )
             )
         elif link.schedule:
             steps = [e for e in timeline.events if e.source == "schedule" and e.link == link.name]
-            changes = "\n".join(f"{e.at:g} s: {e.what}" for e in steps)
+            changes = "\n".join(f"{duration_text(e.at)}: {e.what}" for e in steps)
         else:
             changes = "constant"
         t.add_row(link.name, escape(_preset_text(link)), escape(changes))
@@ -396,10 +396,10 @@ def _faults_table(sc: Scenario, timeline: Timeline) -> Table:
     for j, f in enumerate(sc.faults):
         events = [e for e in timeline.events if e.fault == j]
         first, last = events[0], events[-1]
-        start, end = f"{first.at:g} s", f"{last.at:g} s"
+        start, end = duration_text(first.at), duration_text(last.at)
         if f.after is not None:
             it = f"iteration {f.after.iteration} + "
-            start, end = it + format_duration(first.at), it + format_duration(last.at)
+            start, end = it + duration_text(first.at), it + duration_text(last.at)
         if last is first:
             end = "never"
         if f.kind == "partition":
@@ -408,7 +408,7 @@ def _faults_table(sc: Scenario, timeline: Timeline) -> Table:
             where = f.cluster if f.kind == "gateway_crash" else f.link
         what = first.what
         if f.kind == "flap":
-            what = f"{f.count} x (down {format_duration(f.down)}, up {format_duration(f.up)})"
+            what = f"{f.count} x (down {duration_text(f.down)}, up {duration_text(f.up)})"
         t.add_row(str(j), start, end, f.kind, escape(where), escape(what))
     return t
 

@@ -30,7 +30,7 @@ from testbed.core import files
 from testbed.core.errors import NetError, ScenarioError, TestbedError, UsageError
 from testbed.core.events import UNDO
 from testbed.core.files import atomic_write_text
-from testbed.core.units import format_duration
+from testbed.core.syntax import duration_text
 from testbed.experiment.clock import OriginClock
 from testbed.experiment.events import EventRunner, EventTarget, apply_event
 from testbed.link.base import LinkBackend
@@ -472,7 +472,7 @@ def fault_events(
     events = [e for _, e in sorted(b.events, key=lambda p: p[0])]
     events = [dataclasses.replace(e, source="live") for e in events]
     if duration is None:  # its start alone, without the placeholder length in its text
-        shown = f"({format_duration(length)})"
+        shown = f"({duration_text(length)})"
         events = [
             dataclasses.replace(e, what=e.what.replace(shown, "(until --end)"))
             for e in events

@@ -51,16 +51,18 @@ def test_plan_shows_presets_schedules_traces_and_faults(tmp_path: Path, capsys) 
     out = capsys.readouterr().out
     assert "pantheon/aws-korea-china" in out
     assert "result 361" in out and "10488e0" in out
-    assert "10 s: rate 30 Mbit/s" in out
-    assert "20 s: delay 60 ms (east->west)" in out
+    # values in the scenario's own syntax, so a user can copy them into a scenario or a --set
+    assert "10s: rate 30mbit" in out
+    assert "20s: delay 60ms (east->west)" in out
     assert (
-        "trace traces/steps.csv (csv, forward): 4 bins of 1 s, mean 2.5 Mbit/s, 0 bit/s..6 Mbit/s, "
-        "1 bins at rate 0 (blackholes), loops to 60 s"
+        "trace traces/steps.csv (csv, forward): 4 bins of 1s, mean 2.5mbit, 0bit..6mbit, "
+        "1 bins at rate 0 (blackholes), loops to 60s"
     ) in out
+    assert "Mbit/s" not in out.split("WAN links: preset")[1]
     rows = [line for line in out.splitlines() if line.startswith("│ ")]
-    assert any("12 s" in r and "14 s" in r and "blackhole" in r and "east-west" in r for r in rows)
-    assert any("30 s" in r and "37 s" in r and "3 x (down 1 s, up 2 s)" in r for r in rows)
-    assert any("iteration 2 + 0" in r and "never" in r and "south" in r for r in rows)
+    assert any("12s" in r and "14s" in r and "blackhole" in r and "east-west" in r for r in rows)
+    assert any("30s" in r and "37s" in r and "3 x (down 1s, up 2s)" in r for r in rows)
+    assert any("iteration 2 + 0ms" in r and "never" in r and "south" in r for r in rows)
     assert "times count from the first measured iteration (clock: workload)" in out
 
 

@@ -42,7 +42,7 @@ def test_a_schedule_on_one_path_changes_that_path_only() -> None:
     plan = build_plan(sc, "x", 64)
     tl = build_timeline(sc, plan, Path("."), 10.0, source="s.yaml")
     assert [(e.at, e.link, e.directions, e.what) for e in tl.events] == [
-        (1.0, "east-west/0", ("east->west/0", "west->east/0"), "rate 20 Mbit/s"),
+        (1.0, "east-west/0", ("east->west/0", "west->east/0"), "rate 20mbit"),
         (2.0, "east-west/0", ("east->west/0", "west->east/0"), "restore the configured settings"),
     ]
     assert [c.rate for c in tl.events[0].changes] == [20_000_000, 20_000_000]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from testbed.core.units import format_duration, format_percent
+from testbed.core.syntax import duration_text, percent_text
 from testbed.plan.directions import link_directions
 from testbed.plan.timeline.model import (
     ENDS,
@@ -138,7 +138,7 @@ def _cut(ctx: FaultContext, cut: list[tuple[WanLink, str]], groups: str) -> None
             "blackhole",
             link.name,
             dirs,
-            f"{why}blackhole on ({format_duration(ctx.f.duration)}){side}",
+            f"{why}blackhole on ({duration_text(ctx.f.duration)}){side}",
         )
         ctx.event(ctx.end, ENDS, "unblackhole", link.name, dirs, f"{why}blackhole off{side}")
         for d in dirs:
@@ -163,7 +163,7 @@ def _down_up(ctx: FaultContext, downs: list[tuple[float, float, str]]) -> None:
         dirs = link_directions(link.between, "both", link.path)
         for t, down, prefix in downs:
             ctx.event(t, STARTS, "link_down", link.name, dirs,
-                      f"{prefix}link down ({format_duration(down)})")  # fmt: skip
+                      f"{prefix}link down ({duration_text(down)})")  # fmt: skip
             ctx.event(t + down, ENDS, "link_up", link.name, dirs,
                       f"{prefix}link up (routes re-installed)")  # fmt: skip
         ctx.hold(("port", link.name))
@@ -189,7 +189,7 @@ def _reset(ctx: FaultContext) -> None:
             "reset",
             link.name,
             dirs,
-            f"reset TCP crossing the link ({format_duration(ctx.f.duration)})",
+            f"reset TCP crossing the link ({duration_text(ctx.f.duration)})",
         )
         ctx.event(ctx.end, ENDS, "unreset", link.name, dirs, "reset off")
         ctx.hold(("reset", link.name))
@@ -232,8 +232,8 @@ def _anchored_burst(ctx: FaultContext, i: int, link: WanLink, dirs: tuple[str, .
         "set",
         link.name,
         dirs,
-        f"burst loss on: p {format_percent(f.p)}, r {format_percent(f.r)} "
-        f"({format_duration(f.duration)})",
+        f"burst loss on: p {percent_text(f.p)}, r {percent_text(f.r)} "
+        f"({duration_text(f.duration)})",
         changes=tuple(changes_on[d] for d in dirs),
     )
     ctx.event(
@@ -251,7 +251,7 @@ def _gateway_crash(ctx: FaultContext) -> None:
     f = ctx.f
     dirs = tuple(d.name for d in ctx.b.plan.wan if f.cluster in (d.src, d.dst))
     restore = (
-        f"gateway {f.cluster} down (restored after {format_duration(f.restore_after)})"
+        f"gateway {f.cluster} down (restored after {duration_text(f.restore_after)})"
         if f.restore_after is not None
         else f"gateway {f.cluster} down (never restored)"
     )

@@ -55,7 +55,7 @@ class Event:
     cluster: str | None  # gateway_* actions
     directions: tuple[str, ...]  # WAN directions affected
     changes: tuple[Change, ...]  # for "set": the new state of each changed direction
-    what: str  # for tables and plots: "rate 300 Mbit/s", "blackhole on (2 s)"
+    what: str  # for tables and plots: "rate 300mbit", "blackhole on (2s)": scenario syntax
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from testbed.core.units import format_duration, format_percent, format_rate, format_size
+from testbed.core.syntax import duration_text, percent_text, rate_text, size_text
 from testbed.plan.directions import link_directions
 from testbed.plan.timeline.model import (
     ENDS,
@@ -106,16 +106,16 @@ def _check_aqm(
 def _settings_text(step: Any) -> str:
     parts = []
     if step.rate is not None:
-        parts.append(f"rate {format_rate(step.rate)}")
+        parts.append(f"rate {rate_text(step.rate)}")
     for f in ("delay", "jitter"):
         if getattr(step, f) is not None:
-            parts.append(f"{f} {format_duration(getattr(step, f))}")
+            parts.append(f"{f} {duration_text(getattr(step, f))}")
     for f in ("loss", "reorder"):
         if getattr(step, f) is not None:
-            parts.append(f"{f} {format_percent(getattr(step, f))}")
+            parts.append(f"{f} {percent_text(getattr(step, f))}")
     if step.buffer is not None:
         kind, amount = step.buffer
-        parts.append(f"buffer {amount:g} BDP" if kind == "bdp" else f"buffer {format_size(amount)}")
+        parts.append(f"buffer {amount:g}bdp" if kind == "bdp" else f"buffer {size_text(amount)}")
     return ", ".join(parts)
 
 
@@ -147,8 +147,8 @@ def _burst_op(j: int, dirs: tuple[str, ...], p: float, r: float, duration: float
             states[d].ge_p, states[d].ge_r = p, r
         if p or r:
             what = (
-                f"burst loss on: p {format_percent(p)}, r {format_percent(r)} "
-                f"({format_duration(duration)})"
+                f"burst loss on: p {percent_text(p)}, r {percent_text(r)} "
+                f"({duration_text(duration)})"
             )
         else:
             what = "burst loss off"

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.config.linktrace import TraceBins, read_trace
-from testbed.core.units import format_duration, format_percent, format_rate
+from testbed.core.syntax import duration_text, percent_text, rate_text
+from testbed.core.units import format_duration
 from testbed.plan.directions import link_directions
 from testbed.plan.timeline.model import MAX_TRACE_EVENTS, SETS, Builder, Interval, Op, State
 
@@ -93,12 +94,12 @@ def _trace_op(where: str, dirs: tuple[str, ...], x: Any, label: str) -> Any:
             if x.loss is not None:
                 states[d].loss = x.loss
         what = f"{label}: " + (
-            f"rate {format_rate(x.rate)}" if x.rate else "rate 0, held (nothing leaves)"
+            f"rate {rate_text(x.rate)}" if x.rate else "rate 0, held (nothing leaves)"
         )
         if x.delay is not None:
-            what += f", delay {format_duration(x.delay)}"
+            what += f", delay {duration_text(x.delay)}"
         if x.loss is not None:
-            what += f", loss {format_percent(x.loss)}"
+            what += f", loss {percent_text(x.loss)}"
         return dirs, what, "trace", None, where
 
     return apply
