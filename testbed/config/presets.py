@@ -1,11 +1,12 @@
 """Named WAN presets (a WAN link's ``preset:``): measured real paths to start a link from, each with
 its source, and how a preset fills the link's fields the user did not write. PURE (the shipped
-data file is read once, on first use).
+data files are read once, on first use).
 
-Two families, their sources and which direction gets what: docs/faults.md, "## Presets".
+Three families, their sources and which direction gets what: docs/faults.md, "## Presets".
 ``pantheon/<path>``: Pantheon's calibrated emulators (Yan et al., USENIX ATC'18); its uplink is
 the link's forward direction (between[0] -> between[1]). ``cloud/<src>--<dst>``: the Skyplane
-inter-region grid (NSDI'23, Apache-2.0; data/NOTICE).
+inter-region grid (NSDI'23, Apache-2.0; data/NOTICE). ``dtfm/<a>--<b>``: DT-FM's 10-region
+geo-distributed matrix (NeurIPS'22, MIT; data/NOTICE), symmetric, so both orders exist.
 
 ``scale`` multiplies what the preset gives for rates and byte buffers (so a buffer stays the same
 fraction of the BDP) when this machine cannot carry the real rate; fields the user writes are
@@ -30,6 +31,11 @@ PANTHEON_SOURCE = (
 SKYPLANE_SOURCE = (
     "Skyplane inter-region grid (Apache-2.0): min RTT from profiles/latency.csv @ 945dca27, "
     "throughput from skyplane/data/throughput.csv @ 0513671c~1 (iperf3, 64 streams, per VM pair)"
+)
+DTFM_SOURCE = (
+    "DT-FM geo-distributed matrix (Yuan et al., NeurIPS'22, arXiv 2206.01288; MIT): "
+    "delay_bandwidth_dict in DS3Lab/DT-FM @ cda948f scheduler/generate_sim_com_matrices.py "
+    "(netem delay and rate on each sender's egress)"
 )
 
 
@@ -118,10 +124,39 @@ def _cloud() -> dict[str, Preset]:
     return out
 
 
+def _dtfm() -> dict[str, Preset]:
+    data = resources.files("testbed.config").joinpath("data/dtfm-geo.csv")
+    with data.open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for r in rows:
+        ms, gbps = float(r["delay_ms"]), float(r["bandwidth_gbps"])
+        a, b = r["region_a"].lower(), r["region_b"].lower()
+        for src, dst in ((a, b), (b, a)):
+            name = f"dtfm/{src}--{dst}"
+            out[name] = Preset(
+                name,
+                round(gbps * 1e9),
+                ms / 1e3,
+                0.0,
+                None,
+                None,
+                DTFM_SOURCE,
+                f"{ms:g} ms one way, {gbps:g} Gbit/s, the same both ways",
+            )
+    return out
+
+
 @cache
 def presets() -> dict[str, Preset]:
     """Every preset by name."""
-    return {**_pantheon(), **_cloud()}
+    return {**_pantheon(), **_cloud(), **_dtfm()}
+
+
+def _regions(known: dict[str, Preset], family: str) -> str:
+    return ", ".join(
+        sorted({n.split("/", 1)[1].split("--")[0] for n in known if n.startswith(family + "/")})
+    )
 
 
 def find(name: str) -> Preset:
@@ -130,13 +165,13 @@ def find(name: str) -> Preset:
     if name in known:
         return known[name]
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
-    regions = sorted({n.split("/", 1)[1].split("--")[0] for n in known if n.startswith("cloud/")})
     hint = (
         f"close names: {', '.join(close)}"
         if close
         else (
             f"pantheon presets: {', '.join(n for n in known if n.startswith('pantheon/'))}; "
-            f"cloud presets are cloud/<src>--<dst> with regions {', '.join(regions)}"
+            f"cloud presets are cloud/<src>--<dst> with regions {_regions(known, 'cloud')}; "
+            f"dtfm presets are dtfm/<src>--<dst> with regions {_regions(known, 'dtfm')}"
         )
     )
     raise ValueError(f"unknown preset {name!r}; {hint}")

@@ -4,6 +4,7 @@ what a user writes overriding them, the scale, the source kept, and the errors."
 from __future__ import annotations
 
 import csv
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from testbed.core.errors import ScenarioError
 from testbed.plan.topology import build_plan
 
 SHARED = Path("/work/shared/traces")
+DTFM_CSV = "data/dtfm-geo.csv"
 
 
 def scenario(**link: Any) -> dict[str, Any]:
@@ -69,6 +71,44 @@ def test_cloud_presets_cover_the_shipped_grid() -> None:
         p = cloud[f"cloud/{r['src']}--{r['dst']}"]
         assert p.delay == pytest.approx(float(r["min_rtt_ms"]) / 2e3)
         assert p.rate == round(float(r["tput_recv_gbps"]) * 1e9)
+
+
+def test_dtfm_matrix_is_ten_regions_each_pair_once_both_orders_a_preset() -> None:
+    rows = list(csv.DictReader(resources.files("testbed.config").joinpath(DTFM_CSV).open()))
+    pairs = {frozenset((r["region_a"], r["region_b"])) for r in rows}
+    regions = set().union(*pairs)
+    assert len(regions) == 10 and len(rows) == len(pairs) == 45  # 10 x 9 / 2: every pair once
+    dtfm = {n: p for n, p in presets().items() if n.startswith("dtfm/")}
+    assert len(dtfm) == 90
+    for r in rows:
+        a, b = r["region_a"].lower(), r["region_b"].lower()
+        forward, backward = dtfm[f"dtfm/{a}--{b}"], dtfm[f"dtfm/{b}--{a}"]
+        assert (forward.rate, forward.delay) == (backward.rate, backward.delay)
+        assert forward.rate == round(float(r["bandwidth_gbps"]) * 1e9)
+        assert forward.delay == pytest.approx(float(r["delay_ms"]) / 1e3)
+        assert forward.reverse_rate is None  # the same rate both ways
+
+
+# delay_bandwidth_dict in DS3Lab/DT-FM @ cda948f scheduler/generate_sim_com_matrices.py
+@pytest.mark.parametrize(
+    "name, ms, gbps",
+    [
+        ("dtfm/oregon--virginia", 67, 0.79),
+        ("dtfm/ohio--virginia", 11, 1.12),  # the source's "Virginia-Ohio", read backwards
+        ("dtfm/seoul--ireland", 228, 0.335),
+        ("dtfm/sydney--frankfurt", 265, 0.328),
+        ("dtfm/london--frankfurt", 14, 1.14),
+    ],
+)
+def test_dtfm_pair_is_the_source_numbers(name: str, ms: float, gbps: float) -> None:
+    """The source's one-way netem delay in both directions, its rate both ways; loss and buffer
+    stay the link's."""
+    link = parse_scenario(scenario(preset=name)).wan[0]
+    assert (link.delay, link.rate) == (pytest.approx(ms / 1e3), round(gbps * 1e9))
+    reverse = link.direction(True)
+    assert (reverse["delay"], reverse["rate"]) == (pytest.approx(ms / 1e3), round(gbps * 1e9))
+    assert link.loss == 0 and link.buffer == ("bdp", 1.0)
+    assert "DT-FM" in link.preset_source and "cda948f" in link.preset_source
 
 
 def test_written_fields_override_the_preset_and_scale_applies_to_the_rest() -> None:
@@ -133,3 +173,13 @@ def test_preset_errors(link: dict[str, Any], message: str) -> None:
 def test_unknown_names_list_the_cloud_regions() -> None:
     with pytest.raises(ValueError, match="cloud/<src>--<dst> with regions aws:ap-northeast-1"):
         find("zzz")
+    with pytest.raises(ValueError, match="dtfm/<src>--<dst> with regions frankfurt, ireland, "):
+        find("zzz")
+
+
+def test_a_misspelt_dtfm_name_lists_close_names() -> None:
+    message = error_of(scenario(preset="dtfm/oregon--virgina"))
+    assert message.startswith(
+        "x.yaml: wan[0].preset: unknown preset 'dtfm/oregon--virgina'; close names: "
+        "dtfm/oregon--virginia"
+    )
