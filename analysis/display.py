@@ -128,7 +128,7 @@ def _directions(link: dict[str, Any]) -> list[tuple[str, dict[str, Any], float]]
     fwd = {k: link.get(k) for k in ("rate", "delay", "jitter", "loss", "buffer", "aqm")}
     rev = {**fwd, **{k: v for k, v in (link.get("reverse") or {}).items() if v is not None}}
     rtt = float(fwd.get("delay") or 0) + float(rev.get("delay") or 0)
-    return [(f"{a}→{b}", fwd, rtt), (f"{b}→{a}", rev, rtt)]
+    return [(f"{a}->{b}", fwd, rtt), (f"{b}->{a}", rev, rtt)]
 
 
 def _buffer(buffer: Any, rate: float, rtt: float) -> str:

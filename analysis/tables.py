@@ -14,6 +14,7 @@ the payload rate that direction carried while the collective ran.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -411,7 +412,9 @@ def header(res: Results) -> list[tuple[str, str]]:
         counts = res.runs["status"].value_counts()
         out.append(("runs", ", ".join(f"{n} {s}" for s, n in counts.items())))
     if res.params:
-        out.append(("sweep", ", ".join(f"{p}: {res.param_order.get(p)}" for p in res.params)))
+        out.append(
+            ("sweep", "; ".join(_sweep_values(p, res.param_order.get(p)) for p in res.params))
+        )
     started = [m["started"] for m in manifests if m.get("started")]
     finished = [m["finished"] for m in manifests if m.get("finished")]
     if started:
@@ -419,6 +422,28 @@ def header(res: Results) -> list[tuple[str, str]]:
     if finished:
         out.append(("finished", _when(max(finished))))
     return out
+
+
+def _sweep_values(param: str, values: list[Any] | None) -> str:
+    """'wan[0].rate: 50mbit, 200mbit': a parameter's values as the scenario wrote them (a mapping
+    or list in YAML's flow style, '{kind: red, kmin: 20KB}'), comma-separated."""
+    return f"{param}: " + ", ".join(_as_written(v) for v in values or [])
+
+
+def _as_written(value: Any) -> str:
+    """A sweep value in the scenario's syntax: the runs table keeps a mapping or list as JSON."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_as_written(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_as_written(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 def _when(stamp: float) -> str:

@@ -159,7 +159,7 @@ def plot_tcp(res: Results) -> Plot | None:
                 ["results", "run_id", "host", "peer_host"], sort=False
             ):
                 ls = LINESTYLES[hosts.index(host) % len(LINESTYLES)]
-                name = f"{labels.get((source, run_id), run_id)} {host}→{peer}"
+                name = f"{labels.get((source, run_id), run_id)} {host}->{peer}"
                 for i, (col, scale, _) in enumerate(metrics):
                     axes[i][j].plot(
                         g["t"], g[col] / scale, ls, color=colours[(source, run_id)], label=name

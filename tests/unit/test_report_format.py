@@ -102,7 +102,7 @@ def _run(rate: float, delay: float, **link) -> dict:
 def test_network_shows_rate_rtt_loss_buffer_and_backend_per_direction():
     runs = {"p000-r0": _run(100e6, 0.02, reverse={"rate": 50e6, "loss": 0.01})}
     rows = network_display(runs).to_dict("records")
-    assert [r["direction"] for r in rows] == ["east→west", "west→east"]
+    assert [r["direction"] for r in rows] == ["east->west", "west->east"]
     east, west = rows
     assert east["rate"] == "100 Mbit/s" and west["rate"] == "50 Mbit/s"
     assert east["RTT"] == west["RTT"] == "40 ms"
@@ -175,7 +175,7 @@ def test_the_report_opens_with_the_question_the_verdict_and_the_numbers(answered
     # the main comparison: the speed-up of hierarchical over flat, with both times
     assert re.search(r"hierarchical is \d\.\d\d× (faster|slower) than flat", head)
     # the network, per direction, before any warning
-    assert "east→west" in head and "west→east" in head and "userspace" in head
+    assert "east-&gt;west" in head and "west-&gt;east" in head and "userspace" in head
     md = answered.markdown.read_text()
     assert md.index("when does hierarchical pay off?") < md.index("## Warnings")
 
