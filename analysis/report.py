@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import command_report as CR
 from analysis import fault_plots as FP
 from analysis import multipath_plots as MP
 from analysis import plots as P
@@ -27,7 +29,8 @@ from analysis.report_sections import Headline, Section, plot_stamp, sections
 
 CSV_NAMES = ("runs", "warnings", "links", "expectations", "summary", "training", "speedup")
 CSV_NAMES += ("congestion", "model_terms", "faults", "fault_drops", "trace_replay")
-CSV_NAMES += ("events_lateness", "dcqcn", "path_utilisation", "flow_paths")
+CSV_NAMES += ("events_lateness", "dcqcn", "path_utilisation", "flow_paths", "command")
+CSV_NAMES += ("command_processes",)
 
 
 @dataclass
@@ -63,6 +66,10 @@ def write_report(source: Results | str | Path | Iterable[str | Path], out: Path 
     # A report written again into the same directory must not keep figures it no longer has.
     for name in (*P.PLOT_NAMES, *TP.PLOT_NAMES, *FP.PLOT_NAMES, *MP.PLOT_NAMES):
         (out / "plots" / f"{name}.png").unlink(missing_ok=True)
+    for stale in (out / "plots").glob(f"{CR.TIMELINE}*.png"):
+        stale.unlink()
+    for stale in (out / "plots").glob(f"{CR.METRIC_PREFIX}*.png"):
+        stale.unlink()
     for name in CSV_NAMES:
         (out / f"{name}.csv").unlink(missing_ok=True)
     secs, csv = sections(res)
@@ -134,6 +141,8 @@ dt { font-weight: bold; } dd { margin: 0; }
 details > summary { cursor: pointer; color: var(--muted); }
 figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: var(--muted); max-width: 60em; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; }
+details.log pre { background: #f6f8fa; padding: 0.5em; overflow-x: auto; font-size: 0.8em;
+                  max-height: 30em; }
 """
 # prose: left-aligned and wrapped; names: left-aligned on one line; the rest (numbers) right
 TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "verdict", "status"}
@@ -219,6 +228,11 @@ def _html(
             rows = sum(len(df) for _, df in sec.tables)
             tables = [f"<details><summary>Show all {rows} rows</summary>", *tables, "</details>"]
         parts += tables
+        for summary, text in sec.logs:
+            parts.append(
+                f'<details class="log"><summary>{esc(summary)}</summary>'
+                f"<pre>{esc(text)}</pre></details>"
+            )
         for plot in sec.plots:
             path, data = pngs[plot.name]
             b64 = base64.b64encode(data).decode()
@@ -279,6 +293,11 @@ def _markdown(title: str, secs: list[Section], files: list[str]) -> str:
             if caption:
                 lines += [f"### {caption}", ""]
             lines += [_md_table(df), ""]
+        for summary, text in sec.logs:
+            runs = [len(r) for r in re.findall("`+", text)]
+            fence = "`" * max(3, max(runs, default=0) + 1)  # longer than any run inside
+            lines += [f"<details><summary>{_md_cell(summary)}</summary>", "", f"{fence}text",
+                      text, fence, "", "</details>", ""]  # fmt: skip
         for plot in sec.plots:
             lines += [f"![{plot.title}](plots/{plot.name}.png)", "", f"*{plot.caption}*", ""]
     lines += ["## Files", "", ", ".join([*files, "report.html", "plots/*.png"]), ""]

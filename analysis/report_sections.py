@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis import command_report as CR
 from analysis import dcqcn_plots as DP
 from analysis import fault_plots as FP
 from analysis import faults as F
@@ -54,6 +55,8 @@ class Section:
     headlines: list[Headline] = field(default_factory=list)
     # the tables folded away (HTML <details>) behind the text: long lists a reader opens on demand
     folded: bool = False
+    # (summary, text) shown verbatim, each folded away: a process's log tail
+    logs: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -289,9 +292,35 @@ def _kind_sections(kind: str) -> Callable[[Results, dict[str, pd.DataFrame]], li
 
 # the report's sections of a workload kind, by kind (a kind without an entry gets a table of
 # its summary rows)
+def _command_sections(res: Results, csv: dict[str, pd.DataFrame]) -> list[Section]:
+    rows = res.kind_summaries.get("command")
+    if rows is None or rows.empty:
+        return []
+    sec = _kind_section(res, "command", rows, csv)
+    sec.title = "Workload: command"
+    procs = CR.process_table(res)
+    if procs.empty:
+        return [sec]
+    csv["command_processes"] = procs.drop(columns=["start"])
+    several = res.runs["results"].nunique() > 1
+    sec.text = (
+        "Each process and service of the program: how it ended (exit code or signal; stopped: "
+        "the testbed ended it, after another's failure or, for a service, at the workload's "
+        "end), when it started and ended (seconds since the workload's first process "
+        "started), the first failure as the run's status names it; then the summary rows "
+        "(per metric its p50, per WAN direction its bytes) and each log's last lines."
+    )
+    sec.tables = [("Processes", CR.processes_display(procs, several))]
+    sec.tables += CR.summary_display(rows, several)
+    sec.plots = [p for p in (CR.plot_timeline(res, procs), *CR.plot_metrics(res, procs)) if p]
+    sec.logs = CR.log_tails(res, procs)
+    return [sec]
+
+
 KIND_SECTIONS: dict[str, Callable[[Results, dict[str, pd.DataFrame]], list[Section]]] = {
     "collectives": _collectives_sections,
     "training": _training_sections,
+    "command": _command_sections,
 }
 
 

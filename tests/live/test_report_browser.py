@@ -26,6 +26,8 @@ from PIL import Image
 from testbed.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "results"
+# result sets kept beside results/ (the tests that load every set there keep their counts)
+OTHER_FIXTURES = {"command_report": FIXTURES.parent / "command_report"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WINDOW = (1280, 2400)
 
@@ -81,11 +83,15 @@ def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @needs_chromium
-@pytest.mark.parametrize(("name", "figures"), [("collectives", 3), ("training", 3), ("failure", 0)])
+@pytest.mark.parametrize(
+    ("name", "figures"),
+    # command_report: a command workload's process timeline, two metric figures, the WAN timeline
+    [("collectives", 3), ("training", 3), ("failure", 0), ("command_report", 4)],
+)
 def test_the_report_loads_in_a_browser_without_errors(
     tmp_path: Path, name: str, figures: int
 ) -> None:
-    results = shutil.copytree(FIXTURES / name, tmp_path / name)
+    results = shutil.copytree(OTHER_FIXTURES.get(name, FIXTURES / name), tmp_path / name)
     assert main(["report", str(results)]) == 0
     html = results / "report" / "report.html"
     page = html.read_text()

@@ -465,6 +465,7 @@ class Services:
                 "exit_code": s.exit_code,
                 "stopped": s.stopped,
                 "log": s.service.log,
+                "start": time.time() - (time.monotonic() - s.started),  # Unix s
             }
             for s in self.running
         ]
@@ -638,6 +639,10 @@ class Command(WorkloadKind):
                     else None,
                     "stopped": launch.stopped.get(p.key),
                     "log": p.log,
+                    # Unix s, for the report's timeline: its begun (monotonic) on the wall clock
+                    "start": launch.clock.wall() - (launch.clock.now() - begun)
+                    if begun is not None
+                    else None,
                 }
             )
         services = self._services_of(session, forget=True)
