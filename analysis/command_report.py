@@ -82,6 +82,11 @@ def outcome(row: dict[str, Any]) -> str:
     return "ok" if int(code) == 0 else "failed"
 
 
+def outcome_text(value: str) -> str:
+    """An outcome as a reader reads it (a service the testbed stopped: at the workload's end)."""
+    return "stopped at the end" if value == "service" else value
+
+
 def process_table(res: Results) -> pd.DataFrame:
     """One row per process and service of every command run (SI: seconds): ``results``,
     ``run_id``, ``role`` (process | service), ``process`` (as the run's status names it:
@@ -152,7 +157,7 @@ def processes_display(table: pd.DataFrame, several_results: bool = False) -> pd.
         row |= {
             "process": r["process"],
             "host": r["host"],
-            "outcome": r["outcome"] if r["outcome"] != "service" else "stopped at the end",
+            "outcome": outcome_text(r["outcome"]),
             "exit": exit_text(r["exit_code"]),
             "start": format_value("start_s", r["start_s"]),
             "end": end,
@@ -194,7 +199,7 @@ def log_tails(res: Results, table: pd.DataFrame) -> list[tuple[str, str]]:
         tail = log_tail(base / "runs" / r["run_id"] / r["log"])
         if tail is None:
             continue
-        head = f"{r['run_id']} {r['process']} ({r['host']}): {r['outcome']}"
+        head = f"{r['run_id']} {r['process']} ({r['host']}): {outcome_text(r['outcome'])}"
         head += f", exit {exit_text(r['exit_code'])}" if r["exit_code"] is not None else ""
         out.append((f"{head} — {r['log']}, last {LOG_LINES} lines", tail or "(empty)"))
     return out
@@ -254,7 +259,7 @@ def plot_timeline(res: Results, table: pd.DataFrame) -> Plot | None:
                     edgecolor="white" if r["end_estimated"] else None,
                 )  # fmt: skip
                 ax.annotate(
-                    f" {r['outcome']} ({exit_text(r['exit_code'])})",
+                    f" {outcome_text(r['outcome'])} ({exit_text(r['exit_code'])})",
                     (start + width, y), va="center", fontsize=7,
                 )  # fmt: skip
                 labels.append(f"{r['process']} ({r['host']})")
@@ -271,7 +276,11 @@ def plot_timeline(res: Results, table: pd.DataFrame) -> Plot | None:
             ax.set_xlabel("time since the workload started")
             ax.set_title(run_id if len({k[0] for k in runs}) < 2 else f"{results} {run_id}")
         seen = set(table["outcome"])
-        handles = [Patch(color=c, label=k) for k, c in OUTCOME_COLOURS.items() if k in seen]
+        handles = [
+            Patch(color=c, label="service (stopped at the end)" if k == "service" else k)
+            for k, c in OUTCOME_COLOURS.items()
+            if k in seen
+        ]
         handles.append(Patch(color="#ff9800", alpha=0.25, label="fault in force"))
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=7)
     left = len(_run_keys(table)) - len(runs)
@@ -417,3 +426,24 @@ def summary_display(rows: pd.DataFrame, several_results: bool = False) -> list[t
             shown["WAN bytes"] = [format_value("bytes", v) for v in w["wan_bytes"]]
             out.append(("WAN bytes while the workload ran (the links' counters)", shown))
     return out
+
+
+def headline_lines(table: pd.DataFrame, source: str) -> list[str]:
+    """A line per command run of results ``source`` for the report's headline: how many of
+    its processes exited 0, the slowest one's duration, the first failure as the status names
+    it."""
+    if table.empty:
+        return []
+    lines = []
+    for run_id, rows in table[table["results"] == source].groupby("run_id", sort=False):
+        procs = rows[rows["role"] == "process"]
+        ok = int((procs["outcome"] == "ok").sum())
+        mark = "✓" if ok == len(procs) else "✗"
+        line = f"{mark} {run_id}: {ok} of {len(procs)} process(es) exited 0"
+        if ok == len(procs) and procs["duration"].notna().any():
+            line += f", the slowest in {format_value('duration_s', procs['duration'].max())}"
+        failed = rows[rows["first_failure"] != ""]
+        for r in failed.to_dict("records"):
+            line += f"; first failure: {r['process']} ({r['host']}) {r['first_failure']}"
+        lines.append(line)
+    return lines

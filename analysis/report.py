@@ -148,7 +148,7 @@ details.log pre { background: #f6f8fa; padding: 0.5em; overflow-x: auto; font-si
 TEXT_COLUMNS = {"message", "reason", "problem", "label", "point", "verdict", "status"}
 TEXT_COLUMNS |= {"predicted outcome", "expectation", "detail", "runs"}
 NAME_COLUMNS = {"run_id", "kind", "direction", "link", "backend", "queue", "collective"}
-NAME_COLUMNS |= {"algorithm", "cc", "results", "metric"}
+NAME_COLUMNS |= {"algorithm", "cc", "results", "metric", "process", "host", "outcome"}
 
 
 def _html_table(df: pd.DataFrame) -> str:

@@ -746,11 +746,13 @@ def headlines(res: Results) -> list[Headline]:
     algorithm vs DDP; each sender's goodput at a congestion sweep's mildest and harshest point)
     and what the numbers rest on."""
     out = []
+    commands = CR.process_table(res)
     for source, manifest in res.manifests.items():
         scenario = manifest.get("scenario") or {}
         verdict, ok, checks = _verdict(manifest.get("expectations") or [], _expect_specs(manifest))
         findings = _limit(_speedup_lines(res, source), "Flat vs hierarchical")
         findings += _limit(_training_lines(res, source), "Training")
+        findings += _limit(CR.headline_lines(commands, source), "Workload: command")
         findings += _congestion_lines(res, source)
         findings += _limit(_fault_lines(res, source), "WAN dynamics and faults")
         findings += _health_lines(res, source)

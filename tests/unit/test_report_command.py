@@ -140,6 +140,19 @@ def test_results_without_starts_or_logs() -> None:
     assert m["step"].isna().all() and (m["t"] >= 0).all()  # over time: no step in the lines
 
 
+def test_the_headline_says_how_each_run_ended(failed_table) -> None:
+    _, t = failed_table
+    assert CR.headline_lines(t, "command_report") == [
+        "✗ p000-r0: 0 of 2 process(es) exited 0; first failure: rank 1 (west-h0) exited with code 3"
+    ]
+    res = load(OK)
+    lines = CR.headline_lines(CR.process_table(res), "command_results")
+    assert lines == [
+        "✓ p000-r0: 2 of 2 process(es) exited 0, the slowest in 268.8 ms",
+        "✓ p001-r0: 2 of 2 process(es) exited 0, the slowest in 530.3 ms",
+    ]
+
+
 def test_the_report_section(tmp_path: Path) -> None:
     results = shutil.copytree(FAILED, tmp_path / "command_report")
     report = write_report(results)
@@ -155,6 +168,8 @@ def test_the_report_section(tmp_path: Path) -> None:
     assert "rank 1: &lt;giving up&gt; &amp; exiting with code 3" in page
     assert "<giving up>" not in page
     assert "first failure: exited with code 3" in page
+    (headline,) = report.headlines
+    assert any(f.startswith("✗ p000-r0: 0 of 2 process(es) exited 0") for f in headline.findings)
     md = report.markdown.read_text()
     assert "```text\nrank 0 on east-h0" not in md  # the first lines are beyond the last 20
     assert "rank 1: <giving up> & exiting with code 3\n```" in md
