@@ -26,6 +26,7 @@ from analysis.plots.style import MAX_PANELS, Plot, _colours, _figure, _legend, _
 TIMELINE = "command_timeline"
 METRIC_PREFIX = "command_metric_"  # one figure per metric name: command_metric_<name>.png
 LOG_LINES = 20  # a log's last lines shown
+MAX_METRIC_FIGURES = 8  # a figure per metric name, the first ones printed (their CSV has all)
 LOG_READ = 64 * 1024  # bytes read from a log's end at a time, until LOG_LINES lines are in
 LOG_READ_MAX = 1 << 20  # and no more: a longer last line is shown from its cut (" …" before)
 LINE_CHARS = 400  # a longer log line is cut (a 200 kB line stays readable)
@@ -338,7 +339,9 @@ def plot_metrics(res: Results, table: pd.DataFrame) -> list[Plot]:
     if m.empty:
         return []
     plots = []
-    for name, rows in m.groupby("metric", sort=False):
+    names = list(dict.fromkeys(m["metric"]))
+    for name in names[:MAX_METRIC_FIGURES]:
+        rows = m[m["metric"] == name]
         by_step = rows["step"].notna().all()
         runs = list(dict.fromkeys(zip(rows["results"], rows["run_id"], strict=True)))
         shown = runs[:MAX_PANELS]
@@ -384,7 +387,13 @@ def plot_metrics(res: Results, table: pd.DataFrame) -> list[Plot]:
                 + ("its `step`" if by_step else "time since the workload started")
                 + "; shaded: a fault in force"
                 + (" (the steps whose lines were read while it was)." if by_step else ".")
-                + (f" {left} more run(s) not drawn." if left > 0 else ""),
+                + (f" {left} more run(s) not drawn." if left > 0 else "")
+                + (
+                    f" {len(names) - MAX_METRIC_FIGURES} more metric(s) without a figure "
+                    f"({', '.join(map(str, names[MAX_METRIC_FIGURES:]))}): metrics.parquet."
+                    if len(names) > MAX_METRIC_FIGURES and name == names[MAX_METRIC_FIGURES - 1]
+                    else ""
+                ),
                 fig,
             )
         )

@@ -9,6 +9,7 @@ import math
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import command_report as CR
@@ -151,6 +152,26 @@ def test_the_headline_says_how_each_run_ended(failed_table) -> None:
         "✓ p000-r0: 2 of 2 process(es) exited 0, the slowest in 268.8 ms",
         "✓ p001-r0: 2 of 2 process(es) exited 0, the slowest in 530.3 ms",
     ]
+
+
+def test_a_figure_per_metric_name_up_to_a_bound(failed_table) -> None:
+    res, t = failed_table
+    plots = CR.plot_metrics(res, t)
+    assert [p.name for p in plots] == ["command_metric_step_time", "command_metric_bytes"]
+    assert "over its `step`" in plots[0].caption
+    # a program printing many metric names: the first MAX_METRIC_FIGURES get a figure, the
+    # last one's caption names the others
+    many = res.metrics.copy()
+    for i in range(CR.MAX_METRIC_FIGURES):
+        extra = res.metrics[res.metrics["metric"] == "bytes"].assign(metric=f"m{i}")
+        many = pd.concat([many, extra], ignore_index=True)
+    res.metrics = many
+    try:
+        plots = CR.plot_metrics(res, t)
+    finally:
+        res.metrics = load(FAILED).metrics
+    assert len(plots) == CR.MAX_METRIC_FIGURES
+    assert plots[-1].caption.endswith("more metric(s) without a figure (m6, m7): metrics.parquet.")
 
 
 def test_the_report_section(tmp_path: Path) -> None:
