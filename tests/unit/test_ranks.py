@@ -9,12 +9,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testbed.core import errors
+from testbed.core.clock import ManualClock
 from testbed.experiment.ranks import STACK_HEAD, RankLaunch, RankSpec, Stop
 from testbed.experiment.session import SETUP_DEADLINE, rank_problems, setup_deadline
 from testbed.live.processes import rank_env
@@ -166,18 +169,39 @@ def test_stall_deadline_follows_progress(tmp_path):
     assert len(problems) == 1 and "rank 1 (h1) made no progress" in problems[0]
 
 
+def run_once_written(run: RankLaunch, clock: ManualClock, files: list[Path], **kw: Any) -> None:
+    """``run.run(**kw)`` on ``clock``, whose time stands still until every one of ``files``
+    exists (the ranks got that far, however slowly this machine starts them), then jumps from
+    wait to wait: the deadlines are decided on the clock, never on how busy the host is."""
+    worker = threading.Thread(target=run.run, kwargs=kw)
+    worker.start()
+    give_up = time.monotonic() + 60  # real seconds for three Python processes to start
+    while not all(f.exists() for f in files):
+        assert time.monotonic() < give_up, [f.name for f in files if not f.exists()]
+        time.sleep(0.02)
+    clock.autojump = True
+    clock.advance(1.0)  # ends the wait in progress; the following ones jump
+    worker.join(60)
+    assert not worker.is_alive()
+
+
 def test_by_default_the_state_files_say_who_joined_and_where_a_rank_was(tmp_path):
     # traffic.entry's rank-status protocol: joined once the state is past "setup"; a program
     # without a state file counts as joined once its rows file exists
-    run, _ = launch(tmp_path, ["state-join", "rows-join", "state-setup"])
-    run.run(timeout=30, setup_timeout=1.0)
+    clock = ManualClock()
+    run, _ = launch(tmp_path, ["state-join", "rows-join", "state-setup"], clock=clock)
+    files = [tmp_path / "rank-0.state", tmp_path / "rank-1.jsonl", tmp_path / "rank-2.state"]
+    run_once_written(run, clock, files, timeout=30, setup_timeout=1.0)
     assert run.stopped == {0: "setup-timeout", 1: "setup-timeout", 2: "setup-timeout"}
     assert run.fired is not None and run.fired.deadline == "setup" and 2 in run.fired.ranks
     assert run.stopped_state[0]["state"] == "running" and run.stopped_state[0]["iteration"] == 7
     assert run.stopped_state[1] == {"state": None, "iteration": None}
 
-    run, _ = launch(tmp_path, ["state-join", "rows-join"])
-    run.run(timeout=1.0, setup_timeout=30)
+    for f in files:
+        f.unlink()
+    clock = ManualClock()
+    run, _ = launch(tmp_path, ["state-join", "rows-join"], clock=clock)
+    run_once_written(run, clock, files[:2], timeout=1.0, setup_timeout=30)
     # both joined: the iterations' deadline ended it, not the setup deadline
     assert run.fired is not None and run.fired.deadline == "run"
     assert run.stopped == {0: "timeout", 1: "timeout"}
