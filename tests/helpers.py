@@ -338,3 +338,11 @@ def ended(pid: int, within: float = 5.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def ctrl_c_default() -> None:
+    """A ``preexec_fn`` for a CLI a test will send SIGINT: the terminal's default disposition.
+    A process started with SIGINT ignored keeps it ignored (Python installs its handler only
+    when it was not): a suite started in the background (`make test &`) and pytest-xdist's
+    workers pass it on ignored, where a user's shell would not."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

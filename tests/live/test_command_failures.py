@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import alive, command_scenario, ended, write_scenario
+from helpers import alive, command_scenario, ctrl_c_default, ended, write_scenario
 
 import analysis
 from testbed.cli import main
@@ -273,7 +273,7 @@ def test_ctrl_c_mid_run_ends_every_process_and_keeps_the_results(root, tmp_path:
     cli = [sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out)]
     proc = subprocess.Popen(
         [*cli, "--selfcheck", SELFCHECK], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=ctrl_c_default,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60

@@ -12,7 +12,7 @@ import time
 
 import pandas as pd
 import pytest
-from helpers import RUN_TAG, scenario
+from helpers import RUN_TAG, ctrl_c_default, scenario
 
 from testbed.config.sweep import expand
 from testbed.experiment.sweep import Experiment
@@ -201,9 +201,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(root, tmp_path, sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A suite started in the background (`make test &`) inherits SIGINT ignored, and Python
-        # keeps it ignored: give the CLI the terminal's default, as a user's shell would.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_default,
     )
     try:
         deadline = time.monotonic() + 90

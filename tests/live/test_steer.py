@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import unique_name
+from helpers import ctrl_c_default, unique_name
 
 from testbed.net import registry
 
@@ -159,7 +159,7 @@ def test_fault_without_for_stays_until_end(live: str) -> None:
 def test_ctrl_c_lifts_a_fault_with_for_at_once(live: str) -> None:
     fault = subprocess.Popen(
         [*CLI, "fault", live, "blackhole", "east-west", "--for", "60s"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_default,
     )  # fmt: skip
     try:
         assert fault.stdout is not None
