@@ -373,6 +373,10 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_bgp_routing.py",
         "test_frr_routes_over_every_path_with_bfd_and_leaves_nothing",
     ),
+    ("bgp (FRR, BFD)", "mininet", "one", "multipath"): (
+        "test_mininet_engine.py",
+        "test_bgp_with_bfd_runs_on_the_mininet_engine",
+    ),
 }
 TESTS = {key: f"tests/live/{file}::{name}" for key, (file, name) in _LIVE_TESTS.items()}
 

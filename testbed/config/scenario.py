@@ -194,7 +194,12 @@ class Scenario(Strict):
                 f"every cluster needs a machine; missing: {', '.join(missing)}",
             )
         if self.engine == "mininet":
-            raise FieldError("placement", "clusters on several machines need `engine: native`")
+            raise FieldError(
+                "placement",
+                "clusters on several machines need `engine: native`: Mininet builds its nodes "
+                "from one process in one kernel, and placement puts clusters in other machines' "
+                "kernels (through their agents)",
+            )
         # What runs across machines so far: the links as configured, the self-check, a
         # collectives workload. The rest samples or changes the network from one process.
         later = "not across machines yet (docs/scale-out.md); remove it or `placement:`"
@@ -222,8 +227,6 @@ class Scenario(Strict):
             return self
         if not self.wan:
             raise FieldError("routing.mode", "bgp routes over WAN links; this scenario has none")
-        if self.engine == "mininet":
-            raise FieldError("routing.mode", "bgp runs with `engine: native` only")
         for i, link in enumerate(self.wan):
             if len({p.weight for p in link.paths}) > 1:
                 raise FieldError(

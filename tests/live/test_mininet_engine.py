@@ -11,13 +11,20 @@ import subprocess
 import sys
 
 import pytest
-from helpers import RUN_TAG, root_namespace_state, scenario, skip_without_mininet, unique_name
+from helpers import (
+    RUN_TAG,
+    root_namespace_state,
+    scenario,
+    skip_without_mininet,
+    two_path_scenario,
+    unique_name,
+)
 
 from testbed.config.sweep import expand
 from testbed.core.errors import UnsupportedError
 from testbed.core.frames import GOODPUT_FACTOR
 from testbed.experiment.sweep import Experiment
-from testbed.net import registry
+from testbed.net import frr, registry
 from testbed.testing.clients import iperf3_goodput
 
 pytestmark = pytest.mark.live
@@ -143,3 +150,24 @@ def test_backend_tclink_refuses_what_mininet_would_silently_drop(root, make_test
         make_testbed(data)
     with pytest.raises(UnsupportedError, match="use it with `engine: mininet`"):
         make_testbed(scenario(backend="tclink"))
+
+
+def test_bgp_with_bfd_runs_on_the_mininet_engine(mininet, make_testbed):
+    # The nodes are attached as the plan's named namespaces, so FRR starts in the gateways as on
+    # the native engine: six daemons, BFD up on both paths, two nexthops each way; nothing left.
+    if why := frr.missing():
+        pytest.skip(why)
+    bgp = {"hold": "9s", "bfd": {"interval": "50ms", "multiplier": 3}}
+    data = two_path_scenario({"mode": "bgp", "ecmp": {"hash": "l4"}, "bgp": bgp})
+    tb = make_testbed({**data, "engine": "mininet"})
+    rec = tb.record
+    assert rec.engine == "mininet"
+    daemons = [(pid, start) for pid, start, what in rec.processes if what.startswith("frr ")]
+    assert len(daemons) == 6  # zebra, bfdd, bgpd in each gateway
+    for gw in ("east-gw", "west-gw"):
+        assert max(frr.kernel_routes(tb.namespace(gw)).values(), default=0) == 2, gw
+    d = frr.gateway_dir(rec.prefix, "east-gw")
+    peers = json.loads(frr.vtysh(tb.namespace("east-gw"), d, "show bfd peers json"))
+    assert sorted(p["status"] for p in peers) == ["up", "up"]
+    tb.down()
+    assert all(not registry.process_alive(pid, start) for pid, start in daemons)
