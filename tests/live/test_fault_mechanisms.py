@@ -625,8 +625,13 @@ def test_burst_loss_on_the_delay_line_matches_gilbert_elliott(line3):
     )
     assert rate == pytest.approx(want, rel=rel)
     assert mean == pytest.approx(1 / r, rel=4 * (1 - r) ** 0.5 / len(runs) ** 0.5)
-    if stats0:  # the delay line counts what its bad state dropped: these, and nothing else
-        assert burst_drops == sum(lost)
+    if stats0:
+        # the delay line counts what its bad state dropped: these, and at most the packets it saw
+        # in the window that were not ours (seen once beside a second test worker: 3534 dropped
+        # for 3533 of ours lost; which packet the other was is not known)
+        seen = stats[d.name]["packets"] - stats0[d.name].get("packets", 0)
+        strays = max(0, seen - n)
+        assert sum(lost) <= burst_drops <= sum(lost) + strays, (burst_drops, sum(lost), seen)
 
 
 @pytest.mark.timing
