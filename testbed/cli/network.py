@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from testbed.cli.common import add_engine_option
+from testbed.cli.common import add_engine_option, add_selfcheck_option, add_set_option
 from testbed.cli.doctor import cmd_doctor
 from testbed.cli.lifecycle import cmd_clean, cmd_down, cmd_exec, cmd_ls, cmd_up
-from testbed.cli.plan_view import add_set_option, cmd_plan, cmd_validate
+from testbed.cli.plan_view import cmd_plan, cmd_validate
 from testbed.plan.graph import GRAPHS
 
 
@@ -40,14 +40,7 @@ def register(sub: Any) -> None:
         help="only the K-th run of the sweep (0-based, points x repeats; as `testbed run`)",
     )
     add_engine_option(s)
-    s.add_argument(
-        "--selfcheck",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="the self-check's TCP window per WAN direction, for the estimate (default: "
-        "%(default)s, as `testbed run`)",
-    )
+    add_selfcheck_option(s, "as `testbed run` would spend it (for the estimate)")
     s.add_argument(
         "--graph",
         choices=GRAPHS,

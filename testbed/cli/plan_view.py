@@ -428,17 +428,6 @@ def _queue_text(aqm: Aqm | None) -> str:
     return text + (" ECN" if aqm.ecn else " drop")
 
 
-def add_set_option(parser: argparse.ArgumentParser) -> None:
-    """``--set PATH=VALUE`` as ``testbed run`` takes it."""
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="PATH=VALUE",
-        help="override a field, e.g. --set wan[0].delay=50ms (repeatable; as `testbed run`)",
-    )
-
-
 # -- what the runs will do ---------------------------------------------------------------------
 def emit(table: Table, console: Console | None = None) -> None:
     """``table`` as a table when it fits the console's width, else as stacked rows: each row's

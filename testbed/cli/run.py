@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.table import Table
 
-from testbed.cli.common import add_engine_option, need_root
+from testbed.cli.common import add_engine_option, add_selfcheck_option, add_set_option, need_root
 from testbed.cli.console import escape, make_console
 from testbed.cli.progress import Eta, PhaseWatch, counting, estimates
 from testbed.cli.steer import Follower, follow_choice
@@ -34,22 +34,10 @@ def register(sub: Any) -> None:
     )
     s.add_argument("file", help="the scenario file (YAML); its sweep and repeats are the runs")
     s.add_argument("--out", default="results", help="results root directory (default: %(default)s)")
-    s.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="PATH=VALUE",
-        help="override a field, e.g. --set wan[0].delay=50ms (repeatable)",
-    )
+    add_set_option(s)
     s.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR")
     add_engine_option(s)
-    s.add_argument(
-        "--selfcheck",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds of bulk TCP per WAN direction in the link self-check (default: %(default)s)",
-    )
+    add_selfcheck_option(s, "before each run")
     s.add_argument(
         "--point",
         type=int,
