@@ -204,11 +204,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"[yellow]unmatched[/] ({label}): {where + ' ' if where else ''}{point}",
                 highlight=False,
             )
-    counts = cmp.counts()
-    order = ("regressed", "improved", "same", "still failing", "fixed")
-    text = ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
-    unmatched = len(cmp.only_base) + len(cmp.only_new)
-    verdict = "[bold red]REGRESSED[/]" if cmp.regressed else "[green]OK[/]"
     worst = cmp.table.dropna(subset=["ratio"]).sort_values("ratio").tail(1)
     slowest = ""
     if not worst.empty:
@@ -220,14 +215,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             else (f"{w['collective']} {w['algorithm']} {format_size(w['size'])}")
         )
         slowest = f"; worst {_change(w['ratio'])} ({point}{', ' + where if where else ''})"
-    line = (
-        f"{verdict}: {len(cmp.table)} matched ({text}); {unmatched} unmatched; tolerance "
-        f"{format_percent(tolerance)} on time p50{slowest}"
-    )
-    out.print(line, highlight=False, soft_wrap=True)
-    _write_verdict(verdict_path, doc, Text.from_markup(line).plain)
-    out.print(f"verdict: {escape(str(verdict_path))}", highlight=False, soft_wrap=True)
-    return 1 if cmp.regressed else 0
+    return _conclude(cmp, doc, verdict_path, tolerance, f"time p50{slowest}")
 
 
 def _print_command_comparison(
@@ -253,14 +241,22 @@ def _print_command_comparison(
         for r in rows.to_dict("records"):
             where = ", ".join(f"{p}={r[p]}" for p in cmp.params if r.get(p) not in (None, ""))
             out.print(f"[yellow]unmatched[/] ({label}): {where} {r['metric']}", highlight=False)
+    return _conclude(cmp, doc, verdict_path, tolerance, "each metric's p50")
+
+
+def _conclude(
+    cmp: Any, doc: dict[str, Any], verdict_path: Any, tolerance: float, basis: str
+) -> int:
+    """``compare``'s last line (verdict, counts, unmatched, the tolerance on ``basis``), printed
+    and written to ``verdict_path``; the exit code (1: regressed)."""
     counts = cmp.counts()
     order = ("regressed", "improved", "same", "still failing", "fixed")
     text = ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
+    unmatched = len(cmp.only_base) + len(cmp.only_new)
     verdict = "[bold red]REGRESSED[/]" if cmp.regressed else "[green]OK[/]"
     line = (
-        f"{verdict}: {len(cmp.table)} matched ({text}); "
-        f"{len(cmp.only_base) + len(cmp.only_new)} unmatched; tolerance "
-        f"{format_percent(tolerance)} on each metric's p50"
+        f"{verdict}: {len(cmp.table)} matched ({text}); {unmatched} unmatched; tolerance "
+        f"{format_percent(tolerance)} on {basis}"
     )
     out.print(line, highlight=False, soft_wrap=True)
     _write_verdict(verdict_path, doc, Text.from_markup(line).plain)
