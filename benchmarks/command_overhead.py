@@ -1,10 +1,11 @@
 """Benchmark: what does running a user's program through the testbed cost?
 
-    sudo .venv/bin/python -m benchmarks.command_overhead [--rounds 5]
+    sudo .venv/bin/python -m benchmarks.command_overhead [--rounds 9] [--iters 300]
 
 The same script (examples/comms-benchmark/comms_bench.py: 2 ranks, one host in each of two
-clusters, a gloo all-reduce of 4 KiB to 4 MiB, 1 warm-up and 5 timed iterations per size) run
-two ways on an unshaped WAN (the default link: 1 Gbit/s HTB, no delay, no emulated propagation):
+clusters, a gloo all-reduce of 4 KiB to 4 MiB, 1 warm-up and 300 timed iterations per size:
+17 s) run two ways on an unshaped WAN (the default link: 1 Gbit/s HTB, no delay, no emulated
+propagation):
 
 - ``testbed run`` of a ``kind: command`` scenario (its own network, link self-check, launcher
   with hostname and hosts file, stdout read for metrics, the WAN counters sampled);
@@ -44,12 +45,17 @@ SCRIPT_DIR = ROOT / "examples" / "comms-benchmark"
 ARGV = [
     "python", "comms_bench.py", "--dist-url", "tcp://{master_addr}:{master_port}",
     "--rank", "{rank}", "--world-size", "{world_size}",
-    "--sizes", "4K,64K,1M,4M", "--warmup", "1", "--iters", "5", "--json",
+    "--sizes", "4K,64K,1M,4M", "--warmup", "1", "--iters", "{iters}", "--json",
 ]  # fmt: skip
 GOAL = 0.03
 
 
-def scenario(name: str) -> dict[str, Any]:
+def argv(iters: int) -> list[str]:
+    """The script's argv with ``iters`` timed iterations per size (the placeholders stay)."""
+    return [a.replace("{iters}", str(iters)) for a in ARGV]
+
+
+def scenario(name: str, iters: int) -> dict[str, Any]:
     return {
         "name": name,
         "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
@@ -57,7 +63,7 @@ def scenario(name: str) -> dict[str, Any]:
         "workload": {
             "kind": "command",
             "per": "rank",
-            "argv": ARGV,
+            "argv": argv(iters),
             "cwd": str(SCRIPT_DIR),
             "timeout": "300s",
             "metrics": "json-lines",
@@ -73,10 +79,10 @@ class Sample:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def through_testbed(work: Path, round_no: int) -> Sample:
+def through_testbed(work: Path, round_no: int, iters: int) -> Sample:
     """``testbed run`` of the scenario, as a user starts it."""
     path = work / f"overhead-{round_no}.yaml"
-    path.write_text(yaml.safe_dump(scenario(f"h2-overhead-{round_no}")))
+    path.write_text(yaml.safe_dump(scenario(f"h2-overhead-{round_no}", iters)))
     out = work / f"results-{round_no}"
     started = time.time()
     done = subprocess.run(
@@ -106,7 +112,7 @@ def through_testbed(work: Path, round_no: int) -> Sample:
     )
 
 
-def by_hand(tb: Any, work: Path, round_no: int) -> Sample:
+def by_hand(tb: Any, work: Path, round_no: int, iters: int) -> Sample:
     """The same argv and environment through ``ip netns exec``, timed here."""
     from testbed.config.command import CommandWorkload, expand, search_path
     from testbed.experiment.workloads.command import command_slots
@@ -114,7 +120,7 @@ def by_hand(tb: Any, work: Path, round_no: int) -> Sample:
     from testbed.plan.ranks import place_ranks
 
     plan = tb.plan
-    workload = CommandWorkload.model_validate(scenario("x")["workload"])
+    workload = CommandWorkload.model_validate(scenario("x", iters)["workload"])
     ranks = place_ranks(plan, workload.ranks_per_host, workload.placement)
     master = next(h for h in plan.hosts if h.name == ranks[0].host)
     port = master_port(tb.namespace(master.name))
@@ -175,7 +181,12 @@ def spread(values: list[float], fmt: str = "{:.3f}") -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument(
+        "--iters", type=int, default=300,
+        help="timed iterations per size: more makes a longer program, so that a difference of "
+        "a few percent stands above the machine's round-to-round spread",
+    )  # fmt: skip
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
@@ -186,11 +197,11 @@ def main() -> None:
     samples: dict[str, list[Sample]] = {"testbed run": [], "by hand": []}
     with tempfile.TemporaryDirectory(prefix="h2-overhead-") as tmp:
         work = Path(tmp)
-        sc = parse_scenario(scenario("h2-overhead-hand"), "<overhead>")
+        sc = parse_scenario(scenario("h2-overhead-hand", args.iters), "<overhead>")
         with Network(sc, name="h2-overhead-hand") as tb:
             for r in range(args.rounds):
-                samples["testbed run"].append(through_testbed(work, r))
-                samples["by hand"].append(by_hand(tb, work, r))
+                samples["testbed run"].append(through_testbed(work, r, args.iters))
+                samples["by hand"].append(by_hand(tb, work, r, args.iters))
                 got = {k: round(v[-1].wall, 3) for k, v in samples.items()}
                 print(f"round {r + 1}/{args.rounds}: wall {got}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
@@ -204,7 +215,8 @@ def main() -> None:
         f"Load average before: {' '.join(f'{x:.2f}' for x in load_before)}, after: "
         f"{' '.join(f'{x:.2f}' for x in load_after)} ({os.cpu_count()} cores). "
         "examples/comms-benchmark/comms_bench.py, 2 ranks (one host per cluster), gloo "
-        "all-reduce 4K-4M, 1 + 5 iterations per size; unshaped WAN (1 Gbit/s HTB, no delay); "
+        f"all-reduce 4K-4M, 1 + {args.iters} iterations per size; unshaped WAN (1 Gbit/s HTB, "
+        "no delay); "
         f"{args.rounds} interleaved rounds.\n"
     )
     print("| variant | runs | wall median (s) | wall spread (s) | last rank's first line (s) |")
