@@ -1,5 +1,5 @@
 """Compute utilisation of emulated-compute training runs and the bandwidth a method needs for a
-given utilisation (Streaming DiLoCo's Table 4 shape). PURE (pandas only).
+given utilisation (Streaming DiLoCo's Table 4 shape). PURE (pandas and the pure schedule).
 
 * CU = compute time / wall time, summed over the **settled** steps: the first
   :data:`WARMUP_STEPS` (the connections' first windows) are dropped, then a whole number of sync
@@ -22,9 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.model.diloco_wallclock import predicted_cu
+from analysis.model.diloco_wallclock import compute_utilisation as model_cu
+from analysis.model.diloco_wallclock import hierarchical_comm, predicted_cu
 from analysis.model.topology import Topology
 from analysis.training import step_table
+from traffic.training.schedule import GATHERED, schedule_from_config, syncs_at
 
 WARMUP_STEPS = 5
 
@@ -131,11 +133,18 @@ def _ring_latency(topo: Topology, ranks: int) -> float:
     return 2 * (ranks - 1) * delay
 
 
-def emulated_summary(rows: pd.DataFrame, workload: dict[str, Any], topo: Topology | None) -> dict:
+def emulated_summary(
+    rows: pd.DataFrame,
+    workload: dict[str, Any],
+    topo: Topology | None,
+    alpha_beta_comm: float | None = None,
+) -> dict:
     """What an emulated-compute run adds to its summary row: ``compute`` (emulated), ``scale``,
     CU over the settled steps, the WAN goodput in emulated and real units, and the paper's
     wall-clock model's CU (analysis.model.diloco_wallclock: no overlap, except Streaming's τ)
-    at that goodput. ``rows``: one per rank and step, as the ranks wrote them."""
+    at that goodput; with ``alpha_beta_comm`` (the α-β model's communication per step over one
+    sync period) its CU as ``cu_alpha_beta``, nothing overlapped either. ``rows``: one per
+    rank and step, as the ranks wrote them."""
     algorithm = workload["algorithm"]
     diloco, streaming = workload.get("diloco") or {}, workload.get("streaming") or {}
     h = int(diloco.get("inner_steps", 1))
@@ -150,9 +159,14 @@ def emulated_summary(rows: pd.DataFrame, workload: dict[str, Any], topo: Topolog
         "compute_utilisation_settled": compute_utilisation(steps, sync_period(algorithm, h)),
         "late_p50": float(rows["late_s"].median()) if "late_s" in rows else None,
     }
+    if alpha_beta_comm is not None and step_s > 0:
+        out["cu_alpha_beta"] = model_cu(step_s, alpha_beta_comm)
     if topo is None or not topo.links or steps.empty:
         return out
     goodput = min(link.goodput_bps for link in topo.links)
+    out |= {"wan_goodput_bps": goodput, "wan_goodput_real_bps": real_rate(goodput, scale)}
+    if algorithm == "hierarchical":
+        return out | {"cu_paper_model": hierarchical_paper_cu(workload, topo, goodput, step_s)}
     ranks = int(rows["rank"].nunique())
     # the whole payload of one cycle's all-reduce(s), emulated bits (gathered codes: the
     # all-reduce that moves the same bytes, N·R/2)
@@ -160,8 +174,6 @@ def emulated_summary(rows: pd.DataFrame, workload: dict[str, Any], topo: Topolog
     if diloco.get("dtype") in ("int8", "fp4") and algorithm != "ddp":
         payload *= ranks / 2
     out |= {
-        "wan_goodput_bps": goodput,
-        "wan_goodput_real_bps": real_rate(goodput, scale),
         "cu_paper_model": predicted_cu(
             algorithm,
             payload,
@@ -175,6 +187,39 @@ def emulated_summary(rows: pd.DataFrame, workload: dict[str, Any], topo: Topolog
         ),
     }
     return out
+
+
+def hierarchical_paper_cu(
+    workload: dict[str, Any], topo: Topology, goodput: float, step_s: float
+) -> float:
+    """The paper model's CU of hierarchical training (DiLoCo with M = the clusters,
+    analysis.model.diloco_wallclock.hierarchical_comm): the inner all-reduce of the gradients
+    over the slowest cluster's fabric (its goodput, or the unshaped hop's copy rate), the
+    outer one of the pseudo-gradients among the leaders at the WAN ``goodput`` (gathered codes:
+    the all-reduce that moves the same bytes, N·M/2); ε the rings' one-way delays. Clusters of
+    unequal size count as M of the largest (its ring is the slowest)."""
+    sizes = [m for _, m in topo.clusters if m]
+    clusters, h = len(sizes), int(workload["diloco"]["inner_steps"])
+    sched = schedule_from_config(workload)
+    inner = sum(x.payload for x in syncs_at(sched, h - 1) if x.group == "cluster") * 8
+    outer = sum(x.payload for x in syncs_at(sched, h - 1) if x.group == "leaders") * 8
+    if sched.dtype in GATHERED:
+        outer *= clusters / 2
+    names = [c for c, m in topo.clusters if m]
+    fabric = min(topo.fabric_goodput_bps.get(c) or topo.host_bw_bps for c in names)
+    hop = 2 * max(topo.fabric_delay_s.get(c, 0.0) for c in names)  # host - gateway - host
+    comm = hierarchical_comm(
+        inner,
+        outer,
+        fabric,
+        goodput,
+        clusters * max(sizes),
+        clusters,
+        h,
+        inner_latency=2 * (max(sizes) - 1) * hop,
+        outer_latency=_ring_latency(topo, clusters),
+    )
+    return model_cu(step_s, comm)
 
 
 # Streaming DiLoCo's Table 4 (arXiv 2501.18512), 1B, 0.1 s steps: Gbit/s needed at CU

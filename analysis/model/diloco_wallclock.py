@@ -12,6 +12,13 @@ per element) and W in bit/s; R is the number of chips (ranks), ε the latency of
 Compute utilisation adds nothing the paper does not say: compute / (compute + communication),
 nothing overlapped. Streaming DiLoCo "amortizes to the same per-step cost"; its overlap of τ
 inner steps hides up to τ·step of each fragment's exchange (:func:`streaming_exposed`).
+
+Hierarchical training (DDP inside each cluster, DiLoCo among the cluster leaders) is the DiLoCo
+model with M = the clusters (:func:`hierarchical_comm`): its inner term ``(2N/W0)(1 − M/R)`` is
+exactly the ring inside each cluster of R/M ranks over the fabric W0; its outer term is the
+paper's with R = M, since only the M leaders cross the WAN, each with the whole model (the paper
+counts every chip in the outer ring, each with a shard). The leaders' broadcast of the new
+parameters inside each cluster has no term in the paper (it is one fabric transfer per H steps).
 """
 
 from __future__ import annotations
@@ -70,6 +77,30 @@ def streaming_exposed(
     each hiding up to τ·step behind the inner steps it overlaps."""
     one = allreduce_time(fragment_bits, bandwidth, ranks, latency)
     return max(0.0, one - overlap_steps * step_time) * fragments / inner_steps
+
+
+def hierarchical_comm(
+    inner_bits: float,
+    outer_bits: float,
+    inner_bandwidth: float,
+    outer_bandwidth: float,
+    ranks: int,
+    clusters: int,
+    inner_steps: int,
+    inner_latency: float = 0.0,
+    outer_latency: float = 0.0,
+) -> float:
+    """Hierarchical training's communication per step: DiLoCo's inner term with M = ``clusters``
+    replicas of R/M ranks, ``[(2N0/W0)(1 − M/R) + ε0]``, and its outer term among the M leaders,
+    ``[(2N1/W1)(1 − 1/M) + ε1]/H``; N0 the gradients' bits, N1 the pseudo-gradients'."""
+    if clusters < 1 or ranks % clusters:
+        raise ValueError(f"{ranks} ranks in {clusters} clusters")
+    inner = 0.0
+    if ranks > clusters:
+        inner = 2 * inner_bits / inner_bandwidth * (1 - clusters / ranks) + inner_latency
+    return (
+        inner + allreduce_time(outer_bits, outer_bandwidth, clusters, outer_latency) / inner_steps
+    )
 
 
 def compute_utilisation(compute: float, comm: float) -> float:

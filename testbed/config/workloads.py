@@ -81,7 +81,7 @@ class Workload(RankWorkloadModel):
 # named shapes of emulated models (traffic.training.synthetic.NAMED_SHAPES; a unit test holds
 # them equal): tensor layouts at real byte counts, never computed
 NamedShape = Literal["llama-3-1b", "llama-3-8b", "llama-3-70b"]
-EMULATED_ALGORITHMS = ("ddp", "diloco", "streaming-diloco")
+EMULATED_ALGORITHMS = ("ddp", "diloco", "streaming-diloco", "hierarchical")
 # layers and parameters of each named shape (traffic.training.synthetic; a unit test holds them)
 NAMED_LAYERS_PARAMS = {
     "llama-3-1b": (16, 1_235_814_400),
@@ -309,8 +309,10 @@ class TrainingWorkload(RankWorkloadModel):
         else:
             layers, params = NAMED_LAYERS_PARAMS[self.model]
         wire = self.model.synthetic.dtype if isinstance(self.model, SyntheticModel) else "bf16"
-        if self.algorithm != "ddp":
+        if self.algorithm in ("diloco", "streaming-diloco"):
             wire = self.diloco.dtype
+        elif self.algorithm == "hierarchical":  # gradients and parameters, pseudo-gradients
+            wire = max(wire, self.diloco.dtype, key=DTYPE_BYTES_WIRE.__getitem__)
         nbytes = params * self.scale * DTYPE_BYTES_WIRE[wire]  # one buffer of the whole model
         if nbytes > MAX_EMULATED_BYTES:
             raise FieldError(

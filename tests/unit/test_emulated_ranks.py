@@ -31,7 +31,9 @@ def free_port() -> int:
 def train(tmp_path: Path) -> Iterator[Any]:
     started: list[subprocess.Popen] = []
 
-    def run(workload: dict[str, Any], ranks: int = 2) -> list[dict[str, Any]]:
+    def run(workload: dict[str, Any], ranks: int = 2, clusters: int = 0) -> list[dict[str, Any]]:
+        """``clusters``: that many clusters of consecutive ranks (0: one rank per cluster)."""
+        per = ranks // clusters if clusters else 1
         w = TrainingWorkload.model_validate({"kind": "training", **workload})
         out = tmp_path / "out"
         spec = {
@@ -40,7 +42,7 @@ def train(tmp_path: Path) -> Iterator[Any]:
             "world_size": ranks,
             "timeout_s": 30,
             "ranks": [
-                {"rank": r, "host": f"c{r}-h0", "cluster": f"c{r}", "local_rank": 0}
+                {"rank": r, "host": f"c{r}-h0", "cluster": f"c{r // per}", "local_rank": 0}
                 for r in range(ranks)
             ],
             "out_dir": str(out),
@@ -122,3 +124,27 @@ def test_emulated_streaming_fp4_issues_its_fragments_and_waits_for_them(train: A
     # 2 layers per fragment (of 8), 3e5 elements at scale 1/10: 4 bits each plus 4 fp32 scales
     assert rank0[0]["payload_bytes"] == pytest.approx(3e5 / 4 / 2 + 4 * 4, abs=4)
     assert all(r["compute_s"] == 0.02 for r in rank0)
+
+
+def test_emulated_hierarchical_reduces_in_the_cluster_and_syncs_the_leaders(train: Any) -> None:
+    # 2 clusters of 2 ranks; int8 pseudo-gradients are gathered among the 2 leaders only (a
+    # receive list sized for the world would fail the all-gather)
+    rows = train(
+        {
+            "model": SYNTH,
+            "compute": {"step": "0.02s"},
+            "scale": "1/10",
+            "algorithm": "hierarchical",
+            "steps": 8,
+            "diloco": {"inner_steps": 4, "dtype": "int8"},
+        },
+        ranks=4,
+        clusters=2,
+    )
+    assert len(rows) == 32
+    by_step = {r["step"]: r["payload_bytes"] for r in rows if r["rank"] == 3}
+    # the cluster's bf16 gradients (3e5 elements at 1/10) every step; every 4 steps the
+    # leaders' int8 codes and one fp32 scale per tensor (16 tensors) on top
+    inner, outer = 600_000, 300_000 + 4 * 16
+    assert by_step == {s: inner + (outer if s % 4 == 3 else 0) for s in range(8)}
+    assert all(r["compute_s"] == 0.02 and r["wall_s"] >= 0.02 for r in rows)

@@ -11,7 +11,12 @@ the wire dtype, sent with the collectives the real algorithms use, when they use
   false starts them all when the backward ends); ``comm`` is what is left after the backward;
 * ``diloco`` / ``streaming-diloco``: the schedule's syncs (traffic.training.schedule), blocking
   (``comm``) or overlapped by τ steps and waited for where applied (``wait``); int8 and fp4 are
-  all-gathered codes (fp4 packed two to a byte) and scales, as their fp32 accumulation needs.
+  all-gathered codes (fp4 packed two to a byte) and scales, as their fp32 accumulation needs;
+* ``hierarchical``: DDP's buckets as above, all-reduced inside the cluster (its process group,
+  the fabric) every step; every H steps the cluster leaders exchange the pseudo-gradients as
+  DiLoCo does (their own group, across the WAN), then each leader broadcasts the new
+  parameters (the model's dtype) inside its cluster; both blocking (``comm``), the other ranks
+  of a cluster waiting for their leader in the broadcast.
 
 A step's ``compute_s`` is the configured compute (the useful work CU counts); the wait's own
 lateness (the emulator's CPU) shows in ``wall_s`` and ``late_s``.
@@ -72,7 +77,11 @@ class EmulatedTrainer:
         self.schedule = schedule_from_config(cfg)
         self.buckets: list[torch.Tensor] = []
         self.ready: list[float] = []  # each bucket's ready time, a fraction of the backward
-        if self.algorithm == "ddp":
+        hierarchical = self.algorithm == "hierarchical"
+        # DDP's group: the world, or hierarchical's cluster
+        self.group = self.ctx.cluster_group if hierarchical else None
+        self.overlap = bool(cfg["ddp"].get("overlap", True))
+        if self.algorithm in ("ddp", "hierarchical"):
             full = layout_of(cfg["model"])
             hook = cfg["ddp"]["hook"]
             dtype = full.dtype if hook == "none" else HOOK_DTYPE[hook]
@@ -84,29 +93,41 @@ class EmulatedTrainer:
                 cum += n
                 self.buckets.append(wire_buffer(round(n * elem * self.scale), dtype))
                 self.ready.append(cum / full.numel)
-            self.overlap = bool(cfg["ddp"].get("overlap", True))
+        # hierarchical: the parameters a leader broadcasts in its cluster after an outer step
+        self.params = (
+            wire_buffer(layout_of(cfg["model"], self.scale).nbytes(), self.schedule.grad_dtype)
+            if hierarchical
+            else None
+        )
         self.buffers: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
 
-    def _buffers(self, sync: Sync) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _buffers(self, sync: Sync, members: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The send buffer of a sync's payload (per fragment, reused) and, for gathered codes,
-        the receive buffers."""
+        the receive buffers (one per member of the group)."""
         key = sync.fragment or 0
         if key not in self.buffers:
             dtype = self.schedule.dtype
             send = wire_buffer(sync.payload, dtype)
-            got = (
-                [torch.empty_like(send) for _ in range(self.ctx.world_size)]
-                if dtype in GATHERED
-                else []
-            )
+            got = [torch.empty_like(send) for _ in range(members)] if dtype in GATHERED else []
             self.buffers[key] = (send, got)
         return self.buffers[key]
 
-    def _issue(self, sync: Sync) -> Inflight:
-        send, got = self._buffers(sync)
+    def _issue(self, sync: Sync, group: Any = None, members: int | None = None) -> Inflight:
+        send, got = self._buffers(sync, members or self.ctx.world_size)
         if got:
-            return Inflight(sync, [dist.all_gather(got, send, async_op=True)])
-        return Inflight(sync, [dist.all_reduce(send, async_op=True)])
+            return Inflight(sync, [dist.all_gather(got, send, group=group, async_op=True)])
+        return Inflight(sync, [dist.all_reduce(send, group=group, async_op=True)])
+
+    def _leaders_sync(self, sync: Sync) -> None:
+        """hierarchical's outer step: the leaders' exchange across the WAN, then the new
+        parameters from each leader to its cluster."""
+        ctx = self.ctx
+        if ctx.is_leader:
+            flight = self._issue(sync, ctx.leaders_group, len(ctx.leader_ranks))
+            for w in flight.works:
+                w.wait()
+        assert self.params is not None
+        dist.broadcast(self.params, src=ctx.leader, group=ctx.cluster_group)
 
     def step(self, step: int) -> dict[str, Any]:
         start_unix, t0 = time.time(), time.perf_counter()
@@ -117,11 +138,11 @@ class EmulatedTrainer:
         if self.buckets and self.overlap:
             for buf, frac in zip(self.buckets, self.ready, strict=True):
                 sleep_until(t0 + self.forward_s + backward * frac)
-                works.append(dist.all_reduce(buf, async_op=True))
+                works.append(dist.all_reduce(buf, group=self.group, async_op=True))
         sleep_until(t0 + self.step_s)
         late = time.perf_counter() - (t0 + self.step_s)
         if self.buckets and not self.overlap:
-            works = [dist.all_reduce(buf, async_op=True) for buf in self.buckets]
+            works = [dist.all_reduce(buf, group=self.group, async_op=True) for buf in self.buckets]
         due = syncs_at(self.schedule, step)
         t1 = time.perf_counter()
         for w in works:
@@ -129,6 +150,9 @@ class EmulatedTrainer:
         for sync in due:
             if sync.what != "pseudo-gradients":
                 continue  # DDP's gradients: the buckets above
+            if sync.group == "leaders":
+                self._leaders_sync(sync)
+                continue
             flight = self._issue(sync)
             if sync.apply_step == sync.step:
                 for w in flight.works:

@@ -11,10 +11,15 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compute_util import emulated_summary
+from analysis.compute_util import emulated_summary, sync_period
 from analysis.display import training_display
 from analysis.operations import rank_operations
-from analysis.run_summary import fill_targets, topology_from, training_summary
+from analysis.run_summary import (
+    fill_targets,
+    predicted_comm_per_step,
+    topology_from,
+    training_summary,
+)
 from testbed.config.workloads import TrainingWorkload
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
 
@@ -62,7 +67,10 @@ class Training(WorkloadKind):
             return [{**row, "compute": "real"} for row in out]
         # emulated compute: CU over settled steps, both units, the paper's wall-clock model
         topo = topology_from(run.info.get("topology"))
-        extra = emulated_summary(pd.DataFrame(done), workload, topo)
+        # the α-β model over one sync period (the settled CU counts whole periods)
+        period = sync_period(workload["algorithm"], workload["diloco"]["inner_steps"])
+        ab = predicted_comm_per_step({**workload, "steps": period}, topo) if topo else None
+        extra = emulated_summary(pd.DataFrame(done), workload, topo, ab)
         return [{**row, **extra} for row in out]
 
     def operations(self, rows: pd.DataFrame) -> pd.DataFrame:
