@@ -3,8 +3,8 @@ workload's ranks (a :class:`testbed.experiment.session.RankSession`) or the traf
 run's dynamics and traces around them, read back what the ranks wrote, tear down; a
 :class:`RunResult` in every case (a failed run is a result, not an exception; only Ctrl-C and
 SIGTERM end the sweep). The network is a :class:`testbed.live.LiveNetwork`: on this machine, or
-across the machines of a Ray cluster for a scenario with ``placement:`` (the self-check and the
-ranks run there; nothing is traced).
+across the machines of a Ray cluster for a scenario with ``placement:`` (the self-check, the
+ranks and the traces run there, each machine's part through its agent).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import random
 from pathlib import Path
-from typing import Any
 
 from analysis.model import Link, Topology
 from testbed.config.scenario import Trace
@@ -26,6 +25,7 @@ from testbed.live.network import Network, Terminated
 from testbed.live.protocol import LiveNetwork
 from testbed.live.selfcheck import check_links
 from testbed.live.spanned import SpannedNetwork
+from testbed.live.spanned.traces import SpannedTraces
 from testbed.plan.model import NetworkPlan
 from testbed.plan.ranks import RankSlot, place_ranks
 from testbed.plan.resolved import network_rows
@@ -65,28 +65,16 @@ def model_topology(
 
 
 # -- one run -----------------------------------------------------------------------------------
-class _NoTraces(contextlib.nullcontext):
-    """What a run across machines records of its traces: nothing (the samplers read the
-    namespaces of one machine)."""
-
-    pcap_stats: tuple[dict, ...] = ()
-
-    def tables(self) -> dict[str, list[dict]]:
-        return {}
-
-    def in_effect(self) -> dict[str, Any]:
-        return {}
-
-    def problems(self) -> list[str]:
-        return []
-
-
-Traces = RunTraces | _NoTraces
+Traces = RunTraces | SpannedTraces
 
 
 def run_traces(tb: LiveNetwork, trace: Trace, run_dir: Path, hosts: list[str]) -> Traces:
-    """The run's traces of ``hosts`` (their sockets) and of the WAN; none across machines."""
-    return RunTraces(tb, trace, run_dir, hosts) if isinstance(tb, Network) else _NoTraces()
+    """The run's traces of ``hosts`` (their sockets) and of the WAN; across machines each
+    machine samples its part (testbed.live.spanned.traces)."""
+    if isinstance(tb, SpannedNetwork):
+        return SpannedTraces(tb, trace, run_dir, hosts)
+    assert isinstance(tb, Network)
+    return RunTraces(tb, trace, run_dir, hosts)
 
 
 def tcp_sysctls_in_effect(tb: LiveNetwork) -> dict[str, dict[str, str]]:

@@ -4,7 +4,9 @@
 samplers just before the ranks and stops them just after: ``tcp_info`` (:mod:`testbed.trace.tcp`),
 ``queues`` (:mod:`testbed.trace.queues`, or the delay line's own samples where it holds the
 queue), ``pcap`` on the wire's egress of each direction (:mod:`testbed.trace.pcap`) and, on a
-multipath link always, which path each TCP flow took (:mod:`testbed.trace.flowpaths`).
+multipath link always, which path each TCP flow took (:mod:`testbed.trace.flowpaths`). On one
+machine's part of a topology across machines (``NetworkPlan.part``) it samples what that machine
+holds: each direction's shaper, wire and path taps where their namespace is (``has_ns``).
 
 Whatever the settings, the congestion control and ECN *in effect* on the ranks' sockets are read
 from tcp_info (one light sample per second when ``tcp_info`` tracing is off) and recorded per run.
@@ -85,10 +87,10 @@ class RunTraces:
             targets = [
                 QdiscTarget(d.name, d.shaper.ns, d.shaper.ifname)
                 for d in plan.wan
-                if not tb.queue_in_backend(d)
+                if plan.has_ns(d.shaper.ns) and not tb.queue_in_backend(d)
             ]
             self.qdiscs = QdiscSampler(targets, trace.queues) if targets else None
-        taps = path_taps(plan)
+        taps = [t for t in path_taps(plan) if plan.has_ns(t.ns)]
         self.paths = FlowPathSampler(taps, FLOWPATH_PERIOD, names) if taps else None
         self.pcap: PcapCapture | None = None
         if trace.pcap:
@@ -100,6 +102,7 @@ class RunTraces:
                     f"{d.name}@{d.impairment.egress_if}",
                 )
                 for d in plan.wan
+                if plan.has_ns(d.impairment.ns)
             ]
             self.pcap = PcapCapture(specs, max_bytes=trace.pcap, record=tb.record)
         self.pcap_stats: list[dict] = []

@@ -20,10 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from testbed.config.scenario import Scenario
+from testbed.config.scenario import Scenario, Trace
 from testbed.core.errors import NetError
 from testbed.live.network import Network
 from testbed.live.ray_common import NODE_DIR, node_identity
+from testbed.live.spanned.traces import MachineTraces
 from testbed.net import procs
 from testbed.net.cables import Underlay
 from testbed.net.registry import Record
@@ -44,6 +45,7 @@ class MachineAgent:
         self.procs: dict[int, tuple[subprocess.Popen, str]] = {}  # pid -> (it, driver's dir)
         self.dirs: dict[str, Path] = {}  # the driver's directory -> this machine's copy
         self.synced: dict[str, dict[str, int]] = {}  # ... -> file -> bytes sent (-1: not sent)
+        self.traces: MachineTraces | None = None
 
     def identity(self) -> dict[str, Any]:
         return {**node_identity(), "machine": self.machine}
@@ -192,6 +194,22 @@ class MachineAgent:
     def problems(self) -> list[str]:
         return self.tb.problems() if self.tb is not None else []
 
+    # -- the run's traces of this part (testbed.live.spanned.traces) -------------------------
+    def trace_start(self, trace: Trace, hosts: list[str]) -> None:
+        """Sample what this part holds (``hosts``: the run's hosts placed here)."""
+        assert self.tb is not None
+        self.traces = MachineTraces(self.tb, trace, hosts)
+        self.traces.start()
+
+    def trace_stop(self) -> tuple[dict[str, bytes], list[dict], dict[str, Any], list[str]]:
+        """Stop sampling: the captures, their statistics, what is in effect, the problems."""
+        assert self.traces is not None
+        return self.traces.stop()
+
+    def traced(self) -> dict[str, list[dict]]:
+        """This part's trace tables (complete after ``down``)."""
+        return self.traces.tables if self.traces is not None else {}
+
     def down(self) -> None:
         for handle in list(self.servers):
             self.stop(handle)
@@ -201,3 +219,5 @@ class MachineAgent:
             shutil.rmtree(d, ignore_errors=True)
         if self.tb is not None:
             self.tb.down()
+        if self.traces is not None:
+            self.traces.finish()

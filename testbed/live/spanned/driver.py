@@ -96,6 +96,7 @@ class SpannedNetwork:
         self.backend: BackendInfo | None = None
         self.engine = BackendInfo("native")
         self._link_stats: list[dict] = []
+        self.traced: dict[str, dict[str, list[dict]]] = {}  # machine -> its trace tables
         self._calibrating = False  # whether the plan's delays are compensated after build
         # the directories of processes started through agents: which machines have their
         # inputs, which of their files are the processes' output
@@ -198,6 +199,7 @@ class SpannedNetwork:
             try:
                 ray.get(agent.down.remote())
                 stats += ray.get(agent.link_stats.remote())
+                self.traced[machine] = ray.get(agent.traced.remote())
             except Exception as exc:  # one machine's failure must not leave the others up
                 errors.append(f"{machine}: {exc}")
             with contextlib.suppress(Exception):
