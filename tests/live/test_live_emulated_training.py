@@ -116,3 +116,46 @@ def test_the_same_point_at_two_scales_has_the_same_cu(root, tmp_path):
     # period per scale read 0.208 and 0.250 beside a second test worker, 0.249 and 0.256 alone.
     for s in (big, small):
         assert 0.0 < s["compute_utilisation_settled"] <= 1.0
+
+
+@pytest.mark.timing
+@pytest.mark.timeout(150)
+def test_hierarchical_cu_follows_diloco_with_the_clusters_as_replicas(root, tmp_path):
+    # 2 clusters x 2 ranks, 1B bf16 at 1/1000: DDP's 48 buckets (2 MB) all-reduced inside each
+    # cluster every step over the unshaped fabric, overlapped with the backward wait; every
+    # H = 5 steps the two leaders all-reduce 2 MB of bf16 pseudo-gradients over 32 Mbit/s
+    # (32 Gbit/s real; 30.6 Mbit/s of goodput: 0.52 s) and broadcast the parameters in their
+    # cluster. Paper model (DiLoCo with M = 2 clusters): CU about 0.49.
+    data = emulated_scenario(
+        "hier",
+        "32mbit",
+        algorithm="hierarchical",
+        steps=15,
+        diloco={"inner_steps": 5, "dtype": "bf16"},
+    )
+    data["clusters"] = {"east": {"hosts": 2}, "west": {"hosts": 2}}
+    exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
+    ok = exp.run(selfcheck_seconds=0.3)
+    runs = exp.manifest["runs"]
+    assert ok, {k: r["reason"] for k, r in runs.items() if r["status"] != "ok"}
+    (s,) = exp.manifest["summary"]
+    print({k: s.get(k) for k in sorted(s)})
+    assert s["compute"] == "emulated" and s["steps"] == 15
+    # the cluster's 2 MB every step and the leaders' 2 MB every 5 steps (48 tensors rounded)
+    assert s["payload_bytes_per_step"] == pytest.approx(2e6 + 2e6 / 5, abs=100)
+    # only the leaders cross the WAN: each direction carries their 2 MB once per 5 steps (plus
+    # headers and ACKs); the in-cluster gradients would add 4 MB per step
+    assert s["wan_bytes_per_step"] == pytest.approx(2 * 2e6 / 5, rel=0.15)
+    cu, paper, ab = (
+        s[k] for k in ("compute_utilisation_settled", "cu_paper_model", "cu_alpha_beta")
+    )
+    # Bound from the measurement's resolution and spread. Above the model: the shaper's 67 KB
+    # bucket passes 3.3% of each 2 MB sync at line rate (CU 1.7% higher), plus 1 ms of sleep
+    # resolution per step (1%): +3%. Below: what the paper model leaves out, measured on this
+    # shared VM (CPU flag set, two runs): the slowest rank's steps without a sync 5.3-7.6 ms
+    # over their compute (the in-cluster exchange's tail after the backward, waits overrunning)
+    # and each sync 15 ms over the leaders' all-reduce (the broadcast in the cluster): -4.2% of
+    # CU at H = 5 (measured 0.466 against 0.486), and its run-to-run spread (0.7 points): -6%.
+    # At load 17 it read 0.415 (saturated host: the timing plugin's rerun, then xfail).
+    for model in (paper, ab):
+        assert -0.06 <= cu / model - 1 <= 0.03, (cu, model)
