@@ -200,8 +200,9 @@ class Scenario(Strict):
                 "from one process in one kernel, and placement puts clusters in other machines' "
                 "kernels (through their agents)",
             )
-        # What runs across machines so far: the links as configured, the self-check, a
-        # collectives workload. The rest samples or changes the network from one process.
+        # What runs across machines so far: the links as configured, the self-check,
+        # collectives, training and command workloads. The rest samples or changes the network
+        # from one process.
         later = "not across machines yet (docs/scale-out.md); remove it or `placement:`"
         for i, link in enumerate(self.wan):
             for path in link.paths_of():
@@ -213,7 +214,9 @@ class Scenario(Strict):
             ("faults", bool(self.faults), "faults"),
             ("traffic", bool(self.flows), "traffic beside the workload"),
             ("trace", self.trace != Trace(), "tracing (tcp_info, queues, pcap)"),
-            ("workload.kind", self.workload is not None and self.workload.kind != "collectives",
+            ("workload.kind",
+             self.workload is not None
+             and self.workload.kind not in ("collectives", "training", "command"),
              f"a {getattr(self.workload, 'kind', '')} workload"),
         ]  # fmt: skip
         for where, bad, what in checks:

@@ -23,7 +23,6 @@ import contextlib
 import importlib.util
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -37,6 +36,7 @@ from typing import Any
 
 from testbed.core.clock import SYSTEM, Clock
 from testbed.core.errors import TestbedError
+from testbed.live.host_processes import signal_group
 from testbed.live.processes import rank_env
 from testbed.live.protocol import HostProcess, LiveNetwork
 from testbed.net import procs
@@ -367,8 +367,7 @@ class RankLaunch:
         for p in self.processes or ():
             proc = self.procs.get(p.key)
             if p.group and proc is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                signal_group(proc, signal.SIGKILL)
         for reader in self._readers:
             reader.join(timeout=5.0)
 
@@ -446,16 +445,19 @@ class RankLaunch:
         for r, p in running.items():
             described = self.process(r)
             if described is not None and described.group:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
+                signal_group(p, signal.SIGKILL)
             procs.stop(p)
 
 
 def _copy_lines(pipe: Any, log: Path, each: Callable[[bytes, float], None]) -> None:
     """Every line of ``pipe`` appended to ``log`` (as it comes), then handed to ``each`` with
-    the time it was read; until the pipe's end. A fault in ``each`` never stops the copy."""
-    with pipe, open(log, "ab", buffering=0) as out:
+    the time it was read; until the pipe's end. A fault in ``each`` never stops the copy. A
+    pipe whose lines are ``logged`` (another machine's agent wrote them into the log there,
+    which comes back with the process's files) is only read."""
+    logged = getattr(pipe, "logged", False)
+    with pipe, contextlib.nullcontext() if logged else open(log, "ab", buffering=0) as out:
         for line in iter(pipe.readline, b""):
-            out.write(line)
+            if out is not None:
+                out.write(line)
             with contextlib.suppress(Exception):
                 each(line, time.time())

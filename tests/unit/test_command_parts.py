@@ -29,11 +29,11 @@ from testbed.experiment.workloads import KINDS, RunRows
 from testbed.experiment.workloads.command import (
     command_slots,
     hosts_file,
-    listening,
     log_tail,
     metric_row,
     service_launch,
 )
+from testbed.live.host_processes import listening
 from testbed.plan.ranks import place_ranks
 from testbed.plan.topology import build_plan
 

@@ -53,6 +53,7 @@ from testbed.core.units import format_size
 from testbed.experiment.ranks import Deadlines, LaunchProcess, RankSpec
 from testbed.experiment.session import RankSession
 from testbed.experiment.workloads.base import RunRows, WorkloadKind
+from testbed.live.host_processes import listens, signal_group
 from testbed.live.processes import rank_env
 from testbed.live.protocol import HostProcess, LiveNetwork
 from testbed.plan.model import Host, NetworkPlan
@@ -66,7 +67,6 @@ IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAM
 LOG_TAIL = 5  # lines of a failed process's log in the run's status
 SERVICE_POLL = 0.05  # s between two looks at a service that is not ready yet
 SERVICE_STOP_GRACE = 2.0  # s a service gets to end on SIGTERM before its group is killed
-TCP_LISTEN = "0A"  # the state column of a listening socket in /proc/net/tcp
 
 
 @dataclass(frozen=True)
@@ -299,25 +299,6 @@ def service_launch(
     return [expand(a, values) for a in service.argv], env
 
 
-def listening(pid: int, port: int, ns_inode: int | None = None) -> bool:
-    """Whether a TCP socket listens on ``port`` in the network namespace of process ``pid``
-    (its /proc/PID/net/tcp and tcp6: every socket of the namespace, whichever process holds
-    it). With ``ns_inode``, only once the process is in that namespace (``ip netns exec``
-    enters it after the fork: until then the machine's own sockets would answer)."""
-    try:
-        if ns_inode is not None and os.stat(f"/proc/{pid}/ns/net").st_ino != ns_inode:
-            return False
-        for table in ("tcp", "tcp6"):
-            with open(f"/proc/{pid}/net/{table}") as f:
-                for line in f.read().splitlines()[1:]:
-                    fields = line.split()
-                    if fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-    except (OSError, IndexError, ValueError):
-        return False
-    return False
-
-
 def log_tail(path: Path, lines: int = LOG_TAIL) -> str:
     """The last ``lines`` non-empty lines of a log, joined with `` | `` ("" without any)."""
     with contextlib.suppress(OSError):
@@ -407,7 +388,7 @@ class Services:
                 with contextlib.suppress(OSError):
                     if pattern.search(s.log.read_text(errors="replace")):
                         break
-            elif ready.port is not None and listening(s.proc.pid, ready.port, inode):
+            elif ready.port is not None and listens(s.proc, ready.port, inode):
                 break
             code = s.proc.poll()
             if code is not None:
@@ -437,12 +418,10 @@ class Services:
             s.ended = True
             if s.proc.poll() is None:
                 s.stopped = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(s.proc.pid, signal.SIGTERM)
+                signal_group(s.proc, signal.SIGTERM)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     s.proc.wait(SERVICE_STOP_GRACE)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(s.proc.pid, signal.SIGKILL)  # what it started, whether it ended or not
+            signal_group(s.proc, signal.SIGKILL)  # what it started, whether it ended or not
             s.exit_code = s.proc.wait()
 
     def problems(self) -> list[str]:
@@ -488,11 +467,6 @@ class Command(WorkloadKind):
 
     def check(self, scenario: Any, base: Path, source: str) -> None:
         problems = missing_files(scenario.workload, base)
-        if scenario.placement is not None:
-            problems.append(
-                ("placement", "a command workload runs on one machine (the testbed reads its "
-                 "processes' stdout); drop placement")
-            )  # fmt: skip
         changes = (
             scenario.faults
             or scenario.traffic

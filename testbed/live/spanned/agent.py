@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -22,8 +23,11 @@ from typing import Any
 
 from testbed.config.scenario import Scenario, Trace
 from testbed.core.errors import NetError
+from testbed.core.nsenter import NETNS_DIR
+from testbed.live.host_processes import listening
 from testbed.live.network import Network
 from testbed.live.ray_common import NODE_DIR, node_identity
+from testbed.live.spanned.lines import LineReader
 from testbed.live.spanned.traces import MachineTraces
 from testbed.net import procs
 from testbed.net.cables import Underlay
@@ -45,6 +49,9 @@ class MachineAgent:
         self.procs: dict[int, tuple[subprocess.Popen, str]] = {}  # pid -> (it, driver's dir)
         self.dirs: dict[str, Path] = {}  # the driver's directory -> this machine's copy
         self.synced: dict[str, dict[str, int]] = {}  # ... -> file -> bytes sent (-1: not sent)
+        self.readers: dict[int, LineReader] = {}  # pid -> the reader of its stdout's lines
+        self.hosts: dict[int, str] = {}  # pid -> the host it runs in
+        self.groups: set[int] = set()  # the pids that lead a process group
         self.traces: MachineTraces | None = None
 
     def identity(self) -> dict[str, Any]:
@@ -116,23 +123,37 @@ class MachineAgent:
         remote_dir: str,
         files: dict[str, bytes],
         log: str,
+        lines: bool = False,
+        group: bool = False,
     ) -> int:
         """Start ``argv`` in ``host`` with its output to ``log`` in this machine's copy of the
-        driver's directory ``remote_dir`` (whose path in ``argv`` and in ``files``, written
-        there first, is replaced by the copy's); ``env`` over this agent's environment, less
-        ``dropped``. A handle (the pid)."""
+        driver's directory ``remote_dir`` (whose path in ``argv``, in ``env``'s values and in
+        ``files``, written there first, is replaced by the copy's); ``env`` over this agent's
+        environment, less ``dropped``. ``lines``: its stdout is read line by line (into the
+        log, and kept for ``poll``: testbed.live.spanned.lines). ``group``: it leads a process
+        group of its own (a new session). A handle (the pid)."""
         assert self.tb is not None and self.tb.record is not None
         local = self.workdir(remote_dir)
         for name, data in files.items():
             (local / name).write_bytes(data.replace(remote_dir.encode(), str(local).encode()))
             self.synced[remote_dir][name] = -1  # the driver's own: never sent back
-        full = {k: v for k, v in os.environ.items() if k not in dropped} | env
-        argv = [a.replace(remote_dir, str(local)) for a in argv]
-        with open(local / log, "w") as out:
+        here = str(local)
+        full = {k: v for k, v in os.environ.items() if k not in dropped}
+        full |= {k: v.replace(remote_dir, here) for k, v in env.items()}
+        argv = [a.replace(remote_dir, here) for a in argv]
+        with open(local / log, "wb") as out:
             proc = self.tb.popen(
-                host, argv, what=what, env=full, stdout=out, stderr=subprocess.STDOUT
-            )
+                host, argv, what=what, env=full, start_new_session=group,
+                stdout=subprocess.PIPE if lines else out,
+                stderr=out if lines else subprocess.STDOUT,
+            )  # fmt: skip
         self.procs[proc.pid] = (proc, remote_dir)
+        self.hosts[proc.pid] = host
+        if group:
+            self.groups.add(proc.pid)
+        if lines:
+            assert proc.stdout is not None
+            self.readers[proc.pid] = LineReader(proc.stdout, local / log)
         return proc.pid
 
     def workdir(self, remote_dir: str) -> Path:
@@ -145,12 +166,17 @@ class MachineAgent:
             self.synced[remote_dir] = {}
         return self.dirs[remote_dir]
 
-    def poll(self, handle: int) -> tuple[int | None, dict[str, tuple[int, bytes]]]:
-        """The process's exit code (None: running) and what its directory's files gained
-        since the last call: name -> (offset, bytes), for the driver's copy."""
+    def poll(
+        self, handle: int
+    ) -> tuple[int | None, dict[str, tuple[int, bytes]], list[tuple[float, bytes]], bool]:
+        """The process's exit code (None: running), what its directory's files gained since
+        the last call (name -> (offset, bytes), for the driver's copy), and with ``lines`` the
+        stdout lines read since then and whether its stdout has ended (True without)."""
         proc, remote_dir = self.procs[handle]
         code = proc.poll()  # first: what a process wrote before it exited is then complete
-        return code, self._gained(remote_dir)
+        reader = self.readers.get(handle)
+        lines, ended = reader.take() if reader is not None else ([], True)
+        return code, self._gained(remote_dir), lines, ended
 
     def _gained(self, remote_dir: str) -> dict[str, tuple[int, bytes]]:
         out = {}
@@ -172,6 +198,19 @@ class MachineAgent:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signum)
+
+    def signal_group(self, handle: int, signum: int) -> None:
+        """``signum`` to the process group the process leads (nothing when it is gone)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(handle, signum)
+
+    def listening(self, handle: int, port: int) -> bool:
+        """Whether a TCP socket listens on ``port`` in the process's host's namespace."""
+        assert self.tb is not None and self.tb.plan is not None
+        inode = None
+        with contextlib.suppress(OSError):
+            inode = os.stat(NETNS_DIR / self.tb.plan.host(self.hosts[handle]).ns).st_ino
+        return listening(handle, port, inode)
 
     def wait(self, handle: int, timeout: float | None) -> int | None:
         proc, _ = self.procs[handle]
@@ -213,6 +252,9 @@ class MachineAgent:
     def down(self) -> None:
         for handle in list(self.servers):
             self.stop(handle)
+        for pid in self.groups:  # what a group's leader started goes with it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
         for proc, _ in self.procs.values():
             procs.stop(proc)
         for d in self.dirs.values():

@@ -98,9 +98,10 @@ class SpannedNetwork:
         self._link_stats: list[dict] = []
         self.traced: dict[str, dict[str, list[dict]]] = {}  # machine -> its trace tables
         self._calibrating = False  # whether the plan's delays are compensated after build
-        # the directories of processes started through agents: which machines have their
-        # inputs, which of their files are the processes' output
-        self.shipped: set[tuple[str, Path]] = set()
+        # the directories of processes started through agents: which of their files each
+        # machine has (machine, directory) -> name -> (mtime ns, size), which are the
+        # processes' output (their logs and what came back)
+        self.shipped: dict[tuple[str, Path], dict[str, tuple[int, int]]] = {}
         self.logs: dict[Path, set[str]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -263,32 +264,41 @@ class SpannedNetwork:
         env: dict[str, str] | None = None,
         stdout: Any = None,
         stderr: Any = None,
+        start_new_session: bool = False,
     ) -> RemoteProcess:
-        """Start ``argv`` in ``host`` on its machine, as the rank launcher does: ``stdout`` an
-        open file of a directory the agent copies (its small files go there first; the paths
-        in the command line and in them are the copy's), which each ``poll`` brings back."""
-        if stdout is None or not hasattr(stdout, "name") or stderr != subprocess.STDOUT:
+        """Start ``argv`` in ``host`` on its machine, as the launchers do: its output to an
+        open file of a directory the agent copies (``stdout`` that file and ``stderr``
+        STDOUT; or ``stdout`` PIPE and ``stderr`` the file: its stdout lines are read there
+        and come back through the proxy's ``stdout``). The directory's small files go there
+        first, again when they changed (the paths in the command line, in the environment and
+        in them are the copy's); each ``poll`` brings its files back."""
+        piped = stdout == subprocess.PIPE
+        log_file = stderr if piped else stdout
+        if not hasattr(log_file, "name") or (not piped and stderr != subprocess.STDOUT):
             raise TestbedError("a spanned testbed starts processes with their output to a file")
-        log = Path(stdout.name)
+        log = Path(log_file.name)
         run_dir = log.parent
         env = env if env is not None else dict(os.environ)
         agent = self._agent(host)
-        logs = self.logs.setdefault(run_dir, set())
-        logs.add(log.name)
+        outputs = self.logs.setdefault(run_dir, set())
+        outputs.add(log.name)
+        sent = self.shipped.setdefault((self.machine_of(host), run_dir), {})
         files = {}
-        if (self.machine_of(host), run_dir) not in self.shipped:  # its inputs, once a machine
-            self.shipped.add((self.machine_of(host), run_dir))
-            files = {
-                p.name: p.read_bytes()
-                for p in run_dir.iterdir()
-                if p.is_file() and p.name not in logs and p.stat().st_size < SHIP_MAX
-            }
+        for p in sorted(run_dir.iterdir()):  # its inputs: what is new or changed since
+            if not p.is_file() or p.name in outputs or (st := p.stat()).st_size >= SHIP_MAX:
+                continue
+            if sent.get(p.name) != (st.st_mtime_ns, st.st_size):
+                sent[p.name] = (st.st_mtime_ns, st.st_size)
+                files[p.name] = p.read_bytes()
         delta = {k: v for k, v in env.items() if os.environ.get(k) != v or k in RANK_ENV}
         dropped = [k for k in os.environ if k not in env]
         handle = self.ray.get(
-            agent.start.remote(host, argv, what, delta, dropped, str(run_dir), files, log.name)
-        )
-        return RemoteProcess(self.ray, agent, handle, run_dir)
+            agent.start.remote(
+                host, argv, what, delta, dropped, str(run_dir), files, log.name,
+                lines=piped, group=start_new_session,
+            )
+        )  # fmt: skip
+        return RemoteProcess(self.ray, agent, handle, run_dir, lines=piped, outputs=outputs)
 
     def free_port(self, host: str) -> int:
         return self.ray.get(self._agent(host).free_port.remote(host))
