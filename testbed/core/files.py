@@ -9,15 +9,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
     """Let ``write`` fill a temporary file beside ``path``, then rename it over ``path``: readers
-    see the old content or the new, never a part (the rename is atomic within a filesystem)."""
+    see the old content or the new, never a part (the rename is atomic within a filesystem).
+    The temporary file is the writing thread's own: two threads of one process writing ``path``
+    at once (a run records the processes its flows and its workload start) each rename theirs,
+    the last one wins."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         write(tmp)
         os.replace(tmp, path)
