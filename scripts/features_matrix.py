@@ -365,6 +365,18 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_command_workload.py",
         "test_a_plain_program_gets_its_placeholders_environment_hostname_and_metrics",
     ),
+    ("training (a real model)", "native", "across", "single"): (
+        "test_spanned_workloads.py",
+        "test_a_diloco_run_across_machines_sends_the_wan_bytes_of_one_machine",
+    ),
+    ("training (an emulated model)", "native", "across", "single"): (
+        "test_spanned_workloads.py",
+        "test_a_diloco_run_across_machines_sends_the_wan_bytes_of_one_machine",
+    ),
+    ("command (a user's program)", "native", "across", "single"): (
+        "test_spanned_workloads.py",
+        "test_a_command_workload_and_its_service_run_across_machines",
+    ),
     ("ecmp (L3 or L4 hash)", "native", "one", "multipath"): (
         "test_multipath.py",
         "test_l3_hash_keeps_one_host_pair_on_one_path",

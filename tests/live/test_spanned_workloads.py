@@ -7,12 +7,18 @@ machine afterwards."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
+from helpers import ctrl_c_default
 
 from testbed.net import registry
 
@@ -22,8 +28,9 @@ ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 ROOT = Path(__file__).resolve().parents[2]
 PLACEMENT = {"machines": {"east": "node-a", "west": "node-b"}}
 WAN = {"between": ["east", "west"], "rate": "100mbit", "delay": "5ms"}
-# a process of the service's group that outlives nothing: found by its command line after
+# children in the process groups of a service and of the ranks: found by their command lines
 SERVICE_CHILD = "sleep 3171"
+RANK_CHILD = "sleep 3172"
 
 
 @pytest.fixture
@@ -34,9 +41,8 @@ def machines(root):
         yield address, spaces
 
 
-def run_scenario(doc: dict, path: Path, out: Path, address: str | None) -> dict:
-    """`testbed run` of ``doc`` (written to ``path``); its one run's manifest entry and the
-    results directory."""
+def run_experiment(doc: dict, path: Path, out: Path, address: str | None) -> Any:
+    """`testbed run` of ``doc`` (written to ``path``): the finished experiment."""
     from testbed.config.sweep import load_runs
     from testbed.experiment.sweep import Experiment
 
@@ -44,6 +50,12 @@ def run_scenario(doc: dict, path: Path, out: Path, address: str | None) -> dict:
     exp = Experiment(load_runs(str(path), []), str(path), out, resume=False)
     exp.ray_address = address
     exp.run(selfcheck_seconds=0.3)
+    return exp
+
+
+def run_scenario(doc: dict, path: Path, out: Path, address: str | None) -> dict:
+    """`testbed run` of ``doc``: its one run's manifest entry, results directory, summary."""
+    exp = run_experiment(doc, path, out, address)
     (run,) = exp.manifest["runs"].values()
     return {**run, "_results": exp.results.path, "_summary": exp.summaries}
 
@@ -56,9 +68,15 @@ def leftovers(spaces: list[str], prefix: str) -> list[str]:
         links = subprocess.run(["ip", "-n", ns, "-o", "link"], capture_output=True, text=True)
         extra = [x for x in links.stdout.splitlines() if ": lo:" not in x and ": u" not in x]
         found += [f"{ns}: {x}" for x in extra]
-    ps = subprocess.run(["pgrep", "-af", SERVICE_CHILD], capture_output=True, text=True)
-    found += [f"process {x}" for x in ps.stdout.splitlines() if "pgrep" not in x]
+    found += [f"process {x}" for x in children(SERVICE_CHILD)]
     return found
+
+
+def children(command: str) -> list[str]:
+    """The processes running ``command`` (pid and command line) on this kernel: both stand-in
+    machines'."""
+    ps = subprocess.run(["pgrep", "-afx", command], capture_output=True, text=True)
+    return ps.stdout.splitlines()
 
 
 def test_a_diloco_run_across_machines_sends_the_wan_bytes_of_one_machine(machines, tmp_path):
@@ -73,20 +91,33 @@ def test_a_diloco_run_across_machines_sends_the_wan_bytes_of_one_machine(machine
                      "diloco": {"inner_steps": 5}, "steps": 10, "batch": 8, "eval_every": 5,
                      "timeout": "60s"},
     }  # fmt: skip
-    spanned = run_scenario(
-        {**training, "placement": PLACEMENT}, tmp_path / "t.yaml", tmp_path / "ts", address
+    # across the machines, a second point: an emulated model (a named shape at 1/1000, its
+    # compute a timed wait)
+    emulated = {"workload.model": "llama-3-1b", "workload.compute": {"step": "0.02s"},
+                "workload.scale": "1/1000"}  # fmt: skip
+    sweep = {"sweep": {"cases": [{"workload.model": "char-mlp"}, emulated]}}
+    exp = run_experiment(
+        {**training, "placement": PLACEMENT, **sweep}, tmp_path / "t.yaml", tmp_path / "ts", address
     )
-    assert spanned["status"] == "ok", spanned.get("reason")
-    assert sorted(spanned["machines"]) == ["node-a", "node-b"]
-    assert not leftovers(spaces, spanned["prefix"])
-    rows = pd.read_parquet(spanned["_results"] / "training.parquet")
+    runs = list(exp.manifest["runs"].values())
+    assert [r["status"] for r in runs] == ["ok", "ok"], [r.get("reason") for r in runs]
+    for run in runs:
+        assert sorted(run["machines"]) == ["node-a", "node-b"]
+        assert not leftovers(spaces, run["prefix"])
+    rows = pd.read_parquet(exp.results.path / "training.parquet")
     assert sorted(set(rows["rank"])) == [0, 1] and rows["step"].max() == 9, rows
-    logs = sorted(p.name for p in (spanned["_results"] / "runs").rglob("rank-*.log"))
-    assert logs == ["rank-0.log", "rank-1.log"], logs
+    for run_dir in (exp.results.path / "runs").iterdir():  # each rank's log came back
+        assert sorted(p.name for p in run_dir.glob("rank-*.log")) == ["rank-0.log", "rank-1.log"]
 
     alone = run_scenario(training, tmp_path / "t1.yaml", tmp_path / "t1", None)
     assert alone["status"] == "ok", alone.get("reason")
-    (across,), (one,) = spanned["_summary"], alone["_summary"]
+    (one,) = alone["_summary"]
+    across, emulated_run = sorted(exp.summaries, key=lambda row: row["compute"] != "real")
+    assert emulated_run["compute"] == "emulated", emulated_run
+    # the emulated model's bytes: its payload (its scaled parameters every H steps) each way
+    # plus headers and acks: 15%, as on one machine (tests/live/test_live_emulated_training.py)
+    payload = emulated_run["payload_bytes_per_step"]
+    assert emulated_run["wan_bytes_per_step"] == pytest.approx(2 * payload, rel=0.15)
     # DiLoCo's bytes per step are its parameters' every H steps: the same on one machine and
     # across two; 10%: the goal's bound (the counters see the same payload plus TCP's acks)
     wan = across["wan_bytes_per_step"], one["wan_bytes_per_step"]
@@ -131,3 +162,37 @@ def test_a_command_workload_and_its_service_run_across_machines(machines, tmp_pa
         assert (run_dir / f"rank-{r}.log").stat().st_size > 0
     assert json.loads(metrics["fields"].iloc[0]) is not None
     assert not leftovers(spaces, run["prefix"])
+
+    # -- Ctrl-C of `testbed run` while every rank's group holds a child: nothing is left
+    doc["name"] = "span-ctrl-c"
+    doc["workload"]["argv"] = ["sh", "-c", f"{RANK_CHILD} & echo running; wait"]
+    doc["workload"]["timeout"] = "120s"
+    doc.pop("expect", None)
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "i"
+    cli = [sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out),
+           "--ray", address, "--selfcheck", "0.3"]  # fmt: skip
+    proc = subprocess.Popen(
+        cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=ctrl_c_default,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(out.glob("*/runs/*/rank-*.log"))) < 4 or not all(
+            "running" in p.read_text() for p in out.glob("*/runs/*/rank-*.log")
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, "the ranks did not start"
+            time.sleep(0.2)
+        assert len(children(RANK_CHILD)) == 4
+        proc.send_signal(signal.SIGINT)
+        printed, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, printed
+    (manifest,) = out.glob("*/manifest.json")
+    (entry,) = json.loads(manifest.read_text())["runs"].values()
+    assert entry["status"] == "interrupted", entry
+    assert not leftovers(spaces, entry["prefix"]) and not children(RANK_CHILD)
