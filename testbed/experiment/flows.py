@@ -9,10 +9,12 @@ for its ``duration``.
   variant's parameters resolved and dilated by the scenario's ``dilation``; its RP events, CNPs
   and per-100 ms receive counts become the ``dcqcn`` and ``dcqcn_rx`` tables.
 
-The receivers start first and report READY (testbed.net.procs); a thread waits for the origin
-(testbed.experiment.clock.OriginClock) and starts each sender at its time, with the one-machine
-network's ``popen`` (recorded, so teardown stops what is left; a scenario refuses traffic
-across machines); :meth:`stop` stops them. The samples carry their own unix times.
+The receivers start first and report READY in their logs; a thread waits for the origin
+(testbed.experiment.clock.OriginClock) and starts each sender at its time, with the network's
+``popen`` (recorded, so teardown stops what is left). Across machines each process runs on its
+host's machine and its files (logs, samples, a DCQCN flow's records) come back into the run
+directory as it runs (testbed.live.spanned); :meth:`stop` stops them. The samples carry their
+own unix times (their machine's clock).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from testbed.experiment.clock import Instant, OriginClock
 from testbed.net import procs
 
 if TYPE_CHECKING:
-    from testbed.live.network import Network
+    from testbed.live.protocol import HostProcess, LiveNetwork
     from testbed.plan.model import NetworkPlan, WanDirection
 
 BASE_PORT = 5300  # flow i listens on BASE_PORT + i (below the kernel's ephemeral range)
@@ -43,7 +45,26 @@ INTERVAL = 0.1  # s between two goodput samples
 END_GRACE = 30.0  # s after its planned end a flow may take to drain and close
 # s a DCQCN sender stopped early gets to take its last CNPs and write its log (SIGTERM)
 STOP_GRACE = 60.0  # (a NIC-default tenant of minutes writes millions of events)
+READY_POLL = 0.05  # s between two looks at a receiver's log for its READY
 Flow = BulkFlow | DcqcnTraffic
+
+
+def ready_in_log(proc: HostProcess, log: Path, timeout: float = procs.READY_TIMEOUT) -> str:
+    """Wait until ``proc`` wrote its READY line to ``log`` (its output, on this machine or
+    brought back from the machine it runs on by each ``poll``); why not ("" once it did)."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while True:
+        code = proc.poll()  # first: what it wrote before it exited is then here
+        with contextlib.suppress(OSError):
+            text = log.read_text(errors="replace")
+            if procs.READY in (line.strip() for line in text.splitlines()):
+                return ""
+        if code is not None:
+            return f"exited with code {code}: {text.strip()[-300:] or 'no output'}"
+        if time.monotonic() > deadline:
+            return f"no READY within {timeout:.0f} s"
+        time.sleep(READY_POLL)
 
 
 def dcqcn_params(flow: DcqcnTraffic, dilation: float) -> DcqcnParams:
@@ -87,7 +108,7 @@ class Flows:
 
     def __init__(
         self,
-        tb: Network,
+        tb: LiveNetwork,
         flows: list[Flow],
         clock: OriginClock,
         run_dir: Path,
@@ -101,8 +122,8 @@ class Flows:
         self.bulk: dict[str, Any] = {}
         self.clock = clock
         self.run_dir = run_dir
-        self.receivers: list[subprocess.Popen] = []
-        self.senders: dict[int, subprocess.Popen] = {}
+        self.receivers: list[HostProcess] = []
+        self.senders: dict[int, HostProcess] = {}
         self.started: dict[int, Instant] = {}
         self.errors: list[str] = []
         # flows still sending when stop() came (the workload ended before their planned end)
@@ -156,16 +177,14 @@ class Flows:
             self.bulk = {"direction": first.name, "bottleneck_bps": first.rate, "flows": flows}
         for i, flow in enumerate(self.flows):
             argv = self._receiver_argv(i, flow)
-            with open(self.run_dir / f"flow-{i}-sink.log", "w") as err:
+            log = self.run_dir / f"flow-{i}-sink.log"
+            with open(log, "w") as out:
                 proc = self.tb.popen(
-                    flow.to, argv, what=f"flow {i} receiver", stdout=subprocess.PIPE, stderr=err
+                    flow.to, argv, what=f"flow {i} receiver", stdout=out, stderr=subprocess.STDOUT
                 )
             self.receivers.append(proc)
-            got = procs.wait_ready(proc)
-            if not got:
-                raise NetError(
-                    f"traffic[{i}]: the receiver on {flow.to} did not start ({got.reason})"
-                )
+            if why := ready_in_log(proc, log):
+                raise NetError(f"traffic[{i}]: the receiver on {flow.to} did not start ({why})")
         if self.flows:
             self._thread.start()
         return self
@@ -226,8 +245,6 @@ class Flows:
                 self.errors.append(f"traffic[{i}] sender exited with code {code}: {said}")
         for p in self.receivers:
             procs.stop(p)
-            if p.stdout is not None:
-                p.stdout.close()
 
     def rows(self) -> list[dict[str, Any]]:
         """The goodput samples of every bulk flow (flows_goodput rows, without run_id)."""

@@ -181,16 +181,18 @@ class MachineAgent:
     def _gained(self, remote_dir: str) -> dict[str, tuple[int, bytes]]:
         out = {}
         sent = self.synced[remote_dir]
-        for path in sorted(self.dirs[remote_dir].iterdir()):
-            done = sent.get(path.name, 0)
+        root = self.dirs[remote_dir]
+        for path in sorted(root.rglob("*")):  # a process's output directory (DCQCN's) too
+            name = path.relative_to(root).as_posix()
+            done = sent.get(name, 0)
             if done < 0 or not path.is_file():
                 continue
             with open(path, "rb") as f:
                 f.seek(done)
                 data = f.read()
             if data:
-                out[path.name] = (done, data)
-                sent[path.name] = done + len(data)
+                out[name] = (done, data)
+                sent[name] = done + len(data)
         return out
 
     def signal(self, handle: int, signum: int) -> None:
