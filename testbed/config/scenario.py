@@ -210,7 +210,6 @@ class Scenario(Strict):
                     if getattr(path, key):
                         raise FieldError(f"{path.where(i)}.{key}", f"{key} is {later}")
         checks = [
-            ("routing.mode", self.routing.mode == "bgp", "bgp"),
             ("faults", bool(self.faults), "faults"),
             ("traffic", bool(self.flows), "traffic beside the workload"),
             ("trace", self.trace != Trace(), "tracing (tcp_info, queues, pcap)"),

@@ -25,6 +25,7 @@ from testbed.live.network import Network, Terminated
 from testbed.live.protocol import LiveNetwork
 from testbed.live.selfcheck import check_links
 from testbed.live.spanned import SpannedNetwork
+from testbed.live.spanned.routing import SpannedRoutingEvents
 from testbed.live.spanned.traces import SpannedTraces
 from testbed.plan.model import NetworkPlan
 from testbed.plan.ranks import RankSlot, place_ranks
@@ -75,6 +76,15 @@ def run_traces(tb: LiveNetwork, trace: Trace, run_dir: Path, hosts: list[str]) -
         return SpannedTraces(tb, trace, run_dir, hosts)
     assert isinstance(tb, Network)
     return RunTraces(tb, trace, run_dir, hosts)
+
+
+def routing_events(tb: LiveNetwork, run_dir: Path) -> RoutingEvents | SpannedRoutingEvents | None:
+    """The run's routing events (a multipath link or BGP), on every machine of the network."""
+    if tb.plan is None or tb.record is None or not routing_wanted(tb.plan):
+        return None
+    if isinstance(tb, SpannedNetwork):
+        return tb.routing_events(run_dir)
+    return RoutingEvents(tb.plan, tb.record, run_dir)
 
 
 def tcp_sysctls_in_effect(tb: LiveNetwork) -> dict[str, dict[str, str]]:
@@ -140,11 +150,7 @@ def execute(
             ]
             workload = sc.rank_workload
             dynamics = RunDynamics(tb, sc, run_dir, source, result)
-            routing = (
-                RoutingEvents(tb.plan, tb.record, run_dir)
-                if tb.plan is not None and tb.record is not None and routing_wanted(tb.plan)
-                else None
-            )
+            routing = routing_events(tb, run_dir)
             if workload is None:
                 # the traffic's hosts stand for the ranks' (their sockets' tcp_info)
                 hosts = sorted({h for f in sc.flows for h in (f.from_, f.to)})

@@ -159,7 +159,8 @@ class Network:
             )
             backend.start(first, record, trace)
             if self.plan.bgp is not None:  # routes between clusters: traffic needs them
-                frr.start(self.plan.bgp, record)
+                # a part's sessions need the other parts' daemons: its driver waits for them
+                frr.start(self.plan.bgp, record, converge=part is None)
             if calibrating and part is None:  # a part's driver measures across machines
                 from testbed.live.calibrate import calibrate  # imports the probe: only when used
 

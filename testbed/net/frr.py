@@ -1,9 +1,10 @@
 """FRR in the gateways (``routing.mode: bgp``): its files, its daemons, waiting for its routes.
 
-Each gateway gets a directory ``<state>/<prefix>/frr/<gateway>`` (owned by FRR's user, which
-the daemons run as) with the configuration files :mod:`testbed.plan.frr` renders, and every
-path a daemon would otherwise take from its build defaults: pid file, vty sockets, zebra's API
-socket, bfdd's control socket, logs. So no two gateways share anything, nothing lands in
+Each gateway gets a directory ``frr/<gateway>`` in its testbed's state directory
+(``<state>/<prefix>``; a machine's part's ``<state>/<prefix>@<machine>``), owned by FRR's user,
+which the daemons run as, with the configuration files :mod:`testbed.plan.frr` renders, and
+every path a daemon would otherwise take from its build defaults: pid file, vty sockets, zebra's
+API socket, bfdd's control socket, logs. So no two gateways share anything, nothing lands in
 ``/etc/frr`` or ``/var/run/frr`` (FRR's pathspace option ``-N`` would still create a directory
 there; every path is given instead), and the testbed's teardown removes it all with the state
 directory. The daemons run in the foreground (no ``-d``) through ``ip netns exec`` (which
@@ -60,8 +61,9 @@ def version() -> str:
     return (r.stdout.splitlines() or ["?"])[0].strip()
 
 
-def gateway_dir(prefix: str, gateway: str) -> Path:
-    return registry.STATE_DIR / prefix / "frr" / gateway
+def gateway_dir(record: registry.Record, gateway: str) -> Path:
+    """A gateway's FRR directory, in its testbed's (its machine's part's) state directory."""
+    return record.state_dir / "frr" / gateway
 
 
 def daemon_argv(daemon: str, directory: Path) -> list[str]:
@@ -88,12 +90,12 @@ def vtysh(ns: str, directory: Path, *commands: str, timeout: float = 10.0) -> st
     return r.stdout + r.stderr
 
 
-def write_configs(bgp: BgpPlan, prefix: str) -> dict[str, Path]:
+def write_configs(bgp: BgpPlan, record: registry.Record) -> dict[str, Path]:
     """Each gateway's directory with its files, owned by FRR's user; gateway -> directory."""
     user = pwd.getpwnam(FRR_USER)
     out = {}
     for s in bgp.speakers:
-        d = gateway_dir(prefix, s.gateway)
+        d = gateway_dir(record, s.gateway)
         d.mkdir(parents=True, exist_ok=True)
         for name, text in frr_configs(bgp, s, d).items():
             (d / name).write_text(text)
@@ -103,12 +105,16 @@ def write_configs(bgp: BgpPlan, prefix: str) -> dict[str, Path]:
     return out
 
 
-def start(bgp: BgpPlan, record: registry.Record, timeout: float = CONVERGE_TIMEOUT) -> None:
-    """Start FRR in every gateway and wait until the routes are in the kernels."""
+def start(
+    bgp: BgpPlan, record: registry.Record, timeout: float = CONVERGE_TIMEOUT, converge: bool = True
+) -> None:
+    """Start FRR in every gateway and wait until the routes are in the kernels (``converge``;
+    a machine's part of a topology across machines does not: its sessions need the other
+    machines' daemons, so the driver waits on every part's :func:`not_converged`)."""
     reason = missing()
     if reason:
         raise UnsupportedError(f"routing.mode bgp: {reason}")
-    dirs = write_configs(bgp, record.prefix)
+    dirs = write_configs(bgp, record)
     for daemon in daemons(bgp):
         started = []
         for s in bgp.speakers:
@@ -129,15 +135,28 @@ def start(bgp: BgpPlan, record: registry.Record, timeout: float = CONVERGE_TIMEO
                 timeout,
                 lambda: "zebra did not open its API socket: " + _outputs(dirs, "zebra"),
             )
-    _wait_for(
-        lambda: not unconverged(bgp) and not bfd_down(bgp, dirs),
-        timeout,
-        lambda: (
-            "BGP did not install every route: "
-            + "; ".join(unconverged(bgp))
-            + "; sessions: "
-            + " | ".join(_summary(s, dirs[s.gateway]) for s in bgp.speakers)
-        ),
+    if converge:
+        _wait_for(
+            lambda: not not_converged(bgp, record),
+            timeout,
+            lambda: not_converged_reason(bgp, record),
+        )
+
+
+def not_converged(bgp: BgpPlan, record: registry.Record) -> list[str]:
+    """What the gateways of ``bgp`` still lack: a BGP route or path in a kernel, a BFD session
+    up; [] once converged."""
+    dirs = {s.gateway: gateway_dir(record, s.gateway) for s in bgp.speakers}
+    return unconverged(bgp) or bfd_down(bgp, dirs)
+
+
+def not_converged_reason(bgp: BgpPlan, record: registry.Record) -> str:
+    """Why the gateways of ``bgp`` have not converged, with each one's sessions."""
+    return (
+        "BGP did not install every route or bring BFD up: "
+        + "; ".join(not_converged(bgp, record))
+        + "; sessions: "
+        + " | ".join(_summary(s, gateway_dir(record, s.gateway)) for s in bgp.speakers)
     )
 
 

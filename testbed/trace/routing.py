@@ -131,10 +131,13 @@ def wanted(plan: NetworkPlan) -> bool:
 
 
 class RoutingEvents:
-    """Around one run: a route monitor in each gateway; ``rows`` once left."""
+    """Around one run: a route monitor in each gateway; ``rows`` once left. On a machine's
+    part of a topology across machines (``NetworkPlan.part``): the gateways of that part."""
 
     def __init__(self, plan: NetworkPlan, record: Record, run_dir: Path) -> None:
         self.plan, self.record = plan, record
+        here = {n.name for n in plan.namespaces}
+        self.gateways = [g for g in plan.gateways if g.ns in here]
         self.dir = run_dir / "routing"
         self.procs: dict[str, subprocess.Popen] = {}
         self.rows: list[dict[str, Any]] = []
@@ -145,7 +148,7 @@ class RoutingEvents:
         self.since = time.time()
         started = []
         try:
-            for g in self.plan.gateways:
+            for g in self.gateways:
                 with open(self.dir / f"{g.name}.monitor", "wb") as out:
                     proc = subprocess.Popen(
                         ["ip", "-ts", "-n", g.ns, "monitor", "route"],
@@ -163,7 +166,7 @@ class RoutingEvents:
         for proc in self.procs.values():
             stop(proc, grace=0.5)
         subnets = {g.subnet for g in self.plan.gateways}
-        for g in self.plan.gateways:
+        for g in self.gateways:
             ports = {d.shaper.ifname: d.name for d in self.plan.wan if d.shaper.ns == g.ns}
             with contextlib.suppress(OSError):
                 text = (self.dir / f"{g.name}.monitor").read_text(errors="replace")
@@ -171,7 +174,7 @@ class RoutingEvents:
         if self.plan.bgp is not None:
             for s in self.plan.bgp.speakers:
                 links = {n.address: n.link for n in s.neighbors}
-                d = frr.gateway_dir(self.record.prefix, s.gateway)
+                d = frr.gateway_dir(self.record, s.gateway)
                 for daemon in ("bfdd", "bgpd"):
                     with contextlib.suppress(OSError):
                         text = (d / f"{daemon}.log").read_text(errors="replace")

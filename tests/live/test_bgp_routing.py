@@ -54,7 +54,7 @@ def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(make_testbed, sk
     rec = tb.record
     pids = frr_pids(rec)
     assert len(pids) == 6  # zebra, bfdd, bgpd in each gateway
-    d = frr.gateway_dir(rec.prefix, "east-gw")
+    d = frr.gateway_dir(rec, "east-gw")
     peers = json.loads(frr.vtysh(tb.namespace("east-gw"), d, "show bfd peers json"))
     assert sorted((p["peer"], p["status"], p["transmit-interval"]) for p in peers) == [
         (f"10.{rec.slot}.128.13", "up", 50),

@@ -166,7 +166,7 @@ def test_bgp_with_bfd_runs_on_the_mininet_engine(mininet, make_testbed):
     assert len(daemons) == 6  # zebra, bfdd, bgpd in each gateway
     for gw in ("east-gw", "west-gw"):
         assert max(frr.kernel_routes(tb.namespace(gw)).values(), default=0) == 2, gw
-    d = frr.gateway_dir(rec.prefix, "east-gw")
+    d = frr.gateway_dir(rec, "east-gw")
     peers = json.loads(frr.vtysh(tb.namespace("east-gw"), d, "show bfd peers json"))
     assert sorted(p["status"] for p in peers) == ["up", "up"]
     tb.down()

@@ -29,10 +29,11 @@ from testbed.live.network import Network
 from testbed.live.ray_common import NODE_DIR, node_identity
 from testbed.live.spanned.lines import LineReader
 from testbed.live.spanned.traces import MachineTraces
-from testbed.net import procs
+from testbed.net import frr, procs
 from testbed.net.cables import Underlay
 from testbed.net.registry import Record
 from testbed.plan.model import Impairment
+from testbed.trace.routing import RoutingEvents
 
 UNDERLAY_PINGS = 10
 
@@ -53,6 +54,7 @@ class MachineAgent:
         self.hosts: dict[int, str] = {}  # pid -> the host it runs in
         self.groups: set[int] = set()  # the pids that lead a process group
         self.traces: MachineTraces | None = None
+        self.routing: RoutingEvents | None = None
 
     def identity(self) -> dict[str, Any]:
         return {**node_identity(), "machine": self.machine}
@@ -234,6 +236,34 @@ class MachineAgent:
 
     def problems(self) -> list[str]:
         return self.tb.problems() if self.tb is not None else []
+
+    # -- FRR and routing events of this part (testbed.live.spanned.routing) -------------------
+    def frr_not_converged(self) -> list[str]:
+        assert self.tb is not None and self.tb.plan is not None and self.tb.record is not None
+        assert self.tb.plan.bgp is not None
+        return frr.not_converged(self.tb.plan.bgp, self.tb.record)
+
+    def frr_not_converged_reason(self) -> str:
+        assert self.tb is not None and self.tb.plan is not None and self.tb.record is not None
+        assert self.tb.plan.bgp is not None
+        return frr.not_converged_reason(self.tb.plan.bgp, self.tb.record)
+
+    def routing_start(self) -> None:
+        """Route monitors in this part's gateways (their output in a directory of the part)."""
+        assert self.tb is not None and self.tb.plan is not None and self.tb.record is not None
+        NODE_DIR.mkdir(parents=True, exist_ok=True)
+        where = Path(tempfile.mkdtemp(prefix=f"{self.tb.record.prefix}-", dir=NODE_DIR))
+        self.dirs[str(where)] = where  # removed at down
+        self.routing = RoutingEvents(self.tb.plan, self.tb.record, where)
+        self.routing.__enter__()
+
+    def routing_stop(self) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+        """The routing events of this part since ``routing_start`` and its monitors' output."""
+        assert self.routing is not None
+        routing, self.routing = self.routing, None
+        routing.__exit__(None, None, None)
+        files = {p.name: p.read_bytes() for p in sorted(routing.dir.iterdir()) if p.is_file()}
+        return routing.rows, files
 
     # -- the run's traces of this part (testbed.live.spanned.traces) -------------------------
     def trace_start(self, trace: Trace, hosts: list[str]) -> None:

@@ -31,6 +31,7 @@ from testbed.live.ray_common import RESOURCE, connect_ray
 from testbed.live.spanned.agent import MachineAgent
 from testbed.live.spanned.nodes import MachineNode, machine_nodes
 from testbed.live.spanned.remote import RemoteProcess, RemoteServer
+from testbed.live.spanned.routing import SpannedRoutingEvents, wait_converged
 from testbed.net.registry import Record
 from testbed.plan.compensation import Compensation, compensate, configured_one_way
 from testbed.plan.model import Impairment, NetworkPlan
@@ -159,6 +160,8 @@ class SpannedNetwork:
         self.identities = dict(zip(self.agents, who, strict=True))
         self.plan = build_plan(self.scenario, *reserve)
         self._calibrating = calibrating
+        if self.plan.bgp is not None:  # every part's FRR runs: the sessions across open
+            wait_converged(ray, self.agents)
 
     def _measure(self, ray: Any) -> None:
         """The underlay's RTT between every pair of machines, then the compensation."""
@@ -325,6 +328,10 @@ class SpannedNetwork:
 
     def compensation_of(self, direction: str) -> Compensation | None:
         return next((c for c in self.compensation if c.direction == direction), None)
+
+    def routing_events(self, run_dir: Path) -> SpannedRoutingEvents:
+        """The routing events of a run, recorded on every machine (a context manager)."""
+        return SpannedRoutingEvents(self.ray, self.agents, run_dir)
 
     def problems(self) -> list[str]:
         got = self.ray.get([a.problems.remote() for a in self.agents.values()])
