@@ -25,6 +25,7 @@ import pandas as pd
 from analysis.model.diloco_wallclock import compute_utilisation as model_cu
 from analysis.model.diloco_wallclock import hierarchical_comm, predicted_cu
 from analysis.model.topology import Topology
+from analysis.schedule_cu import schedule_model_cu
 from analysis.training import step_table
 from traffic.training.schedule import GATHERED, schedule_from_config, syncs_at
 
@@ -142,9 +143,10 @@ def emulated_summary(
     """What an emulated-compute run adds to its summary row: ``compute`` (emulated), ``scale``,
     CU over the settled steps, the WAN goodput in emulated and real units, and the paper's
     wall-clock model's CU (analysis.model.diloco_wallclock: no overlap, except Streaming's τ)
-    at that goodput; with ``alpha_beta_comm`` (the α-β model's communication per step over one
-    sync period) its CU as ``cu_alpha_beta``, nothing overlapped either. ``rows``: one per
-    rank and step, as the ranks wrote them."""
+    at that goodput, the schedule model's CU (analysis.schedule_cu: DDP's buckets and overlap,
+    gloo's per-call cost, the all-gather of codes); with ``alpha_beta_comm`` (the α-β model's
+    communication per step over one sync period) its CU as ``cu_alpha_beta``, nothing
+    overlapped either. ``rows``: one per rank and step, as the ranks wrote them."""
     algorithm = workload["algorithm"]
     diloco, streaming = workload.get("diloco") or {}, workload.get("streaming") or {}
     h = int(diloco.get("inner_steps", 1))
@@ -164,7 +166,12 @@ def emulated_summary(
     if topo is None or not topo.links or steps.empty:
         return out
     goodput = min(link.goodput_bps for link in topo.links)
-    out |= {"wan_goodput_bps": goodput, "wan_goodput_real_bps": real_rate(goodput, scale)}
+    out |= {
+        "wan_goodput_bps": goodput,
+        "wan_goodput_real_bps": real_rate(goodput, scale),
+        # with the machine's and gloo's terms the paper's model leaves out (None: no answer)
+        "cu_schedule_model": schedule_model_cu(workload, topo),
+    }
     if algorithm == "hierarchical":
         return out | {"cu_paper_model": hierarchical_paper_cu(workload, topo, goodput, step_s)}
     ranks = int(rows["rank"].nunique())
@@ -256,6 +263,7 @@ def table4_points(summaries: Sequence[dict[str, Any]], goodput_factor: float) ->
             "bandwidth": s["wan_goodput_real_bps"] / goodput_factor / 1e9,
             "compute_utilisation": s["compute_utilisation_settled"],
             "cu_paper_model": s.get("cu_paper_model"),
+            "cu_schedule_model": s.get("cu_schedule_model"),
             "scale": s.get("scale"),
         }
         for s in summaries

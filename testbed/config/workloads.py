@@ -210,6 +210,12 @@ class TrainingWorkload(RankWorkloadModel):
             "emulated compute: compute / wall over the settled steps (whole sync periods)",
         ),
         Metric("cu_paper_model", "ratio", "the DiLoCo scaling-laws wall-clock model's CU"),
+        Metric(
+            "cu_schedule_model",
+            "ratio",
+            "emulated compute: the schedule's α-β model with DDP's buckets, gloo's per-call "
+            "cost and the all-gather of codes",
+        ),
         Metric("comm_per_step", "s", "time blocked in communication per step"),
         Metric("comm_measured_over_predicted", "ratio", "comm per step / the α-β model's"),
     )
