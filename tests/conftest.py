@@ -34,7 +34,12 @@ HERE = Path(__file__).resolve().parent
 # of them at once: Mininet (its switches' interfaces and its cleanup live in the root namespace;
 # the acceptance files drive both engines) and Ray (clusters of raylets on this machine).
 SHARED_RESOURCE_GROUPS = {
-    "mininet": ("acceptance/", "live/test_mininet_engine.py", "live/test_mininet_link.py"),
+    "mininet": (
+        "acceptance/",
+        "live/test_mininet_engine.py",
+        "live/test_mininet_link.py",
+        "live/test_mininet_composed.py",
+    ),
     "ray": ("live/test_ray_sweep.py", "live/test_spanned"),  # test_spanned*.py
 }
 
