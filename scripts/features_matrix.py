@@ -389,6 +389,14 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_mininet_engine.py",
         "test_bgp_with_bfd_runs_on_the_mininet_engine",
     ),
+    ("bgp (FRR, BFD)", "native", "across", "multipath"): (
+        "test_spanned_bgp.py",
+        "test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing",
+    ),
+    ("collectives", "native", "across", "multipath"): (
+        "test_spanned_bgp.py",
+        "test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing",
+    ),
 }
 TESTS = {key: f"tests/live/{file}::{name}" for key, (file, name) in _LIVE_TESTS.items()}
 
