@@ -200,17 +200,11 @@ class Scenario(Strict):
                 "from one process in one kernel, and placement puts clusters in other machines' "
                 "kernels (through their agents)",
             )
-        # What runs across machines so far: the links as configured, the self-check,
-        # collectives, training and command workloads. The rest samples or changes the network
-        # from one process.
+        # What runs across machines so far: the links with their schedules, traces and faults,
+        # the self-check, collectives, training and command workloads. The rest samples or
+        # changes the network from one process.
         later = "not across machines yet (docs/scale-out.md); remove it or `placement:`"
-        for i, link in enumerate(self.wan):
-            for path in link.paths_of():
-                for key in ("schedule", "trace"):
-                    if getattr(path, key):
-                        raise FieldError(f"{path.where(i)}.{key}", f"{key} is {later}")
         checks = [
-            ("faults", bool(self.faults), "faults"),
             ("traffic", bool(self.flows), "traffic beside the workload"),
             ("trace", self.trace != Trace(), "tracing (tcp_info, queues, pcap)"),
             ("workload.kind",

@@ -68,4 +68,4 @@ BY_NAME = {t.name: t for t in TABLES}
 # sampled alongside the workload (testbed.trace) / recorded around it (testbed.experiment.events,
 # flows)
 TRACE_TABLES = ("tcp", "queues", "flows", "flowpaths", "routing")
-DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx")
+DYNAMICS_TABLES = ("events", "flows_goodput", "dcqcn", "dcqcn_rx", "clock_offsets")

@@ -16,8 +16,9 @@ from testbed.experiment.clock import OriginClock
 from testbed.experiment.events import EventRunner
 from testbed.experiment.flows import Flows
 from testbed.experiment.results import RunResult
-from testbed.live.network import Network
+from testbed.experiment.spanned_events import SpannedTarget
 from testbed.live.protocol import LiveNetwork
+from testbed.live.spanned import SpannedNetwork
 from testbed.plan.model import NetworkPlan
 from testbed.plan.timeline import Timeline, build_timeline
 
@@ -61,12 +62,11 @@ class RunDynamics:
         self.errors: list[str] = []
         if not self.timeline.events and not sc.flows:
             return
-        # changes and traffic act on one machine's namespaces and link backend (a scenario
-        # refuses them across machines)
-        assert isinstance(tb, Network), "WAN changes and traffic need a one-machine network"
         ranks = sc.rank_workload is not None
         self.clock = OriginClock(from_iterations=sc.clock == "workload" and ranks)
-        self.runner = EventRunner(self.timeline, tb, self.clock)
+        # across machines each event goes to the agents of the machines it acts on
+        target = SpannedTarget(tb) if isinstance(tb, SpannedNetwork) else None
+        self.runner = EventRunner(self.timeline, tb, self.clock, target=target)
         self.flows = Flows(tb, sc.flows, self.clock, run_dir, sc.dilation)
         self.wall = sc.clock == "wall" or not ranks
 

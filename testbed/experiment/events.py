@@ -20,7 +20,7 @@ import collections
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from testbed.core.events import ENDS, UNDO
 from testbed.core.vocab import LATE_S
@@ -30,7 +30,7 @@ from testbed.plan.model import Impairment, WanDirection
 from testbed.plan.timeline import Change, Event, Timeline
 
 if TYPE_CHECKING:
-    from testbed.live.network import Network
+    from testbed.live.protocol import LiveNetwork
 
 SPIN = 0.002  # s before an event's time: sleep until then, then spin (sub-ms wake-up)
 
@@ -51,16 +51,37 @@ def impairment_for(d: WanDirection, change: Change, compensation_s: float) -> Im
     )
 
 
+class Faults(Protocol):
+    """The fault actions (:class:`~testbed.net.faults.FaultOps`, or what sends them to the
+    machines across machines): each returns the operation as text."""
+
+    def prepare(self) -> str: ...
+
+    def blackhole(self, directions: Sequence[str], on: bool) -> str: ...
+
+    def reset(self, link: str, on: bool) -> str: ...
+
+    def link(self, link: str, up: bool) -> str: ...
+
+    def gateway(self, cluster: str, up: bool) -> str: ...
+
+
 class EventTarget:
     """What events act on: a one-machine network's link backend (the state of each WAN direction
-    as the events left it) and its fault mechanisms (made on first use); a scenario refuses
-    changes across machines."""
+    as the events left it) and its fault mechanisms (made on first use). Across machines a
+    subclass sends each part to the machine that holds it
+    (testbed.experiment.spanned_events)."""
 
-    def __init__(self, tb: Network) -> None:
+    # s before an event's time the runner hands it over (0: at its time); ``due_unix`` is then
+    # the time it is due, and ``take_applied`` when it was applied, where that is not here
+    lead_s = 0.0
+
+    def __init__(self, tb: LiveNetwork) -> None:
         assert tb.plan is not None and tb.backend is not None, "the testbed is not up"
         self.tb = tb
         self.plan = tb.plan
         self.backend = tb.backend
+        self.due_unix: float | None = None
         self._faults: FaultOps | None = None
         self.directions = {d.name: d for d in self.plan.wan}
         # rate, buffer and impairment in force, per direction: the plan's until changed
@@ -69,10 +90,24 @@ class EventTarget:
             for d in self.plan.wan
         }
 
-    def faults(self) -> FaultOps:
+    def faults(self) -> Faults:
+        return self.fault_ops()
+
+    def fault_ops(self) -> FaultOps:
+        """This machine's fault mechanisms (made on first use)."""
         if self._faults is None:
             self._faults = FaultOps(self.plan)
         return self._faults
+
+    def fault_drops(self) -> list[dict[str, Any]]:
+        """Per WAN direction, what its faults dropped or reset (``FaultOps.fault_drops``);
+        empty when no fault rules were installed."""
+        faults = self._faults
+        return faults.fault_drops() if faults is not None and faults.ready else []
+
+    def take_applied(self) -> Applied | None:
+        """When the last event was applied, measured elsewhere (None: here, by the runner)."""
+        return None
 
     def set(self, changes: Sequence[Change]) -> str:
         """Apply each direction's new state: the shaper's rate and buffer where they change
@@ -90,15 +125,14 @@ class EventTarget:
                 imps[c.direction] = impairment_for(
                     self.directions[c.direction], c, comp.compensation_s if comp else 0.0
                 )
+        self.send(rates, imps)
         done = []
         if rates:
-            self.backend.set_rate(rates)
             done.append(
                 "set_rate "
                 + ", ".join(f"{n} {r} bit/s buffer {b} B" for n, (r, b) in rates.items())
             )
         if imps:
-            self.backend.set_impairments(imps)
             done.append(
                 "set_impairments "
                 + ", ".join(
@@ -111,6 +145,24 @@ class EventTarget:
         for c in changes:
             self.state[c.direction] = c
         return "; ".join(done) or "nothing changed"
+
+    def send(self, rates: dict[str, tuple[int, int]], imps: dict[str, Impairment]) -> None:
+        """The new rates and buffers, then the new impairments, to the link backend."""
+        backend: Any = self.backend
+        if rates:
+            backend.set_rate(rates)
+        if imps:
+            backend.set_impairments(imps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    """When an event was applied where it acts (unix, on the runner's timeline), within
+    ``bound_s``; how long its operation took there."""
+
+    unix: float
+    bound_s: float
+    apply_s: float
 
 
 def _impairment_of(c: Change) -> tuple[float, ...]:
@@ -155,17 +207,18 @@ class EventRunner:
     def __init__(
         self,
         timeline: Timeline,
-        tb: Network | None,
+        tb: LiveNetwork | None,
         clock: OriginClock,
         *,
         apply: Callable[[Event], str] | None = None,
+        target: EventTarget | None = None,
     ) -> None:
         self.timeline = timeline
         self.clock = clock
         self.target: EventTarget | None = None
         if apply is None:
             assert tb is not None, "an EventRunner without apply needs a testbed"
-            target = self.target = EventTarget(tb)
+            target = self.target = target or EventTarget(tb)
             if any(e.action != "set" for e in timeline.events):
                 # the rules go in now, before the origin, so no fault pays for them when due
                 target.faults().prepare()
@@ -173,6 +226,7 @@ class EventRunner:
         else:
             self.apply = apply
         self.backend = tb.backend.name if tb is not None and tb.backend is not None else None
+        self.lead = self.target.lead_s if self.target is not None else 0.0
         self.rows: list[dict[str, Any]] = []
         self.skipped_trace = 0  # trace bins that never came (no rows for them)
         # Absolute events in time order (the timeline sorts them; a long trace has thousands,
@@ -200,8 +254,9 @@ class EventRunner:
     def fault_drops(self) -> list[dict[str, Any]]:
         """Per WAN direction, what its faults dropped or reset (``FaultOps.fault_drops``);
         empty when no fault rules were installed. Read before the testbed goes down."""
-        faults = self.target._faults if self.target is not None else None
-        return faults.fault_drops() if faults is not None and faults.ready else []
+        if self.target is None:
+            return []
+        return self.target.fault_drops()
 
     def stop(self) -> None:
         """End the thread (after the event it is applying), record what never came, undo."""
@@ -256,11 +311,11 @@ class EventRunner:
                     self.clock.wait_change(WAKE)
                     continue
                 at, where, (i, e) = got
-                left = at.mono - self.clock.source.now()
+                left = at.mono - self.lead - self.clock.source.now()
                 if left > SPIN:
                     self.clock.wait_change(min(left - SPIN, WAKE))
                     continue
-                self.clock.source.spin_until(at.mono)
+                self.clock.source.spin_until(at.mono - self.lead)
                 if where < 0:
                     self.absolute.popleft()
                 else:
@@ -273,11 +328,14 @@ class EventRunner:
         source = self.clock.source
         t0 = source.now()
         operation, error = "", None
+        if self.target is not None:
+            self.target.due_unix = at.unix if at is not None else None
         try:
             operation = self.apply(e)
         except Exception as exc:  # the run goes on: recorded with its error
             error = f"{type(exc).__name__}: {exc}"
         done = Instant.now(source)
+        there = self.target.take_applied() if self.target is not None else None
         if error is None:
             key = _key(e)
             if e.action in UNDO:
@@ -292,8 +350,15 @@ class EventRunner:
             operation=operation,
             error=error,
         )
+        if there is not None:  # applied on other machines: their time on this one's timeline
+            row.update(
+                applied_unix=there.unix,
+                applied_mono=done.mono - (done.unix - there.unix),
+                apply_s=there.apply_s,
+                clock_bound_s=there.bound_s,
+            )
         if at is not None:
-            row["late_s"] = done.mono - at.mono
+            row["late_s"] = row["applied_mono"] - at.mono
             row["late"] = row["late_s"] > LATE_S
         self._append(row, e)
 
@@ -327,6 +392,7 @@ class EventRunner:
             "apply_s": None,
             "late_s": None,
             "late": None,
+            "clock_bound_s": None,
             "backend": self.backend,
             "operation": "",
             "error": None,

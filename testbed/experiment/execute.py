@@ -183,6 +183,10 @@ def execute(
             problems += [f"link {c.direction}: {c.problem}" for c in checks if c.leak]
         # After teardown: the delay line's final counters and samples.
         result.delayline = [{"run_id": spec.run_id, **r} for r in tb.link_stats()]
+        if isinstance(tb, SpannedNetwork):  # each machine's clock offset, through the run
+            result.dynamics["clock_offsets"] = [
+                {"run_id": spec.run_id, **r} for r in tb.clock_rows()
+            ]
         result.traces = {
             name: [{"run_id": spec.run_id, **r} for r in rows]
             for name, rows in traces.tables().items()

@@ -261,7 +261,7 @@ class Steering:
         restore_backend(self.tb.backend, self.tb, state.backend)
         target = EventTarget(self.tb)
         target.state.update({n: Change(**c) for n, c in state.applied.items()})
-        ops = target.faults()
+        ops = target.fault_ops()
         restore_faults(ops, state.faults)
         return target, ops
 

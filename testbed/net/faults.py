@@ -102,8 +102,11 @@ class FaultOps:
     """The fault actions of one testbed (see the module docstring). Thread-compatible: one
     caller at a time (the event runner)."""
 
-    def __init__(self, plan: NetworkPlan) -> None:
+    def __init__(self, plan: NetworkPlan, local: frozenset[str] | None = None) -> None:
         self.plan = plan
+        # the namespaces this machine holds (a topology over several machines: each machine's
+        # agent does the part of each action that is in its namespaces); None: all of them
+        self.local = local
         self.directions = {d.name: d for d in plan.wan}
         # A link's two directions share its wire; each one's shaper sits on a gateway's WAN
         # port of the link (a->b on a's port toward b).
@@ -131,7 +134,7 @@ class FaultOps:
         return self._install([lk.wire for lk in self.links.values()])
 
     def _install(self, wires: list[str]) -> str:
-        todo = sorted(set(wires) - self.ready)
+        todo = sorted({w for w in wires if self._here(w)} - self.ready)
         if not todo:
             return ""
         op = run_restore({w: wire_rules(self._ingress_ports(w)) for w in todo})
@@ -197,7 +200,8 @@ class FaultOps:
                 raise NetError(f"{port} in {ns}: turning off a fault that is not on")
             counts[bit] = n
             group = sum(b for b, c in counts.items() if c > 0)
-            ops.setdefault(ns, []).append(LinkGroup(port, group))
+            if self._here(ns):
+                ops.setdefault(ns, []).append(LinkGroup(port, group))
         table, lines = rules
         shown = " / ".join(r.format(port="<port>") for r in lines)
         gate = f"(iptables -t {table} {shown})"
@@ -216,7 +220,7 @@ class FaultOps:
                 ops[ns] = [LinkDown(port)]
         if up:
             self._pin(ops, ends, False)
-        return _apply(ops)
+        return _apply(self._mine(ops))
 
     def gateway(self, cluster: str, up: bool) -> str:
         """All ports of ``cluster``'s gateway down (it stops forwarding, its queues are lost),
@@ -236,7 +240,7 @@ class FaultOps:
             ops[ns] = [LinkDown(p) for p in ports]
         if up:
             self._pin(ops, [(ns, p) for p in ports], False)
-        return _apply(ops)
+        return _apply(self._mine(ops))
 
     def _pin(self, ops: dict[str, list[IpOp]], ports: Sequence[tuple[str, str]], on: bool) -> None:
         """While ``ports`` are down, their peers hold a permanent neighbour entry for the
@@ -253,6 +257,13 @@ class FaultOps:
                 ops.setdefault(peer_ns, []).append(NeighPin(ip, peer_if))
             elif not on and n == 0:
                 ops.setdefault(peer_ns, []).append(NeighDel(ip, peer_if))
+
+    def _here(self, ns: str) -> bool:
+        return self.local is None or ns in self.local
+
+    def _mine(self, ops: dict[str, list[IpOp]]) -> dict[str, list[IpOp]]:
+        """The requests of this machine's namespaces (every one on a single machine)."""
+        return {ns: o for ns, o in ops.items() if self._here(ns)}
 
     # -- what the plan says ----------------------------------------------------------------------
     def routes_through(self, ns: str, port: str) -> list[Route]:

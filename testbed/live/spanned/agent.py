@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,14 @@ from testbed.core.nsenter import NETNS_DIR
 from testbed.live.host_processes import listening
 from testbed.live.network import Network
 from testbed.live.ray_common import NODE_DIR, node_identity
+from testbed.live.spanned.changes import Action, MachineChanges
 from testbed.live.spanned.lines import LineReader
 from testbed.live.spanned.traces import MachineTraces
 from testbed.net import frr, procs
 from testbed.net.cables import Underlay
 from testbed.net.registry import Record
 from testbed.plan.model import Impairment
+from testbed.plan.topology import build_plan
 from testbed.trace.routing import RoutingEvents
 
 UNDERLAY_PINGS = 10
@@ -53,6 +56,7 @@ class MachineAgent:
         self.readers: dict[int, LineReader] = {}  # pid -> the reader of its stdout's lines
         self.hosts: dict[int, str] = {}  # pid -> the host it runs in
         self.groups: set[int] = set()  # the pids that lead a process group
+        self.changes: MachineChanges | None = None  # the WAN's changes and faults, once asked
         self.traces: MachineTraces | None = None
         self.routing: RoutingEvents | None = None
 
@@ -87,6 +91,29 @@ class MachineAgent:
     def set_impairments(self, changes: dict[str, Impairment]) -> None:
         assert self.tb is not None and self.tb.backend is not None
         self.tb.backend.set_impairments(changes)
+
+    # -- one clock; the WAN's changes and faults (testbed.live.spanned.clocks, .changes) ---
+    def now(self) -> float:
+        """This machine's unix time (the driver's clock exchange)."""
+        return time.time()
+
+    def apply_wan(self, actions: list[Action], due_unix: float | None) -> tuple[str, float, float]:
+        """Rates, impairments and faults at ``due_unix`` (this machine's clock): see
+        :meth:`MachineChanges.apply`."""
+        return self._changes().apply(actions, due_unix)
+
+    def wan_fault_drops(self) -> list[dict]:
+        return self.changes.fault_drops() if self.changes is not None else []
+
+    def _changes(self) -> MachineChanges:
+        if self.changes is None:
+            tb = self.tb
+            assert tb is not None and tb.plan is not None and tb.backend is not None
+            assert tb.scenario is not None and tb.record is not None
+            whole = build_plan(tb.scenario, tb.record.prefix, tb.record.slot)
+            here = frozenset(n.name for n in tb.plan.namespaces)
+            self.changes = MachineChanges(whole, here, tb.backend)
+        return self.changes
 
     def run(self, host: str, argv: list[str], timeout: float | None) -> tuple[int, str, str]:
         assert self.tb is not None

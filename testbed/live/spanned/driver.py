@@ -5,10 +5,12 @@ gang of distinct machines, each bundle ``{"testbed": 1}``: a machine that measur
 else), and starts an agent in each. The first agent claims a prefix and an address slot, the
 others reserve the same (testbed.net.registry).
 
-It then measures each machine pair's underlay RTT (ICMP, recorded) and compensates the emulated
-delays for the path floor, cables included, from round trips only: a one-way delay across
-machines needs synchronised clocks, so each direction of a link gets half its link's measured
-excess over the configured round trip.
+It then measures each machine's clock offset to its own (testbed.live.spanned.clocks, again
+every few seconds while up), each machine pair's underlay RTT (ICMP, recorded) and compensates
+the emulated delays for the path floor, cables included, from round trips: each direction of a
+link gets half its link's measured excess over the configured round trip (the one-way delays
+measured with the clock offsets are recorded beside it; their bound is the offsets' bounds
+summed, too wide to split a sub-millisecond floor).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from testbed.core.errors import NetError, ScenarioError, TestbedError
 from testbed.live.processes import RANK_ENV
 from testbed.live.ray_common import RESOURCE, connect_ray
 from testbed.live.spanned.agent import MachineAgent
+from testbed.live.spanned.clocks import CONCURRENCY_GROUPS, ClockSync, one_way_delay
 from testbed.live.spanned.nodes import MachineNode, machine_nodes
 from testbed.live.spanned.remote import RemoteProcess, RemoteServer
 from testbed.live.spanned.routing import SpannedRoutingEvents, wait_converged
@@ -99,6 +102,8 @@ class SpannedNetwork:
         self._link_stats: list[dict] = []
         self.traced: dict[str, dict[str, list[dict]]] = {}  # machine -> its trace tables
         self._calibrating = False  # whether the plan's delays are compensated after build
+        self.clock: ClockSync | None = None  # each machine's clock offset to this process's
+        self.one_way: dict[str, dict[str, float]] = {}  # WAN direction -> one-way delay, bound
         # the directories of processes started through agents: which of their files each
         # machine has (machine, directory) -> name -> (mtime ns, size), which are the
         # processes' output (their logs and what came back)
@@ -115,7 +120,10 @@ class SpannedNetwork:
         try:
             self._place(ray)
             self._build(ray)
+            self.clock = ClockSync(ray, self.agents)
+            self.clock.measure("bring-up")
             self._measure(ray)
+            self.clock.start()
         except BaseException:
             self.down()
             raise
@@ -136,7 +144,9 @@ class SpannedNetwork:
                 f"Ray could not reserve {', '.join(n.machine for n in self.nodes)} within "
                 f"{PLACE_TIMEOUT:.0f} s (each runs one testbed part or sweep point at a time)"
             )
-        actor = ray.remote(num_cpus=0, max_restarts=0)(MachineAgent)
+        # its clock reads and the WAN's changes in their own threads (testbed.live.spanned.clocks)
+        options = {"num_cpus": 0, "max_restarts": 0, "concurrency_groups": CONCURRENCY_GROUPS}
+        actor = ray.remote(**options)(MachineAgent)
         for i, n in enumerate(self.nodes):
             strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i)
             self.agents[n.machine] = actor.options(
@@ -175,16 +185,20 @@ class SpannedNetwork:
         plan = self.plan
         assert plan is not None
         rtts: dict[str, list[float]] = {}
+        raw: dict[str, list[float]] = {}  # direction -> receive minus send stamp (two clocks)
         for d in plan.wan:
             link = Direction.parse(d.name).link
             if d.multipath or link in rtts or not d.delay:
                 continue
             r = probe_rtt(self, f"{d.src}-h0", f"{d.dst}-h0", CALIBRATION_PROBES, 0.01)
             rtts[link] = r["rtts"][1:]
+            raw[d.name] = r["forward"][1:]
+            raw[str(Direction.parse(d.name).reverse())] = r["reverse"][1:]
+        split = split_round_trips(plan, rtts)
         self.compensation = [
-            dataclasses.replace(c, basis="round-trip")
-            for c in compensate(plan, split_round_trips(plan, rtts))
+            dataclasses.replace(c, basis="round-trip") for c in compensate(plan, split)
         ]
+        self.one_way = self._one_way(raw, split)
         by_wire: dict[str, dict[str, Impairment]] = {}
         for d, c in zip(plan.wan, self.compensation, strict=True):
             if d.delay:
@@ -193,12 +207,28 @@ class SpannedNetwork:
                 by_wire.setdefault(machine, {})[d.name] = imp
         ray.get([self.agents[m].set_impairments.remote(ch) for m, ch in by_wire.items()])
 
+    def _one_way(
+        self, raw: dict[str, list[float]], split: dict[str, list[float]]
+    ) -> dict[str, dict[str, float]]:
+        """Each probed WAN direction's one-way delay on the driver's clock, ± the bound of the
+        two machines' offsets, beside the round-trip split (testbed.live.spanned.clocks)."""
+        assert self.plan is not None and self.clock is not None
+        out = {}
+        for d in self.plan.wan:
+            if raw.get(d.name):
+                src = self.clock.offset(self.plan.machines[d.src])
+                dst = self.clock.offset(self.plan.machines[d.dst])
+                out[d.name] = one_way_delay(raw[d.name], src, dst, split.get(d.name, []))
+        return out
+
     def down(self) -> None:
         ray = self.ray
         if ray is None:
             return
         errors = []
         stats: list[dict] = []
+        if self.clock is not None:
+            self.clock.stop()
         for machine, agent in self.agents.items():
             try:
                 ray.get(agent.down.remote())
@@ -316,15 +346,23 @@ class SpannedNetwork:
         return list(self._link_stats)
 
     def across_machines(self) -> dict[str, Any]:
-        """What the results record of the machines: comparable only when the machines are; no
-        one-way delay is reported across machines (their clocks are not compared): the
-        compensation comes from round trips."""
+        """What the results record of the machines: comparable only when the machines are;
+        each machine's clock offset to the driver at bring-up (``clock_offset``: offset and
+        bound, s) and each probed WAN direction's one-way delay with its bound beside the
+        round-trip split the compensation uses (``one_way_delay``)."""
         assert self.plan is not None, "testbed is not up"
         return {
             "machines": self.identities,
             "interface_mtu": self.plan.interface_mtu,
             "underlay_rtt_s": {f"{a}->{b}": v for (a, b), v in self.underlay_rtt.items()},
+            "clock_offset": self.clock.bring_up() if self.clock is not None else {},
+            "one_way_delay": self.one_way,
         }
+
+    def clock_rows(self) -> list[dict[str, Any]]:
+        """Every clock offset measurement (bring-up, then every few seconds): the
+        ``clock_offsets`` table."""
+        return list(self.clock.rows) if self.clock is not None else []
 
     def compensation_of(self, direction: str) -> Compensation | None:
         return next((c for c in self.compensation if c.direction == direction), None)

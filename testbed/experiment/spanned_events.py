@@ -1,0 +1,121 @@
+"""The WAN's changes and faults across machines (:class:`SpannedTarget`): the event runner stays
+on the driver, on the run's clock (testbed.experiment.events); each event's part goes to the
+agent of the machine that holds what it acts on (testbed.live.spanned.changes): a rate and
+buffer to the sending gateway's machine, an impairment to the wire's, a fault to every machine
+(each does what is in its namespaces: a blackhole in the wire, a link or gateway down in the
+gateways and their peers).
+
+An event is handed over ``LEAD`` s before its time with its due time on each machine's clock
+(the driver's plus that machine's offset, testbed.live.spanned.clocks): the agent waits for it
+and applies it, so Ray's call time is not in its lateness. Its application time is the last
+machine's, put on the driver's timeline; the bound is that machine's clock-offset bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from testbed.experiment.events import Applied, EventTarget
+from testbed.live.spanned import SpannedNetwork
+from testbed.live.spanned.changes import Action
+from testbed.live.spanned.clocks import EVENTS_GROUP
+from testbed.plan.model import Impairment
+
+LEAD = 0.05  # s: an event goes to its machines this long before it is due (Ray's call time)
+
+
+class SpannedTarget(EventTarget):
+    """:class:`EventTarget` of a :class:`SpannedNetwork`: each action to its machines' agents,
+    at its due time on their clocks; :meth:`take_applied` says when the last one applied it."""
+
+    lead_s = LEAD
+
+    def __init__(self, tb: SpannedNetwork) -> None:
+        super().__init__(tb)
+        self.spanned = tb
+        self.applied: list[Applied] = []
+        self._remote_faults = SpannedFaults(self)
+
+    def send(self, rates: dict[str, tuple[int, int]], imps: dict[str, Impairment]) -> None:
+        plan = self.plan
+        per: dict[str, list[Action]] = {}
+        by_shaper: dict[str, dict[str, tuple[int, int]]] = {}
+        for name, r in rates.items():
+            by_shaper.setdefault(plan.machine_of(self.directions[name].shaper.ns), {})[name] = r
+        by_wire: dict[str, dict[str, Impairment]] = {}
+        for name, i in imps.items():
+            by_wire.setdefault(plan.machine_of(self.directions[name].impairment.ns), {})[name] = i
+        for machine, r in by_shaper.items():
+            per.setdefault(machine, []).append(("set_rate", (r,)))
+        for machine, i in by_wire.items():
+            per.setdefault(machine, []).append(("set_impairments", (i,)))
+        self.call(per)
+
+    def call(self, per: dict[str, list[Action]], prepare: bool = False) -> str:
+        """Each machine's actions at the due time (now for ``prepare``), side by side; their
+        operations as text. The latest application goes to ``applied``."""
+        tb = self.spanned
+        clock = tb.clock
+        assert clock is not None and tb.ray is not None, "the testbed is not up"
+        due = None if prepare else self.due_unix
+        refs = [
+            tb.agents[m]
+            .apply_wan.options(concurrency_group=EVENTS_GROUP)
+            .remote(actions, None if due is None else clock.from_driver(m, due))
+            for m, actions in per.items()
+        ]
+        got = tb.ray.get(refs)
+        latest: Applied | None = None
+        texts = []
+        for m, (text, t0, t1) in zip(per, got, strict=True):
+            unix, bound = clock.to_driver(m, t1)
+            if latest is None or unix > latest.unix:
+                latest = Applied(unix, bound, t1 - t0)
+            if text:
+                texts.append(f"{m}: {text}")
+        if latest is not None and not prepare:
+            self.applied.append(latest)
+        return "; ".join(texts)
+
+    def take_applied(self) -> Applied | None:
+        got, self.applied = self.applied, []
+        return max(got, key=lambda a: a.unix) if got else None
+
+    def faults(self) -> SpannedFaults:
+        return self._remote_faults
+
+    def fault_drops(self) -> list[dict[str, Any]]:
+        tb = self.spanned
+        if not self._remote_faults.used:
+            return []
+        got = tb.ray.get([a.wan_fault_drops.remote() for a in tb.agents.values()])
+        return [row for part in got for row in part]
+
+
+class SpannedFaults:
+    """The fault actions of a spanned testbed: each to every machine (see the module doc)."""
+
+    def __init__(self, target: SpannedTarget) -> None:
+        self.target = target
+        self.used = False
+
+    def _all(self, action: Action, prepare: bool = False) -> str:
+        self.used = True
+        t = self.target
+        return t.call({m: [action] for m in t.spanned.agents}, prepare=prepare)
+
+    def prepare(self) -> str:
+        return self._all(("prepare", ()), prepare=True)
+
+    def blackhole(self, directions: Sequence[str], on: bool) -> str:
+        return self._all(("blackhole", (list(directions), on)))
+
+    def reset(self, link: str, on: bool) -> str:
+        return self._all(("reset", (link, on)))
+
+    def link(self, link: str, up: bool) -> str:
+        return self._all(("link", (link, up)))
+
+    def gateway(self, cluster: str, up: bool) -> str:
+        return self._all(("gateway", (cluster, up)))
