@@ -248,6 +248,8 @@ def method_label(row: dict[str, Any]) -> str:
         return "DP"
     if algorithm == "diloco":
         return "DiLoCo"
+    if algorithm == "hierarchical":  # not a row of the paper's table
+        return "Hierarchical"
     tau = int(row.get("workload.streaming.overlap_steps") or 0)
     if tau == 0:
         return "Streaming"

@@ -216,6 +216,7 @@ class TrainingWorkload(RankWorkloadModel):
             "emulated compute: the schedule's α-β model with DDP's buckets, gloo's per-call "
             "cost and the all-gather of codes",
         ),
+        Metric("cu_alpha_beta", "ratio", "emulated compute: the α-β model's CU over a sync period"),
         Metric("comm_per_step", "s", "time blocked in communication per step"),
         Metric("comm_measured_over_predicted", "ratio", "comm per step / the α-β model's"),
     )
