@@ -397,6 +397,34 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_spanned_bgp.py",
         "test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing",
     ),
+    ("tcp_info", "native", "across", "single"): (
+        "test_spanned_tracing.py",
+        "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
+    ),
+    ("queues", "native", "across", "single"): (
+        "test_spanned_tracing.py",
+        "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
+    ),
+    ("pcap", "native", "across", "single"): (
+        "test_spanned_tracing.py",
+        "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
+    ),
+    ("bulk traffic alone", "native", "across", "single"): (
+        "test_spanned_tracing.py",
+        "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
+    ),
+    ("dcqcn flows", "native", "across", "single"): (
+        "test_spanned_tracing.py",
+        "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
+    ),
+    ("bulk cross-traffic beside a workload", "native", "across", "single"): (
+        "test_spanned_tracing.py",
+        "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
+    ),
+    ("dcqcn cross-traffic beside a workload", "native", "across", "single"): (
+        "test_spanned_tracing.py",
+        "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
+    ),
 }
 TESTS = {key: f"tests/live/{file}::{name}" for key, (file, name) in _LIVE_TESTS.items()}
 

@@ -200,21 +200,6 @@ class Scenario(Strict):
                 "from one process in one kernel, and placement puts clusters in other machines' "
                 "kernels (through their agents)",
             )
-        # What runs across machines so far: the links with their schedules, traces and faults,
-        # the self-check, collectives, training and command workloads. The rest samples or
-        # changes the network from one process.
-        later = "not across machines yet (docs/scale-out.md); remove it or `placement:`"
-        checks = [
-            ("traffic", bool(self.flows), "traffic beside the workload"),
-            ("trace", self.trace != Trace(), "tracing (tcp_info, queues, pcap)"),
-            ("workload.kind",
-             self.workload is not None
-             and self.workload.kind not in ("collectives", "training", "command"),
-             f"a {getattr(self.workload, 'kind', '')} workload"),
-        ]  # fmt: skip
-        for where, bad, what in checks:
-            if bad:
-                raise FieldError(where, f"{what} is {later}")
         return self
 
     @model_validator(mode="after")

@@ -14,7 +14,7 @@ The receivers start first and report READY in their logs; a thread waits for the
 ``popen`` (recorded, so teardown stops what is left). Across machines each process runs on its
 host's machine and its files (logs, samples, a DCQCN flow's records) come back into the run
 directory as it runs (testbed.live.spanned); :meth:`stop` stops them. The samples carry their
-own unix times (their machine's clock).
+own unix times, their machine's, put on the driver's timeline in the tables.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,8 @@ from testbed.config.dynamics import BulkFlow
 from testbed.core.dcqcn import DcqcnParams
 from testbed.core.errors import NetError
 from testbed.experiment.clock import Instant, OriginClock
+from testbed.live.spanned import SpannedNetwork
+from testbed.live.spanned.traces import driver_time
 from testbed.net import procs
 
 if TYPE_CHECKING:
@@ -246,6 +249,13 @@ class Flows:
         for p in self.receivers:
             procs.stop(p)
 
+    def _to_driver(self, host: str) -> Callable[[float], float]:
+        """A unix time of ``host``'s machine on the driver's timeline (across machines: with
+        its clock offset; testbed.live.spanned.traces.driver_time)."""
+        if isinstance(self.tb, SpannedNetwork):
+            return driver_time(self.tb, self.tb.machine_of(host))
+        return lambda t: t
+
     def rows(self) -> list[dict[str, Any]]:
         """The goodput samples of every bulk flow (flows_goodput rows, without run_id)."""
         out = []
@@ -253,6 +263,7 @@ class Flows:
             if not isinstance(flow, BulkFlow):
                 continue
             congestion = None
+            at = self._to_driver(flow.to)  # the receiver's samples
             with contextlib.suppress(OSError, ValueError, IndexError):
                 lines = (self.run_dir / f"flow-{i}-send.log").read_text().splitlines()
                 congestion = json.loads(lines[-1]).get("congestion")
@@ -266,7 +277,7 @@ class Flows:
                                 "from": flow.from_,
                                 "to": flow.to,
                                 "congestion": congestion or flow.congestion,
-                                "t": s["t"],
+                                "t": at(s["t"]),
                                 "seconds": s["seconds"],
                                 "bytes": s["bytes"],
                                 "goodput_bps": s["goodput_bps"],
@@ -285,19 +296,25 @@ class Flows:
                 continue
             base = {"flow": i, "from": flow.from_, "to": flow.to, "variant": flow.variant}
             d = self.dcqcn_dir(i)
-            files = ((f"rp-{i}.jsonl", events), ("np.jsonl", events), ("rx.jsonl", rx))
-            for name, table in files:
+            sender, receiver = self._to_driver(flow.from_), self._to_driver(flow.to)
+            files = (
+                (f"rp-{i}.jsonl", events, sender),
+                ("np.jsonl", events, receiver),
+                ("rx.jsonl", rx, receiver),
+            )
+            for name, table, at in files:
                 with contextlib.suppress(OSError, ValueError, IndexError):
                     lines = (d / name).read_text().splitlines()
                     head = json.loads(lines[0])
                     zero = head["monotonic_zero_unix"]
                     if "t0" in head:  # the sender's: when it began, at its line rate
                         rate = head["line_rate_bps"]
-                        table.append(base | {"t": head["t0"] + zero, "kind": "start", "rc": rate})
+                        start = at(head["t0"] + zero)
+                        table.append(base | {"t": start, "kind": "start", "rc": rate})
                     for line in lines[1:]:
                         with contextlib.suppress(ValueError):
                             r = json.loads(line)
-                            r["t"] = r["t"] + zero
+                            r["t"] = at(r["t"] + zero)
                             if name == "np.jsonl":
                                 r |= {"kind": "cnp_sent"}
                             r.pop("flow", None)

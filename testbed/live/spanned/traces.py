@@ -11,9 +11,10 @@ run: it starts and stops every machine's part, copies the captures into the run 
 (the flows table is read from those copies) and, once the testbed is down (a delay line's
 samples are complete then), joins the machines' rows.
 
-Times: every row is stamped by its machine's clock (time.time(), a capture's kernel time). The
-stand-in machines share one clock; on real machines rows of two machines compare only as well
-as their clocks agree.
+Times: every row is stamped by its machine's clock (time.time(), a capture's kernel time) and
+put on the driver's timeline with the machine's clock offset (:func:`driver_time`, the latest
+measurement of testbed.live.spanned.clocks; within its bound, which the run's info records).
+The capture files themselves keep their machine's times.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,23 @@ if TYPE_CHECKING:
 # the tables a machine's part gives after teardown (the flows table comes from the captures,
 # read on the driver)
 MACHINE_TABLES = ("tcp", "queues", "flowpaths")
+# each table's columns of unix times
+TIME_COLUMNS = {"tcp": ("time",), "queues": ("time",), "flowpaths": ("time_from", "time_to")}
+
+
+def driver_time(tb: SpannedNetwork, machine: str) -> Callable[[float], float]:
+    """A unix time of ``machine``'s clock on the driver's timeline (its latest clock offset;
+    unchanged while none was measured)."""
+    clock = tb.clock
+    if clock is None:
+        return lambda t: t
+    return lambda t: clock.to_driver(machine, t)[0]
+
+
+def _shifted(
+    rows: list[dict], keys: tuple[str, ...], to_driver: Callable[[float], float]
+) -> list[dict]:
+    return [{**r, **{k: to_driver(r[k]) for k in keys if r.get(k) is not None}} for r in rows]
 
 
 class MachineTraces:
@@ -89,7 +108,7 @@ class SpannedTraces:
         self.machines = sorted(tb.agents)
         self.hosts = {m: sorted({h for h in hosts if tb.machine_of(h) == m}) for m in tb.agents}
         self.pcap_stats: list[dict] = []
-        self.pcaps: list[tuple[Path, str]] = []  # the copies here, with their labels
+        self.pcaps: list[tuple[Path, str, str]] = []  # the copies here: label, machine
         self._in_effect: dict[str, Any] = {}
         self._problems: list[str] = []
 
@@ -113,7 +132,7 @@ class SpannedTraces:
                 (self.run_dir / name).write_bytes(data)
             for s in stats:
                 path = self.run_dir / s["path"]
-                self.pcaps.append((path, s.get("label", path.stem)))
+                self.pcaps.append((path, s.get("label", path.stem), machine))
                 self.pcap_stats.append({**s, "path": str(path), "machine": machine})
             self._in_effect |= in_effect
             self._problems += [f"{machine}: {p}" for p in problems]
@@ -127,17 +146,20 @@ class SpannedTraces:
     def tables(self) -> dict[str, list[dict]]:
         """Every machine's rows in one machine's tables (after the testbed is down)."""
         out: dict[str, list[dict]] = {}
-        for part in self.tb.traced.values():
+        for machine, part in self.tb.traced.items():
+            to_driver = driver_time(self.tb, machine)
             for name, rows in part.items():
-                out.setdefault(name, []).extend(rows)
+                keys = TIME_COLUMNS.get(name, ())
+                out.setdefault(name, []).extend(_shifted(rows, keys, to_driver))
         if "queues" in out:
             out["queues"].sort(key=lambda r: (r["direction"], r["time"]))
         if self.trace.pcap:
             from analysis.flows import flows_from_pcap
 
             flows: list[dict] = []
-            for path, label in self.pcaps:
+            for path, label, machine in self.pcaps:
                 if path.exists():
-                    flows += flows_from_pcap(path, label=label).to_dict("records")
+                    rows = flows_from_pcap(path, label=label).to_dict("records")
+                    flows += _shifted(rows, ("time",), driver_time(self.tb, machine))
             out["flows"] = flows
         return out
