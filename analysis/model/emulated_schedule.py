@@ -38,8 +38,9 @@ from dataclasses import dataclass
 CALL_S = 1.7e-3
 CALL_RTTS = 0.4
 # gloo's all-gather of a 625 KB fp4 fragment at 3 Mbit/s, 1 ms one way: 1.56-2.52 s (bimodal,
-# most trials 2.4-2.5 s) where the all-reduce of the same bytes took 1.58-1.75 s; the Table 4
-# run's fp4 fragments took 1.6-1.75x their bytes' time at 3-24 Mbit/s.
+# most trials 2.4-2.5 s) where the all-reduce of the same bytes took 1.58-1.75 s (load 14-29);
+# in the Table 4 run the fp4 fragments took 1.63x their bytes' time at each of 3-24 Mbit/s (bf16
+# fragments 1.00-1.02x): the run's own factor is higher than this one, measured apart.
 GATHER_FACTOR = 1.45
 
 
