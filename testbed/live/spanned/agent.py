@@ -300,8 +300,10 @@ class MachineAgent:
         self.traces.start()
 
     def trace_stop(self) -> tuple[dict[str, bytes], list[dict], dict[str, Any], list[str]]:
-        """Stop sampling: the captures, their statistics, what is in effect, the problems."""
-        assert self.traces is not None
+        """Stop sampling: the captures, their statistics, what is in effect, the problems
+        (nothing when sampling never started here: another machine's start failed first)."""
+        if self.traces is None:
+            return {}, [], {}, []
         return self.traces.stop()
 
     def traced(self) -> dict[str, list[dict]]:
