@@ -249,6 +249,18 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_spanned.py",
         "test_a_topology_over_two_machines_reaches_checks_and_reduces_like_one",
     ),
+    ("schedule", "native", "across", "single"): (
+        "test_spanned_dynamics.py",
+        "test_a_schedule_step_and_a_blackhole_act_across_machines_on_the_drivers_clock",
+    ),
+    ("blackhole", "native", "across", "single"): (
+        "test_spanned_dynamics.py",
+        "test_a_schedule_step_and_a_blackhole_act_across_machines_on_the_drivers_clock",
+    ),
+    ("link_down", "native", "across", "single"): (
+        "test_spanned_dynamics.py",
+        "test_a_schedule_step_and_a_blackhole_act_across_machines_on_the_drivers_clock",
+    ),
     ("collectives", "mininet", "one", "single"): (
         "test_mininet_engine.py",
         "test_a_run_on_the_mininet_engine_records_it",
