@@ -121,3 +121,31 @@ def test_the_report_names_the_term_that_explains_a_miss() -> None:
     assert explaining_term("DiLoCo", 0.89, 0.90, 0.90, 0.1) == "-"
     assert explaining_term("DiLoCo", 0.5, 0.9, 0.9, 0.1) == "unexplained"
     assert explaining_term("DiLoCo", 0.5, 0.9, None, 0.1) == "unexplained"
+
+
+def test_the_cu_figure_draws_the_schedule_model_dotted() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from analysis.compute_util_plots import cu_vs_bandwidth
+
+    pts = pd.DataFrame(
+        [
+            {
+                "method": m,
+                "bandwidth": b,
+                "compute_utilisation": c,
+                "cu_paper_model": c + 0.01,
+                "cu_schedule_model": c - 0.01,
+            }
+            for m in ("DP", "DiLoCo")
+            for b, c in ((10.0, 0.4), (100.0, 0.9))
+        ]
+    )
+    fig = cu_vs_bandwidth(pts)
+    assert fig is not None
+    # per method: measured, paper model, schedule model, the paper's needed-bandwidth points
+    lines = fig.axes[0].lines
+    assert len(lines) == 8
+    assert lines[2].get_linestyle() == ":"
+    assert np.asarray(lines[2].get_ydata()).tolist() == pytest.approx([0.39, 0.89])
