@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from testbed.core.clock import SYSTEM, Clock
-from traffic.announce import parse
+from traffic.announce import Announcement, parse
 
 WAKE = 0.25  # s: longest sleep between two looks at the clock (an announcement wakes it sooner)
 READ_POLL = 0.1  # s: the announcement reader's receive timeout (how fast close() is noticed)
@@ -89,17 +89,20 @@ class OriginClock:
             except OSError:  # closed under us
                 return
             got = parse(data)
-            if got is None:
-                continue
-            with self.cond:
-                at = Instant(got.unix, got.mono)
-                if got.kind == "end":
-                    self.ended = True
-                elif got.iteration is not None:
-                    self.iterations.setdefault(got.iteration, at)
-                    if self.origin is None and self.from_iterations:
-                        self.origin = at
-                self._changed()
+            if got is not None:
+                self.announce(got, Instant(got.unix, got.mono))
+
+    def announce(self, got: Announcement, at: Instant) -> None:
+        """Rank 0's announcement ``got``, at ``at`` on this clock (across machines: relayed,
+        its times put on the driver's timeline)."""
+        with self.cond:
+            if got.kind == "end":
+                self.ended = True
+            elif got.iteration is not None:
+                self.iterations.setdefault(got.iteration, at)
+                if self.origin is None and self.from_iterations:
+                    self.origin = at
+            self._changed()
 
     def set_origin(self, at: Instant | None = None) -> Instant:
         """The origin is ``at`` (now by default) unless one is set already; the origin."""

@@ -16,7 +16,7 @@ from testbed.experiment.clock import OriginClock
 from testbed.experiment.events import EventRunner
 from testbed.experiment.flows import Flows
 from testbed.experiment.results import RunResult
-from testbed.experiment.spanned_events import SpannedTarget
+from testbed.experiment.spanned_events import AnnouncementRelay, SpannedTarget
 from testbed.live.protocol import LiveNetwork
 from testbed.live.spanned import SpannedNetwork
 from testbed.plan.model import NetworkPlan
@@ -55,6 +55,8 @@ class RunDynamics:
     ) -> None:
         assert tb.plan is not None
         self.result = result
+        self.tb = tb
+        self.relay: AnnouncementRelay | None = None  # across machines: rank 0's announcements
         self.timeline = timeline_for(sc, tb.plan, source)
         self.clock: OriginClock | None = None
         self.runner: EventRunner | None = None
@@ -84,9 +86,15 @@ class RunDynamics:
             raise
         return self
 
-    def spec_keys(self) -> dict[str, Any]:
-        """What the ranks' spec gets: the socket they announce their iterations on."""
-        return {"events_socket": self.clock.path} if self.clock is not None else {}
+    def spec_keys(self, first_host: str | None = None) -> dict[str, Any]:
+        """What the ranks' spec gets: the socket they announce their iterations on (across
+        machines: one on the machine of rank 0, ``first_host``, relayed to the clock)."""
+        if self.clock is None:
+            return {}
+        if isinstance(self.tb, SpannedNetwork) and first_host is not None:
+            self.relay = AnnouncementRelay(self.tb, first_host, self.clock)
+            return {"events_socket": self.relay.path}
+        return {"events_socket": self.clock.path}
 
     def wait_traffic(self) -> None:
         """Until the flows are over (a run with traffic and no workload)."""
@@ -104,6 +112,8 @@ class RunDynamics:
         assert self.runner is not None and self.flows is not None
         run_id = self.result.run_id
         try:
+            if self.relay is not None:
+                self.relay.stop()
             self.clock.end()
             self.runner.stop()
             self.flows.stop()
@@ -121,6 +131,8 @@ class RunDynamics:
             if self.flows.bulk:
                 self.result.info["bulk"] = self.flows.bulk
             self.errors = list(self.flows.errors)
+            if self.relay is not None:
+                self.errors += self.relay.errors
             try:  # apart from the shapers' queue-overflow drops (queues.parquet)
                 if drops := self.runner.fault_drops():
                     self.result.info["fault_drops"] = drops

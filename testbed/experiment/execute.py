@@ -162,7 +162,7 @@ def execute(
                 ranks = place_ranks(tb.plan, workload.ranks_per_host, workload.placement)
                 result.ranks = [{"run_id": spec.run_id, **r.as_dict()} for r in ranks]
                 kind = kind_of(workload)
-                keys = {**kind.spec_keys(workload), **dynamics.spec_keys()}
+                keys = {**kind.spec_keys(workload), **dynamics.spec_keys(ranks[0].host)}
                 described = kind.processes(workload, tb.plan, ranks, run_dir, source)
                 session = RankSession(
                     tb, ranks, run_dir, kind.rank_module, workload.timeout, keys,

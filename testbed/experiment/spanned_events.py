@@ -9,20 +9,27 @@ An event is handed over ``LEAD`` s before its time with its due time on each mac
 (the driver's plus that machine's offset, testbed.live.spanned.clocks): the agent waits for it
 and applies it, so Ray's call time is not in its lateness. Its application time is the last
 machine's, put on the driver's timeline; the bound is that machine's clock-offset bound.
+
+Rank 0's iteration announcements (the run's origin with ``clock: workload``, anchored faults)
+are sent on its own machine: :class:`AnnouncementRelay` brings them to the driver's clock.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+from testbed.experiment.clock import Instant, OriginClock
 from testbed.experiment.events import Applied, EventTarget
 from testbed.live.spanned import SpannedNetwork
 from testbed.live.spanned.changes import Action
 from testbed.live.spanned.clocks import EVENTS_GROUP
 from testbed.plan.model import Impairment
+from traffic.announce import parse
 
 LEAD = 0.05  # s: an event goes to its machines this long before it is due (Ray's call time)
+RELAY_POLL = 0.02  # s between two looks at rank 0's announcements on its machine
 
 
 class SpannedTarget(EventTarget):
@@ -119,3 +126,48 @@ class SpannedFaults:
 
     def gateway(self, cluster: str, up: bool) -> str:
         return self._all(("gateway", (cluster, up)))
+
+
+class AnnouncementRelay:
+    """Rank 0's announcements from its machine into the driver's origin clock: the agent there
+    keeps them (testbed.live.spanned.announce); a thread takes them every ``RELAY_POLL`` s and
+    puts their unix times on the driver's timeline with that machine's clock offset (their
+    monotonic times are that machine's: replaced by the driver's for the same instant)."""
+
+    def __init__(self, tb: SpannedNetwork, host: str, clock: OriginClock) -> None:
+        self.tb, self.host, self.clock = tb, host, clock
+        self.machine = tb.machine_of(host)
+        self.path = tb.relay_start(host)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="announce-relay", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(RELAY_POLL):
+            if not self.take():
+                return
+
+    def take(self) -> bool:
+        """Bring what arrived into the clock; False when the agent could not be asked."""
+        try:
+            got = self.tb.relay_take(self.host)
+        except Exception as exc:  # the agent is gone: said, the run's events skip
+            self.errors.append(f"announcement relay: {type(exc).__name__}: {exc}")
+            return False
+        sync = self.tb.clock
+        assert sync is not None, "the testbed is not up"
+        source = self.clock.source
+        for _, data in got:
+            a = parse(data)
+            if a is None:
+                continue
+            unix, _ = sync.to_driver(self.machine, a.unix)
+            mono = unix - (source.wall() - source.now())
+            self.clock.announce(a, Instant(unix, mono))
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.take()

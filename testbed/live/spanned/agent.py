@@ -28,6 +28,7 @@ from testbed.core.nsenter import NETNS_DIR
 from testbed.live.host_processes import listening
 from testbed.live.network import Network
 from testbed.live.ray_common import NODE_DIR, node_identity
+from testbed.live.spanned.announce import Relay
 from testbed.live.spanned.changes import Action, MachineChanges
 from testbed.live.spanned.lines import LineReader
 from testbed.live.spanned.traces import MachineTraces
@@ -57,6 +58,7 @@ class MachineAgent:
         self.hosts: dict[int, str] = {}  # pid -> the host it runs in
         self.groups: set[int] = set()  # the pids that lead a process group
         self.changes: MachineChanges | None = None  # the WAN's changes and faults, once asked
+        self.relay: Relay | None = None  # rank 0's announcements, when it runs here
         self.traces: MachineTraces | None = None
         self.routing: RoutingEvents | None = None
 
@@ -104,6 +106,15 @@ class MachineAgent:
 
     def wan_fault_drops(self) -> list[dict]:
         return self.changes.fault_drops() if self.changes is not None else []
+
+    def relay_start(self) -> str:
+        """A socket here for rank 0's announcements (testbed.live.spanned.announce): its path."""
+        if self.relay is None:
+            self.relay = Relay()
+        return self.relay.path
+
+    def relay_take(self) -> list[tuple[float, bytes]]:
+        return self.relay.take() if self.relay is not None else []
 
     def _changes(self) -> MachineChanges:
         if self.changes is None:
@@ -311,6 +322,8 @@ class MachineAgent:
         return self.traces.tables if self.traces is not None else {}
 
     def down(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         for handle in list(self.servers):
             self.stop(handle)
         for pid in self.groups:  # what a group's leader started goes with it

@@ -31,7 +31,12 @@ from testbed.core.errors import NetError, ScenarioError, TestbedError
 from testbed.live.processes import RANK_ENV
 from testbed.live.ray_common import RESOURCE, connect_ray
 from testbed.live.spanned.agent import MachineAgent
-from testbed.live.spanned.clocks import CONCURRENCY_GROUPS, ClockSync, one_way_delay
+from testbed.live.spanned.clocks import (
+    CLOCK_GROUP,
+    CONCURRENCY_GROUPS,
+    ClockSync,
+    one_way_delay,
+)
 from testbed.live.spanned.nodes import MachineNode, machine_nodes
 from testbed.live.spanned.remote import RemoteProcess, RemoteServer
 from testbed.live.spanned.routing import SpannedRoutingEvents, wait_converged
@@ -358,6 +363,16 @@ class SpannedNetwork:
             "clock_offset": self.clock.bring_up() if self.clock is not None else {},
             "one_way_delay": self.one_way,
         }
+
+    def relay_start(self, host: str) -> str:
+        """A socket on ``host``'s machine for rank 0's announcements (its path there)."""
+        agent = self._agent(host)
+        return self.ray.get(agent.relay_start.options(concurrency_group=CLOCK_GROUP).remote())
+
+    def relay_take(self, host: str) -> list[tuple[float, bytes]]:
+        """What that socket received since the last call: (receipt unix time there, datagram)."""
+        agent = self._agent(host)
+        return self.ray.get(agent.relay_take.options(concurrency_group=CLOCK_GROUP).remote())
 
     def clock_rows(self) -> list[dict[str, Any]]:
         """Every clock offset measurement (bring-up, then every few seconds): the
