@@ -357,12 +357,13 @@ def check_faults_run(res: Any, paths: bool) -> None:
 # the last one.
 TRACE_MBIT = (80, 20, 60, 40, 80)
 PRESET = "pantheon/aws-korea-china"  # 77.72 Mbit/s, 51 ms one way, a 94-packet queue, 0.06% loss
+PRESET_CAPACITY = 77.72e6 * (1 - 0.0006)  # its uplink's rate less its loss
 WORKLOADS = {
-    "real": {"kind": "training", "model": "char-mlp", "algorithm": "diloco", "steps": 12,
-             "ranks_per_host": 1, "eval_every": 6, "diloco": {"inner_steps": 6},
+    "real": {"kind": "training", "model": "char-mlp", "algorithm": "diloco", "steps": 8,
+             "ranks_per_host": 1, "eval_every": 4, "diloco": {"inner_steps": 4},
              "timeout": "120s"},
     "emulated": {"kind": "training", "model": "llama-3-1b", "scale": "1/1000",
-                 "compute": {"step": "0.1s"}, "algorithm": "diloco", "steps": 20,
+                 "compute": {"step": "0.1s"}, "algorithm": "diloco", "steps": 10,
                  "diloco": {"inner_steps": 5}, "timeout": "120s"},
     "dcqcn": {"kind": "dcqcn", "flows": [{"from": "east-h0", "to": "west-h0"}],
               "duration": "3s"},
@@ -371,32 +372,23 @@ WORKLOADS = {
 }  # fmt: skip
 
 
-def workloads_scenario(
-    tmp: Path, engine: str, paths: bool, routing: dict[str, Any], kinds: tuple[str, ...]
-) -> dict:
+def workloads_scenario(tmp: Path, engine: str, paths: bool, kinds: tuple[str, ...]) -> dict:
     """A sweep of one case per workload of ``kinds`` (WORKLOADS) on one scenario: bulk
-    cross-traffic, a trace (on the link; on two paths on path 0) and a preset (on two paths on
-    path 1; on one link a second link of the preset from west to a third cluster, south), tcp_info
-    and queue tracing, ``routing``. Writes the trace into ``tmp``."""
+    cross-traffic, a preset with a trace (on a link of two paths the preset on both, the trace
+    on path 0, an l4 hash), tcp_info and queue tracing. Writes the trace into ``tmp``."""
     rows = "".join(f"{k}s,{r}mbit\n" for k, r in enumerate(TRACE_MBIT))
     (tmp / "rates.csv").write_text("t,rate\n" + rows)
     trace = {"file": "rates.csv", "format": "csv", "bin": "1s", "loop": False}
-    one = {"rate": "100mbit", "delay": "5ms"}
-    clusters = {"east": {"hosts": 1}, "west": {"hosts": 1}}
-    if paths:
-        link = {"between": ["east", "west"], "paths": [{**one, "trace": trace}, {"preset": PRESET}]}
-        wan_links = [link]
+    preset = {"preset": PRESET, "delay": "5ms"}  # its rate, queue and loss; a shorter delay
+    if paths:  # equal paths at bring-up: the self-check's probes take either
+        link = {"between": ["east", "west"], "paths": [{**preset, "trace": trace}, preset]}
     else:
-        clusters["south"] = {"hosts": 1}
-        wan_links = [
-            {"between": ["east", "west"], **one, "trace": trace},
-            {"between": ["west", "south"], "preset": PRESET},
-        ]
+        link = {"between": ["east", "west"], **preset, "trace": trace}
     data = {
         "name": f"{RUN_TAG}-cw"[:32],
-        "clusters": clusters,
-        "wan": wan_links,
-        "routing": routing,
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [link],
+        "routing": {"ecmp": {"hash": "l4"}},
         "workload": WORKLOADS[kinds[0]],
         "traffic": [
             {"kind": "bulk", "from": "east-h0", "to": "west-h0", "start": "0s", "duration": "2s"}
@@ -407,3 +399,64 @@ def workloads_scenario(
     if engine != "native":
         data["engine"] = engine
     return data
+
+
+def check_workloads_run(res: Any, kinds: tuple[str, ...], paths: bool) -> None:
+    """The evidence of every feature of ``workloads_scenario`` in its loaded results: each case's
+    workload completed, the bulk flow beside it, the trace's rates applied in order on the
+    traced direction, the preset's rate and delay on its direction, tcp_info and queue samples."""
+    assert (res.runs["status"] == "ok").all(), res.runs[["run_id", "status", "reason"]]
+    runs = [f"p{i:03d}-r0" for i in range(len(kinds))]
+    assert sorted(res.runs["run_id"]) == runs
+    traced = "east->west/0" if paths else "east->west"
+    preset = "east->west/1" if paths else "east->west"
+    ev = res.events.drop_duplicates(["run_id", "event"])
+    for run, kind in zip(runs, kinds, strict=True):
+        workload = WORKLOADS[kind]
+        if workload["kind"] == "training":
+            steps = res.training[res.training["run_id"] == run]
+            assert set(steps["outcome"]) == {"ok"}, steps
+            assert steps["step"].nunique() == workload["steps"], steps["step"].unique()
+            emulated = set(steps["compute_kind"]) == {"emulated"}
+            assert emulated == (kind == "emulated"), set(steps["compute_kind"])
+        elif kind == "dcqcn":
+            rows = res.dcqcn[res.dcqcn["run_id"] == run]
+            assert sorted(rows["kind"].unique()) >= ["end", "start"], rows
+            assert rows.loc[rows["kind"] == "end", "sent"].iloc[0] > 0, rows
+        else:  # collectives
+            ops = res.collectives[res.collectives["run_id"] == run]
+            assert len(ops) == workload["iterations"] * 2 and set(ops["outcome"]) == {"ok"}, ops
+        # the trace: its bins' rates in order, applied on the traced direction alone (a run
+        # shorter than the trace ends it early)
+        sets = ev[(ev["run_id"] == run) & (ev["source"] == "trace")].sort_values("applied_unix")
+        assert len(sets) and set(sets["status"]) == {"applied"}, sets
+        assert set(sets["direction"]) == {traced}, sets["direction"]
+        rates = [r / 1e6 for r in sets["rate_bps"]]
+        assert rates == list(TRACE_MBIT[: len(rates)]), rates
+        # the preset: its rate and loss (the uplink's) planned, the delay written over it
+        (row,) = res.links[
+            (res.links["run_id"] == run) & (res.links["direction"] == preset)
+        ].to_dict("records")
+        assert abs(row["capacity_configured_bps"] - PRESET_CAPACITY) < 1, row
+        assert abs(row["delay_configured_s"] - 0.005) < 1e-9, row
+        # the bulk cross-traffic, and both traces sampled
+        assert res.flows_goodput.loc[res.flows_goodput["run_id"] == run, "bytes"].sum() > 0, run
+        assert (res.tcp["run_id"] == run).any(), run
+        assert traced in set(res.queues.loc[res.queues["run_id"] == run, "direction"]), run
+
+
+def bulk_alone(data: dict[str, Any]) -> dict[str, Any]:
+    """``workloads_scenario``'s data without a workload: its bulk flow alone (the clock's origin
+    is then the traffic's start), the trace, the preset and the tracing kept."""
+    return {k: v for k, v in data.items() if k not in ("workload", "sweep")} | {
+        "name": f"{RUN_TAG}-cb"[:32]
+    }
+
+
+def check_bulk_alone(res: Any, paths: bool) -> None:
+    assert (res.runs["status"] == "ok").all(), res.runs[["status", "reason"]]
+    g = res.flows_goodput
+    assert len(g) >= 10 and g["bytes"].sum() > 0, g  # 2 s in 100 ms samples
+    sets = res.events[res.events["source"] == "trace"]
+    assert len(sets) and set(sets["status"]) == {"applied"}, sets
+    assert set(sets["direction"]) == {"east->west/0" if paths else "east->west"}

@@ -7,7 +7,7 @@ unequal path weights spread by an l4 hash; each feature's evidence in the result
 from __future__ import annotations
 
 import pytest
-from composed import check_faults_run, faults_scenario
+from composed import check_faults_run, check_workloads_run, faults_scenario, workloads_scenario
 
 import analysis
 from testbed.config.sweep import expand
@@ -25,3 +25,14 @@ def test_every_fault_traffic_and_trace_on_one_path_of_two(root, tmp_path):
     exp = Experiment(expand(data, source), source, tmp_path / "out", resume=False)
     assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]["p000-r0"]["reason"]
     check_faults_run(analysis.load(exp.results.path), paths=True)
+
+
+# measured 130 s on 2 cores under a load average of 14 (three runs: two trainings' ranks start)
+@pytest.mark.timeout(480)
+def test_every_workload_beside_traffic_with_a_trace_and_a_preset_on_two_paths(root, tmp_path):
+    kinds = ("real", "emulated", "dcqcn")
+    data = workloads_scenario(tmp_path, "native", paths=True, kinds=kinds)
+    source = str(tmp_path / "scenario.yaml")
+    exp = Experiment(expand(data, source), source, tmp_path / "out", resume=False)
+    assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]
+    check_workloads_run(analysis.load(exp.results.path), kinds, paths=True)
