@@ -437,6 +437,246 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_spanned_tracing.py",
         "test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables",
     ),
+    ("command (a user's program)", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("command (a user's program)", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("command (a user's program)", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("bulk cross-traffic beside a workload", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("bulk cross-traffic beside a workload", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("bulk cross-traffic beside a workload", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("dcqcn cross-traffic beside a workload", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("dcqcn cross-traffic beside a workload", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("dcqcn cross-traffic beside a workload", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("schedule", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("schedule", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("blackhole", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("blackhole", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("link_down", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("link_down", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("reset", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("reset", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("reset", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("flap", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("flap", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("flap", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("burst_loss", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("burst_loss", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("burst_loss", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("partition", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("partition", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("partition", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("gateway_crash", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("gateway_crash", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("gateway_crash", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("tcp_info", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("tcp_info", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("tcp_info", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("queues", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("queues", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("pcap", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("pcap", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_the_mininet_engine",
+    ),
+    ("pcap", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("static", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("static, unequal path weights", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two",
+    ),
+    ("static, unequal path weights", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("ecmp (L3 or L4 hash)", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine",
+    ),
+    ("training (a real model)", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_workload_beside_traffic_with_a_trace_and_a_preset_on_two_paths",
+    ),
+    ("training (an emulated model)", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_workload_beside_traffic_with_a_trace_and_a_preset_on_two_paths",
+    ),
+    ("dcqcn flows", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_workload_beside_traffic_with_a_trace_and_a_preset_on_two_paths",
+    ),
+    ("preset", "native", "one", "multipath"): (
+        "test_composed_native_multipath.py",
+        "test_every_workload_beside_traffic_with_a_trace_and_a_preset_on_two_paths",
+    ),
+    ("training (a real model)", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
+    ),
+    ("training (an emulated model)", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
+    ),
+    ("dcqcn flows", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
+    ),
+    ("bulk traffic alone", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
+    ),
+    ("trace", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
+    ),
+    ("preset", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
+    ),
+    ("collectives", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
+    ),
+    ("training (a real model)", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
+    ),
+    ("training (an emulated model)", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
+    ),
+    ("dcqcn flows", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
+    ),
+    ("bulk traffic alone", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
+    ),
+    ("trace", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
+    ),
+    ("preset", "mininet", "one", "multipath"): (
+        "test_mininet_composed.py",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
+    ),
+    ("bgp (FRR, BFD)", "mininet", "one", "single"): (
+        "test_mininet_composed.py",
+        "test_bgp_with_bfd_on_a_link_of_one_path_on_the_mininet_engine",
+    ),
 }
 TESTS = {key: f"tests/live/{file}::{name}" for key, (file, name) in _LIVE_TESTS.items()}
 

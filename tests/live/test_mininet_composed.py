@@ -99,7 +99,7 @@ def test_bgp_with_bfd_on_a_link_of_one_path_on_the_mininet_engine(root, make_tes
     assert len(daemons) == 6  # zebra, bfdd, bgpd in each gateway
     for gw in ("east-gw", "west-gw"):
         assert frr.kernel_routes(tb.namespace(gw)), gw  # a BGP route, one nexthop
-    d = frr.gateway_dir(tb.record.prefix, "east-gw")
+    d = frr.gateway_dir(tb.record, "east-gw")
     peers = json.loads(frr.vtysh(tb.namespace("east-gw"), d, "show bfd peers json"))
     assert [p["status"] for p in peers] == ["up"]
     r = tb.run("east-h0", ["ping", "-c", "3", "-i", "0.2", "west-h1"])
