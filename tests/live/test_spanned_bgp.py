@@ -130,8 +130,9 @@ def test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing(m
         assert any(r["source"] == "bgp" and r["event"] == "up" for r in rows), rows
         # detection: BFD's 3 x 50 ms after the last control packet, then bgpd and zebra
         # (~75 ms): ~0.23 s, as on one machine (RESULTS.md "Multipath WAN links: failover":
-        # moved 0.221-0.231 s). The stand-ins share one clock, so node-a's monitor time and
-        # the test's are comparable; `before`..`after` (the agent's call) is the resolution.
+        # moved 0.221-0.231 s). The routing rows are on the driver's timeline (the test's
+        # clock: each machine's offset, 0 within its bound on the stand-ins); `before`..`after`
+        # (the two agents' calls that install the drops) is the resolution.
         moved = next(r["time"] for r in fib if r["time"] > before) - before
         assert 0.1 < moved < 1.0, (moved, after - before)
     finally:

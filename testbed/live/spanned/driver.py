@@ -383,8 +383,11 @@ class SpannedNetwork:
         return next((c for c in self.compensation if c.direction == direction), None)
 
     def routing_events(self, run_dir: Path) -> SpannedRoutingEvents:
-        """The routing events of a run, recorded on every machine (a context manager)."""
-        return SpannedRoutingEvents(self.ray, self.agents, run_dir)
+        """The routing events of a run, recorded on every machine (a context manager), on this
+        process's timeline (each machine's latest clock offset)."""
+        clock = self.clock
+        to_driver = None if clock is None else (lambda m, t: clock.to_driver(m, t)[0])
+        return SpannedRoutingEvents(self.ray, self.agents, run_dir, to_driver)
 
     def problems(self) -> list[str]:
         got = self.ray.get([a.problems.remote() for a in self.agents.values()])

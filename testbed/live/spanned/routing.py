@@ -10,13 +10,16 @@ the wires. Each daemon is recorded in its machine's part, so that machine's tear
 :class:`SpannedRoutingEvents` records the routing events of a run on every machine: each agent
 runs :class:`testbed.trace.routing.RoutingEvents` on its part (route monitors in its gateways,
 its FRR logs), the driver gathers the rows and the monitors' output into the run's directory.
-Times are each machine's own clock (unix seconds): on the stand-in machines, one kernel, they
-are one clock; on real machines they are as far apart as the machines' clocks.
+Each machine stamps its rows with its own clock (unix seconds); given ``to_driver`` (a machine's
+time -> the driver's, from the clock offsets of testbed.live.spanned.clocks) the rows are put
+on the driver's timeline, else they keep their machine's clock (on the stand-in machines, one
+kernel, that is one clock).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +46,15 @@ class SpannedRoutingEvents:
     """Around one run across machines: every agent's route monitors and FRR logs; ``rows``
     (every machine's, in time order) once left, the monitors' output in ``run_dir/routing``."""
 
-    def __init__(self, ray: Any, agents: dict[str, Any], run_dir: Path) -> None:
+    def __init__(
+        self,
+        ray: Any,
+        agents: dict[str, Any],
+        run_dir: Path,
+        to_driver: Callable[[str, float], float] | None = None,
+    ) -> None:
         self.ray, self.agents = ray, dict(agents)
+        self.to_driver = to_driver
         self.dir = run_dir / "routing"
         self.rows: list[dict[str, Any]] = []
 
@@ -55,8 +65,10 @@ class SpannedRoutingEvents:
 
     def __exit__(self, *exc: object) -> None:
         got = self.ray.get([a.routing_stop.remote() for a in self.agents.values()])
-        for rows, files in got:
+        for machine, (rows, files) in zip(self.agents, got, strict=True):
             for name, data in files.items():
                 (self.dir / name).write_bytes(data)
+            if self.to_driver is not None:
+                rows = [{**r, "time": self.to_driver(machine, r["time"])} for r in rows]
             self.rows += rows
         self.rows.sort(key=lambda r: r["time"])
