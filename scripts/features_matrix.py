@@ -261,6 +261,10 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_spanned_dynamics.py",
         "test_a_schedule_step_and_a_blackhole_act_across_machines_on_the_drivers_clock",
     ),
+    ("trace", "native", "across", "single"): (
+        "test_spanned_composed.py",
+        "test_a_placed_scenario_with_everything_reports_like_one_machine",
+    ),
     ("collectives", "mininet", "one", "single"): (
         "test_mininet_engine.py",
         "test_a_run_on_the_mininet_engine_records_it",

@@ -1,0 +1,103 @@
+"""Live test of everything at once across machines: three clusters on two stand-in machines
+(east on node-a; west and north on node-b: two WAN links, each across the machines), a trace
+replayed on one link, a blackhole on the other, tcp_info tracing, a bulk flow and a DiLoCo
+training, run through the runner across the machines and on one machine; the two report alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from testbed.net import registry
+
+pytestmark = pytest.mark.live
+ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
+
+PLACEMENT = {"machines": {"east": "node-a", "west": "node-b", "north": "node-b"}}
+
+
+def scenario() -> dict:
+    trace = {"file": "rates.csv", "format": "csv", "bin": "1s", "loop": True}
+    return {
+        "name": "span-composed",
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}, "north": {"hosts": 1}},
+        "wan": [
+            {"between": ["east", "west"], "rate": "100mbit", "delay": "10ms", "trace": trace},
+            {"between": ["east", "north"], "rate": "100mbit", "delay": "10ms"},
+        ],
+        "faults": [{"kind": "blackhole", "link": "east-north",
+                    "after": {"iteration": 4, "offset": "50ms"}, "duration": "1s"}],
+        # the run's clock from its start: the flow runs while the ranks start (torch's import
+        # and rendezvous take longer), so the WAN bytes of the training's steps are its own (a
+        # flow beside the steps puts its bytes in them, as many as its overlap, run to run)
+        "clock": "wall",
+        "traffic": [{"kind": "bulk", "from": "east-h0", "to": "west-h0", "start": "0s",
+                     "duration": "1s"}],
+        "trace": {"tcp_info": "100ms"},
+        "workload": {"kind": "training", "model": "char-mlp", "algorithm": "diloco",
+                     "diloco": {"inner_steps": 2}, "steps": 10, "batch": 8, "eval_every": 5,
+                     "timeout": "60s"},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def machines(root):
+    from testbed.testing.machines import stand_in_machines
+
+    with stand_in_machines(["node-a", "node-b"]) as (address, spaces):
+        yield address, spaces
+
+
+def run(doc: dict, tmp: Path, name: str, address: str | None) -> tuple[dict, Path, dict]:
+    from testbed.config.sweep import load_runs
+    from testbed.experiment.sweep import Experiment
+
+    (tmp / "rates.csv").write_text("t,rate\n0s,60mbit\n1s,40mbit\n2s,60mbit\n3s,40mbit\n")
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    exp = Experiment(load_runs(str(path), []), str(path), tmp / name, resume=False)
+    exp.ray_address = address
+    exp.run(selfcheck_seconds=0.3)
+    (entry,) = exp.manifest["runs"].values()
+    assert entry["status"] == "ok", entry.get("reason")
+    (summary,) = exp.summaries
+    return entry, exp.results.path, summary
+
+
+@pytest.mark.timing
+def test_a_placed_scenario_with_everything_reports_like_one_machine(machines, tmp_path):
+    address, _ = machines
+    across, out, s_across = run({**scenario(), "placement": PLACEMENT}, tmp_path, "a", address)
+    assert not [r for r in registry.records() if r.prefix == across["prefix"]]
+    _, out1, s_one = run(scenario(), tmp_path, "o", None)
+
+    # one clock: each machine's offset to the driver, within its bound of 0 on one kernel
+    assert sorted(across["clock_offset"]) == ["node-a", "node-b"]
+    for o in across["clock_offset"].values():
+        assert abs(o["offset_s"]) <= o["bound_s"], across["clock_offset"]
+    # the self-check passed on every direction, on both (its capacity and goodput: a timing
+    # reading, which a saturated host fails on one machine as well)
+    for path in (out, out1):
+        links = pd.read_parquet(path / "links.parquet")
+        assert links["ok"].all(), links[["direction", "problem"]]
+    # the trace's bins, the blackhole's start and end: applied on both
+    for path in (out, out1):
+        events = pd.read_parquet(path / "events.parquet")
+        assert set(events["status"]) == {"applied"}, events[["action", "status", "error"]]
+        assert {"set", "blackhole", "unblackhole"} <= set(events["action"]), events["action"]
+    # tcp_info of the ranks' and the flow's sockets; the bulk flow's goodput
+    assert len(pd.read_parquet(out / "tcp.parquet")) > 0
+    assert len(pd.read_parquet(out / "flows_goodput.parquet")) > 0
+    # the fault as the runner judged it: survived on both, its stall within the band that
+    # scenarios/wan-faults.yaml expects of a blackhole (0.8-1.2 x the TLP + RTO series + slow
+    # start); a busy host read 1.22 across machines and 0.94 on one
+    assert s_across["fault_survived"] == s_one["fault_survived"] == 1
+    for s in (s_across, s_one):
+        assert 0.8 <= s["fault_stall_over_predicted"] <= 1.2, (s_across, s_one)
+    # DiLoCo's bytes per step: its parameters every H steps, the same across machines and on
+    # one; 10%: the goal's bound
+    wan = s_across["wan_bytes_per_step"], s_one["wan_bytes_per_step"]
+    assert wan[1] > 0 and abs(wan[0] - wan[1]) <= 0.10 * wan[1], wan
