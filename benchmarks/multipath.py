@@ -2,9 +2,11 @@
 traffic leaves a failed path under static routing, BGP and BGP + BFD.
 
     sudo .venv/bin/python -m benchmarks.multipath [--write] [--repeat 2] [--part util|failover]
+        [--engine native|mininet]
 
 Each part writes a section of its own to RESULTS.md (``multipath.py --part util``, ``...
---part failover``).
+--part failover``); on the Mininet engine (``--engine mininet``) a section of its own beside
+the native one (``... --part failover --engine mininet``).
 
 1. Path utilisation: 2 clusters x 4 hosts, 2 and 4 equal paths of 100 Mbit/s and 10 ms, the l4
    hash, all_reduce 16 MiB, flat vs hierarchical-2d, ``--repeat`` runs each (a run's ephemeral
@@ -77,8 +79,9 @@ def utilisation_scenario(repeat: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def failover_scenario(repeat: int) -> dict[str, Any]:
+def failover_scenario(repeat: int, engine: str = "native") -> dict[str, Any]:
     return {
+        "engine": engine,
         "name": "bench-mp-failover",
         "clusters": {"east": {"hosts": 4}, "west": {"hosts": 4}},
         "wan": [{"between": ["east", "west"], "paths": paths(2, "1gbit")}],
@@ -107,14 +110,14 @@ def fmt(v: Any, unit: str = "s") -> str:
     return f"{v:.3f} {unit}" if unit == "s" else f"{v}"
 
 
-def utilisation(repeat: int) -> None:
+def utilisation(repeat: int, engine: str = "native") -> None:
     print("### Path utilisation: flat vs hierarchical-2d over 2 and 4 equal paths\n")
     print("2 x 4 hosts, paths of 100 Mbit/s and 10 ms, l4 hash, all_reduce 16 MiB, 4 timed")
     print(f"iterations, {repeat} run(s) per case. Per WAN direction over the operation's window:")
     print("paths carrying >= 5 % of its bytes, the largest path's share, data flows and the")
     print("distinct paths they used.\n")
     with tempfile.TemporaryDirectory() as tmp:
-        res = run(utilisation_scenario(repeat), f"{tmp}/util")
+        res = run(utilisation_scenario(repeat) | {"engine": engine}, f"{tmp}/util")
         windows = operation_windows(res.collectives)
         util = path_utilisation(res.queues, res.flowpaths, windows)
         util = util[util["window"] != "run"]
@@ -137,15 +140,16 @@ def utilisation(repeat: int) -> None:
         print()
 
 
-def failover(repeat: int) -> None:
-    print("### Failover of one of two 1 Gbit/s paths under an all-reduce\n")
+def failover(repeat: int, engine: str = "native") -> None:
+    on = "" if engine == "native" else f" (engine: {engine})"
+    print(f"### Failover of one of two 1 Gbit/s paths under an all-reduce{on}\n")
     print("2 x 4 hosts, 2 paths of 1 Gbit/s and 10 ms, l4 hash, hierarchical-2d all_reduce 32 MiB,")
     print("30 timed iterations, timeout 60 s; path 1 fails 300 ms into iteration 2. flows: data")
     print("flows on path 1 when it failed (flowpaths); detect: first BFD/BGP session down; moved:")
     print("every gateway's route without the path; restored: after the fault's end; stall: the")
     print("all-reduce's time beyond the no-fault median.\n")
     with tempfile.TemporaryDirectory() as tmp:
-        res = run(failover_scenario(repeat), f"{tmp}/failover")
+        res = run(failover_scenario(repeat, engine), f"{tmp}/failover")
         table = failover_table(res.events, res.routing)
         faults = analyse(res).faults.set_index("run_id")
         runs = res.runs.set_index("run_id")
@@ -201,12 +205,16 @@ def main() -> None:
     p.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     p.add_argument("--repeat", type=int, default=2, help="runs per case (default 2)")
     p.add_argument("--part", choices=["util", "failover"], help="one part only")
+    p.add_argument("--engine", choices=["native", "mininet"], default="native")
     args = p.parse_args()
-    # each part has a section of its own in RESULTS.md: one can be re-run alone
+    # each part (and engine) has a section of its own in RESULTS.md: one can be re-run alone
+    on = "" if args.engine == "native" else f" --engine {args.engine}"
+    title_on = "" if args.engine == "native" else f" on the {args.engine.capitalize()} engine"
     for part, fn in (("util", utilisation), ("failover", failover)):
         if args.part in (None, part):
-            with section(f"multipath.py --part {part}", args.write, f"Multipath WAN links: {part}"):
-                fn(args.repeat)
+            title = f"Multipath WAN links: {part}{title_on}"
+            with section(f"multipath.py --part {part}{on}", args.write, title):
+                fn(args.repeat, args.engine)
 
 
 if __name__ == "__main__":
