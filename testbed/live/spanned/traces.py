@@ -24,7 +24,7 @@ import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from testbed.config.scenario import Trace
 from testbed.live.ray_common import NODE_DIR
@@ -32,7 +32,8 @@ from testbed.trace.run_traces import RunTraces
 
 if TYPE_CHECKING:
     from testbed.live.network import Network
-    from testbed.live.spanned.driver import SpannedNetwork
+    from testbed.live.spanned.clocks import ClockSync
+    from testbed.plan.model import NetworkPlan
 
 # the tables a machine's part gives after teardown (the flows table comes from the captures,
 # read on the driver)
@@ -41,7 +42,29 @@ MACHINE_TABLES = ("tcp", "queues", "flowpaths")
 TIME_COLUMNS = {"tcp": ("time",), "queues": ("time",), "flowpaths": ("time_from", "time_to")}
 
 
-def driver_time(tb: SpannedNetwork, machine: str) -> Callable[[float], float]:
+class Spanned(Protocol):
+    """What the traces use of the driver (:class:`~testbed.live.spanned.SpannedNetwork`; the
+    agent imports this module, the driver the agent)."""
+
+    @property
+    def ray(self) -> Any: ...
+
+    @property
+    def agents(self) -> dict[str, Any]: ...
+
+    @property
+    def plan(self) -> NetworkPlan | None: ...
+
+    @property
+    def clock(self) -> ClockSync | None: ...
+
+    @property
+    def traced(self) -> dict[str, dict[str, list[dict]]]: ...
+
+    def machine_of(self, host: str) -> str: ...
+
+
+def driver_time(tb: Spanned, machine: str) -> Callable[[float], float]:
     """A unix time of ``machine``'s clock on the driver's timeline (its latest clock offset;
     unchanged while none was measured)."""
     clock = tb.clock
@@ -100,7 +123,7 @@ class SpannedTraces:
     """The traces of one run across machines (the interface of ``RunTraces``): each machine
     samples its part through its agent (see the module doc)."""
 
-    def __init__(self, tb: SpannedNetwork, trace: Trace, run_dir: Path, hosts: list[str]) -> None:
+    def __init__(self, tb: Spanned, trace: Trace, run_dir: Path, hosts: list[str]) -> None:
         assert tb.plan is not None
         self.tb = tb
         self.trace = trace
