@@ -17,7 +17,8 @@ started by `testbed launch` running the collectives the emulated trainer runs
   trainer's τ = 2, at the default buffer and at 512 KB.
 
 Prints one JSON line per measurement (medians over repeats) and the host's load average before
-and after. The testbed is taken down at the end. Numbers on a shared 2-core host are noisy: quote the load.
+and after. The testbed is taken down at the end. Numbers on a shared 2-core host are noisy:
+quote the load.
 """
 
 from __future__ import annotations
