@@ -16,7 +16,7 @@ from testbed.experiment.sweep import Experiment
 pytestmark = pytest.mark.live
 
 
-# measured 36-50 s on 2 cores beside another run
+# measured 30 s on 2 cores at a load average of 3, 36-50 s beside another run
 @pytest.mark.timeout(240)
 @pytest.mark.timing
 def test_every_fault_traffic_and_trace_on_one_path_of_two(root, tmp_path):
@@ -27,7 +27,8 @@ def test_every_fault_traffic_and_trace_on_one_path_of_two(root, tmp_path):
     check_faults_run(analysis.load(exp.results.path), paths=True)
 
 
-# measured 130 s on 2 cores under a load average of 14 (three runs: two trainings' ranks start)
+# measured 130 s on 2 cores at a load average of 14, 376 s at 37 (three runs: two trainings'
+# ranks start)
 @pytest.mark.timeout(480)
 def test_every_workload_beside_traffic_with_a_trace_and_a_preset_on_two_paths(root, tmp_path):
     kinds = ("real", "emulated", "dcqcn")

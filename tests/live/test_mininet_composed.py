@@ -42,14 +42,14 @@ def run_faults(tmp_path, paths: bool) -> None:
     check_faults_run(analysis.load(exp.results.path), paths=paths)
 
 
-# measured 24-26 s alone on 2 cores, 50 s beside another run
+# measured 24-30 s on 2 cores, 50 s beside another run
 @pytest.mark.timeout(240)
 @pytest.mark.timing
 def test_every_fault_traffic_and_trace_on_the_mininet_engine(root, tmp_path):
     run_faults(tmp_path, paths=False)
 
 
-# measured 50 s on 2 cores beside another run
+# measured 38 s on 2 cores at a load average of 14, 50 s beside another run
 @pytest.mark.timeout(240)
 @pytest.mark.timing
 def test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine(root, tmp_path):
@@ -71,6 +71,7 @@ def run_workloads(tmp_path, paths: bool, kinds: tuple[str, ...]) -> None:
     check_bulk_alone(analysis.load(exp.results.path), paths=paths)
 
 
+# measured 67 s on 2 cores at a load average of 5 (four runs), 145-211 s at 15-37
 @pytest.mark.timeout(600)
 def test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine(
     root, tmp_path
@@ -78,6 +79,7 @@ def test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_
     run_workloads(tmp_path, paths=False, kinds=("real", "emulated", "dcqcn"))
 
 
+# measured 92 s on 2 cores at a load average of 3 (five runs), 205-529 s at 15-37
 @pytest.mark.timeout(600)
 def test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet(
     root, tmp_path
