@@ -19,7 +19,7 @@ PROGRAM = (
 
 def test_lines_reach_the_log_once_and_the_reader_in_order(tmp_path: Path) -> None:
     log = tmp_path / "rank-0.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:  # as the agent opens it: appended to beside the reader
         proc = subprocess.Popen([sys.executable, "-c", PROGRAM], stdout=subprocess.PIPE, stderr=out)
     assert proc.stdout is not None
     reader = LineReader(proc.stdout, log)

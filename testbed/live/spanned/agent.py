@@ -181,7 +181,10 @@ class MachineAgent:
         full = {k: v for k, v in os.environ.items() if k not in dropped}
         full |= {k: v.replace(remote_dir, here) for k, v in env.items()}
         argv = [a.replace(remote_dir, here) for a in argv]
-        with open(local / log, "wb") as out:
+        # truncated, then appended to by the process and by the reader of its stdout (two
+        # descriptors without O_APPEND would each write at its own offset, over the other's)
+        (local / log).write_bytes(b"")
+        with open(local / log, "ab") as out:
             proc = self.tb.popen(
                 host, argv, what=what, env=full, start_new_session=group,
                 stdout=subprocess.PIPE if lines else out,
