@@ -12,6 +12,9 @@ Three probes between the first host of each cluster, one after the other:
   socket buffers, so a long fat link is full within a few round trips; the ceiling is rate x
   1448/1514 (1398/1464 at MTU 1450).
 
+A path of a multipath link is checked on that path: host routes in both gateways hold the
+probes on it while they run (testbed.plan.pathpin), whatever the gateways' hash would pick.
+
 ``size_probes`` (pure) sizes the probes; ``judge`` (pure) is the flag rule. Any live network
 (testbed.live.protocol.LiveNetwork) can be checked; the rows go to ``links.parquet``.
 """
@@ -26,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
+from testbed.core.direction import Direction
 from testbed.core.errors import NetError
 from testbed.core.frames import MSS, UDP_IP_HEADERS
 from testbed.core.stats import quantile
@@ -33,6 +37,7 @@ from testbed.core.vocab import SELFCHECK_CAPACITY_LOW, SELFCHECK_LEAK, SELFCHECK
 from testbed.live.protocol import LiveNetwork
 from testbed.plan.compensation import configured_one_way
 from testbed.plan.model import NetworkPlan, WanDirection
+from testbed.plan.pathpin import PinRoute, pin_routes
 from testbed.plan.sizing import htb_burst
 
 SELFCHECK_PORT = 5299
@@ -167,8 +172,10 @@ class LinkCheck:
 
 def configured_rtt(plan: NetworkPlan, d: WanDirection) -> float:
     """Round trip between hosts of ``d.src`` and ``d.dst``: both WAN directions and the fabric
-    delays of both clusters, each crossed twice."""
-    back = next(w for w in plan.wan if w.src == d.dst and w.dst == d.src)
+    delays of both clusters, each crossed twice. A path of a multipath link comes back on the
+    same path (the self-check holds its probes there)."""
+    reverse = str(Direction.parse(d.name).reverse())
+    back = next(w for w in plan.wan if w.name == reverse)
     return configured_one_way(plan, d) + configured_one_way(plan, back)
 
 
@@ -280,14 +287,42 @@ def initial_window(tb: LiveNetwork, src: str, dst: str, segments: int) -> Iterat
             tb.run(host, ["ip", "route", "del", *route])
 
 
+@contextlib.contextmanager
+def on_path(tb: LiveNetwork, d: WanDirection, src: str, dst: str) -> Iterator[None]:
+    """Traffic ``src`` <-> ``dst`` held on ``d``'s path for the length of the block (host
+    routes in both gateways, testbed.plan.pathpin; nothing for a link with one path), deleted
+    on the way out, also after an error."""
+    assert tb.plan is not None
+    added: list[PinRoute] = []
+    try:
+        for r in pin_routes(tb.plan, d, src, dst):
+            got = tb.run(r.gateway, r.add_argv())
+            if got.returncode != 0:
+                raise NetError(f"{' '.join(r.add_argv())} in {r.gateway}: {got.stderr.strip()}")
+            added.append(r)
+        yield
+    finally:
+        for r in reversed(added):
+            tb.run(r.gateway, r.del_argv())
+
+
 def check_direction(
     tb: LiveNetwork, d: WanDirection, duration: float = 1.0, pings: int = 20
 ) -> LinkCheck:
-    """Check one WAN direction; ``duration`` is the TCP probe's window after its warm-up."""
+    """Check one WAN direction; ``duration`` is the TCP probe's window after its warm-up. The
+    probes of a multipath link's path cross that path (``on_path``)."""
+    src, dst = f"{d.src}-h0", f"{d.dst}-h0"
+    with on_path(tb, d, src, dst):
+        return _check(tb, d, src, dst, duration, pings)
+
+
+def _check(
+    tb: LiveNetwork, d: WanDirection, src: str, dst: str, duration: float, pings: int
+) -> LinkCheck:
+    """``check_direction``'s probes, ``src`` -> ``dst``."""
     plan = tb.plan
     assert plan is not None
     began = time.monotonic()
-    src, dst = f"{d.src}-h0", f"{d.dst}-h0"
     rtt_conf = configured_rtt(plan, d)
     rate = configured_rate(plan, d)
     good_conf = configured_goodput(plan, d)

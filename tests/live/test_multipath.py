@@ -1,13 +1,15 @@
 """Live tests of a multipath WAN link (static routing): with an L4 hash several flows
 cross every path; a path's ports down move its flows to the others (the kernel drops the dead
-nexthop) and back up restores the multipath route; a blackhole on one path is that path's."""
+nexthop) and back up restores the multipath route; a blackhole on one path is that path's; the
+link self-check measures each path it names, whatever the hash picks."""
 
 from __future__ import annotations
 
 import pytest
 from helpers import flows_over_paths as flows
-from helpers import two_path_scenario
+from helpers import scenario, two_path_scenario
 
+from testbed.live.selfcheck import check_direction
 from testbed.net.faults import FaultOps
 
 pytestmark = pytest.mark.live
@@ -54,3 +56,34 @@ def test_l3_hash_keeps_one_host_pair_on_one_path(make_testbed):
     assert sorted(per_path.values())[0] < 100_000, per_path
     # one path: its ceiling (95.6 Mbit/s) + burst and one 64 KiB over 3 s (0.4) < 100
     assert rate < 100e6, rate
+
+
+@pytest.mark.timing
+def test_the_self_check_measures_each_path_on_that_path(make_testbed):
+    # An L3 hash puts every probe between east-h0 and west-h0 on one path: unpinned, the other
+    # path's check would read that path's RTT and rate (a 12 ms path read 4 ms; a 40 Mbit/s one
+    # carried 80: a LEAK that fails the run).
+    paths = [
+        {"rate": "40mbit", "delay": "4ms", "buffer": "1bdp"},
+        {"rate": "80mbit", "delay": "12ms", "buffer": "1bdp"},
+    ]
+    tb = make_testbed(
+        scenario(
+            clusters={"east": {"hosts": 1}, "west": {"hosts": 1}},
+            wan=[{"between": ["east", "west"], "paths": paths}],
+            routing={"ecmp": {"hash": "l3"}},
+            tcp={"congestion": "cubic"},
+        )
+    )
+    for name, rate, rtt in (("east->west/0", 40e6, 0.008), ("east->west/1", 80e6, 0.024)):
+        d = next(d for d in tb.plan.wan if d.name == name)
+        c = check_direction(tb, d, pings=10)
+        assert c.rtt_configured_s == pytest.approx(rtt) and c.capacity_configured_bps == rate
+        # ok: the product's own rule: RTT within 10% (or 1 ms) of the path's; capacity and TCP
+        # goodput 0.97-1.01 and 0.90-1.01 of the path's ceiling. The two paths differ by 3x in
+        # RTT and 2x in rate: a probe on the other path is off by far more than either bound.
+        assert c.ok, (name, c.problem)
+        assert 0.97 <= c.capacity_ratio <= 1.01, c
+    for gw, host in (("east-gw", "west-h0"), ("west-gw", "east-h0")):
+        left = tb.run(gw, ["ip", "route", "show", "exact", f"{tb.hosts[host]}/32"])
+        assert left.returncode == 0 and not left.stdout.strip(), left  # the pins are gone
