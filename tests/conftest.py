@@ -54,13 +54,41 @@ def xdist_group_of(relpath: str) -> str:
     return relpath
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def _start_order(relpath: str) -> int:
+    """Where a file's tests stand in the run: the shared-resource groups first (each runs on one
+    worker, start to end: started first, the longest queue does not end the run alone), then the
+    other live files, then the pure ones (short: they even the workers out at the end)."""
+    if xdist_group_of(relpath) in SHARED_RESOURCE_GROUPS:
+        return 0
+    return 2 if relpath.startswith("unit/") else 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def relpath(item: pytest.Item) -> str:
+        return "/".join(Path(str(item.path)).resolve().relative_to(HERE).parts)
+
     for item in items:
-        parts = Path(str(item.path)).resolve().relative_to(HERE).parts
+        parts = relpath(item).split("/")
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
-        item.add_marker(pytest.mark.xdist_group(xdist_group_of("/".join(parts))))
+    items.sort(key=lambda item: _start_order(relpath(item)))  # stable: files stay whole
+
+
+@pytest.hookimpl(optionalhook=True)  # a session without pytest-xdist has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` as the groups above say: a scope per group, each on one worker at a
+    time. pytest-xdist's own loadgroup reads ``xdist_group`` markers by renaming node ids, which
+    pytest 9 no longer allows (its node ids are derived): the same file then ran on both
+    workers. Here the scope comes from the test's path instead."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedResourceScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid.split("::", 1)[0].removeprefix("tests/"))
+
+    return SharedResourceScheduling(config, log)
 
 
 @pytest.fixture
