@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from testbed.config.sweep import expand
-from testbed.core.vocab import LATE_S
 from testbed.net import registry
 
 pytestmark = pytest.mark.live
@@ -41,6 +40,9 @@ def scenario() -> dict:
         "workload": {"kind": "collectives", "collectives": ["all_reduce"], "algorithms": ["flat"],
                      "sizes": ["1MiB"], "warmup": 1, "iterations": 22, "timeout": "30s"},
     }  # fmt: skip
+
+
+SOON_S = 0.2  # s: an event applied this late is not "at its time" on any host
 
 
 @pytest.fixture
@@ -96,8 +98,11 @@ def assert_dynamics_across(run: dict, out: Path, summary: list[dict]) -> None:
     (down,) = events.loc[events["action"] == "link_down", "operation"]
     assert "node-a: ip -n" in down and "node-b: ip -n" in down, down
     assert events["clock_bound_s"].notna().all() and events["late_s"].notna().all()
-    # the goal (LATE_S, 20 ms) on a 2-core machine shared with the test suite's other worker
-    assert (events["late_s"] <= LATE_S).all(), events[["action", "late_s", "clock_bound_s"]]
+    # applied soon, never early. The 20 ms goal (LATE_S) is the lateness benchmark's
+    # (benchmarks/scale_out.py --part events: across machines p99 14.1 ms, max 16.9 ms, and on
+    # one machine max 114 ms, at load 15); a test beside the suite's other worker read 26 ms.
+    # 0.2 s as for one machine (test_events_runner: 4x the measured 49 ms tail)
+    assert (events["late_s"] < SOON_S).all(), events[["action", "late_s", "clock_bound_s"]]
     assert (events["late_s"] >= -events["clock_bound_s"]).all(), events[["late_s", "clock_bound_s"]]
     (drops,) = [d for d in run["fault_drops"] if d["direction"] == "east->west"]
     assert drops["fault_dropped_packets"] > 0, run["fault_drops"]
