@@ -71,6 +71,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = relpath(item).split("/")
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
+        if xdist_group_of(relpath(item)) == "ray":
+            item.add_marker(pytest.mark.ray)  # `make test` runs them in a phase of their own
     items.sort(key=lambda item: _start_order(relpath(item)))  # stable: files stay whole
 
 
