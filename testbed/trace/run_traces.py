@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from testbed.config.scenario import Trace
+from testbed.core.direction import Direction
 from testbed.net.registry import Record
 from testbed.plan.model import NetworkPlan, WanDirection
 from testbed.trace.flowpaths import FlowPathSampler, path_taps
@@ -52,6 +53,13 @@ def with_wan_counters(trace: Trace) -> Trace:
     rtnetlink dump per direction per period; a delay line that holds a queue samples its own)."""
     period = min(trace.queues or COUNTER_PERIOD, COUNTER_PERIOD)
     return trace.model_copy(update={"queues": period})
+
+
+def capture_name(direction: str) -> str:
+    """The capture file of a WAN direction: ``east-west.pcap``, ``east-west-1.pcap`` for path 1
+    of a multipath link (every path's wire has a capture of its own)."""
+    d = Direction.parse(direction)
+    return f"{d.src}-{d.dst}" + (f"-{d.path}" if d.multipath else "") + ".pcap"
 
 
 WINDOW_PERIOD = 0.02  # s: tcp_info of a workload whose prediction takes the measured windows
@@ -98,7 +106,7 @@ class RunTraces:
                 CaptureSpec(
                     d.impairment.ns,
                     d.impairment.egress_if,
-                    run_dir / f"{d.src}-{d.dst}.pcap",
+                    run_dir / capture_name(d.name),
                     f"{d.name}@{d.impairment.egress_if}",
                 )
                 for d in plan.wan
