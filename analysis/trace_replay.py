@@ -159,8 +159,9 @@ def per_second(bins: pd.DataFrame, exclude: Iterable[tuple[float, float]] = ()) 
     of the bins overlapping it): ``second``, ``target_bps``, ``achieved_bps``. Seconds that
     overlap an ``exclude`` interval (a fault's outage: the trace's target means nothing while
     the link is dark) are left out."""
+    cols = ["second", "target_bps", "achieved_bps"]
     if bins.empty:
-        return pd.DataFrame(columns=["second", "target_bps", "achieved_bps"])
+        return pd.DataFrame(columns=cols)
     t0 = float(bins["start"].min())
     last = int((float(bins["end"].max()) - t0) // 1)
     spans = list(exclude)
@@ -185,7 +186,7 @@ def per_second(bins: pd.DataFrame, exclude: Iterable[tuple[float, float]] = ()) 
                 else np.nan,
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=cols)  # no whole second (a short run): no rows, same columns
 
 
 def zero_rate_spans(bins: pd.DataFrame) -> list[tuple[float, float]]:
