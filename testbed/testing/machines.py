@@ -6,6 +6,10 @@ namespace that stands for it (testbed.live.spanned makes its cables there).
 
     with stand_in_machines(["node-a", "node-b"]) as (address, namespaces):
         tb = SpannedNetwork(scenario, address=address).up()
+
+``StandInMachines`` is the same pair kept for several users one after the other (the tests share
+one pair: starting Ray's processes is the slow part): ``leftovers()`` says what a user left on
+them, ``alive()`` whether Ray's processes still run.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import secrets
 import subprocess
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 UNDERLAY_NET = "192.168.251"  # the underlay /30 between the two stand-ins
 
@@ -22,43 +27,90 @@ def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True)
 
 
+class StandInMachines:
+    """Two stand-in machines named ``names``: ``start()`` makes the namespaces and the Ray
+    cluster (its address in ``address``, the namespaces in ``spaces``), ``close()`` removes
+    everything (Ray's processes, the namespaces); idempotent."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        if len(names) != 2:
+            raise ValueError("stand-in machines come in a pair (one veth between them)")
+        self.names = list(names)
+        tag = f"tbm{secrets.token_hex(2)}"
+        self.spaces = [f"{tag}-m{i}" for i in range(len(names))]
+        self.address = ""
+        self._cluster: Any = None
+
+    def start(self) -> StandInMachines:
+        from ray.cluster_utils import Cluster
+
+        from testbed.live.spanned import MACHINE_LABEL, NETNS_LABEL, UNDERLAY_LABEL
+
+        try:
+            for ns in self.spaces:
+                _ip("netns", "add", ns)
+            _ip("link", "add", "u0", "netns", self.spaces[0], "type", "veth", "peer", "name",
+                "u1", "netns", self.spaces[1])  # fmt: skip
+            for i, ns in enumerate(self.spaces):
+                _ip("-n", ns, "addr", "add", f"{UNDERLAY_NET}.{i + 1}/30", "dev", f"u{i}")
+                _ip("-n", ns, "link", "set", f"u{i}", "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+            self._cluster = Cluster(
+                initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+            )
+            for i, name in enumerate(self.names):
+                labels = {MACHINE_LABEL: name, UNDERLAY_LABEL: f"{UNDERLAY_NET}.{i + 1}",
+                          NETNS_LABEL: self.spaces[i]}  # fmt: skip
+                self._cluster.add_node(num_cpus=0, resources={"testbed": 1}, labels=labels)
+            self._cluster.wait_for_nodes()
+            address = self._cluster.address
+            assert address is not None, "initialize_head started the head node"
+            self.address = address
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def alive(self) -> bool:
+        """Whether every process of the cluster's nodes still runs."""
+        c = self._cluster
+        if c is None or c.head_node is None:
+            return False
+        nodes = [c.head_node, *c.worker_nodes]
+        return len(nodes) == 1 + len(self.names) and not any(n.dead_processes() for n in nodes)
+
+    def leftovers(self) -> list[str]:
+        """What is on the stand-ins beyond their own underlay (a cable's device, a lost
+        namespace): empty once every user's topology is gone."""
+        found = []
+        for i, ns in enumerate(self.spaces):
+            out = subprocess.run(["ip", "-n", ns, "-o", "link"], capture_output=True, text=True)
+            if out.returncode != 0:
+                found.append(f"{ns}: {out.stderr.strip()}")
+                continue
+            links = sorted(x.split(":")[1].strip().split("@")[0] for x in out.stdout.splitlines())
+            if links != ["lo", f"u{i}"]:
+                found.append(f"{ns}: links {links}")
+        return found
+
+    def close(self) -> None:
+        import ray
+
+        ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+        for ns in self.spaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 @contextlib.contextmanager
 def stand_in_machines(names: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
     """Two stand-in machines named ``names``: yields the Ray cluster's address and their
     namespaces; everything is gone afterwards (Ray's processes, the namespaces)."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from testbed.live.spanned import MACHINE_LABEL, NETNS_LABEL, UNDERLAY_LABEL
-
-    if len(names) != 2:
-        raise ValueError("stand-in machines come in a pair (one veth between them)")
-    tag = f"tbm{secrets.token_hex(2)}"
-    spaces = [f"{tag}-m{i}" for i in range(len(names))]
-    cluster = None
+    machines = StandInMachines(names)
     try:
-        for ns in spaces:
-            _ip("netns", "add", ns)
-        _ip("link", "add", "u0", "netns", spaces[0], "type", "veth", "peer", "name", "u1",
-            "netns", spaces[1])  # fmt: skip
-        for i, ns in enumerate(spaces):
-            _ip("-n", ns, "addr", "add", f"{UNDERLAY_NET}.{i + 1}/30", "dev", f"u{i}")
-            _ip("-n", ns, "link", "set", f"u{i}", "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        cluster = Cluster(
-            initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
-        )
-        for i, name in enumerate(names):
-            labels = {MACHINE_LABEL: name, UNDERLAY_LABEL: f"{UNDERLAY_NET}.{i + 1}",
-                      NETNS_LABEL: spaces[i]}  # fmt: skip
-            cluster.add_node(num_cpus=0, resources={"testbed": 1}, labels=labels)
-        cluster.wait_for_nodes()
-        address = cluster.address
-        assert address is not None, "initialize_head started the head node"
-        yield address, spaces
+        machines.start()
+        yield machines.address, machines.spaces
     finally:
-        ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
-        for ns in spaces:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        machines.close()

@@ -1,7 +1,8 @@
 """Live tests of sharded sweeps on Ray: a real Ray cluster of a head and two nodes
 on this machine (``ray.cluster_utils.Cluster``: separate raylets, one ``testbed`` resource
 each), a sweep whose points run as tasks on them; a node that dies mid-point has its point
-retried on the other node."""
+retried on the other node. The sweep runs on the stand-in machines the live tests share
+(tests/live/conftest.py); the node that dies is of a cluster of its own."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def bulk(name: str, seconds: str = "1s", rates: tuple[str, ...] = ("50mbit", "10
 
 @pytest.fixture
 def cluster(root):
+    """A cluster of its own, whose node the test may take down (the shared stand-in machines,
+    tests/live/conftest.py, must outlive the test)."""
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
@@ -58,13 +61,13 @@ def summary_rows(exp: Experiment) -> list[tuple]:
 
 # measured 42-43 s in full-suite runs on 2 cores: 4x and more for a busy host
 @pytest.mark.timeout(240)
-def test_a_sweep_on_two_nodes_gives_the_summary_of_a_local_run(tmp_path, cluster):
+def test_a_sweep_on_two_nodes_gives_the_summary_of_a_local_run(tmp_path, machines):
     from testbed.distributed.ray_sweep import run_on_ray
 
-    c, _ = cluster
+    address, _ = machines  # the shared stand-ins: two nodes of one `testbed` resource each
     data = bulk("raysweep", rates=RATES)
     exp = Experiment(expand(data, "test"), "test", tmp_path / "ray", resume=False)
-    assert run_on_ray(exp, c.address, selfcheck_seconds=0.5)
+    assert run_on_ray(exp, address, selfcheck_seconds=0.5)
     local = Experiment(expand(data, "test"), "test", tmp_path / "local", resume=False)
     assert local.run(selfcheck_seconds=0.5)
     assert summary_rows(exp) == summary_rows(local)
@@ -83,7 +86,7 @@ def test_a_sweep_on_two_nodes_gives_the_summary_of_a_local_run(tmp_path, cluster
         p.name for p in (local.results.path / "runs" / "p000-r0").iterdir()
     )
     again = Experiment(expand(data, "test"), "test", exp.results.path, resume=True)
-    assert run_on_ray(again, c.address)  # nothing left to do
+    assert run_on_ray(again, address)  # nothing left to do
 
 
 def parent_pid(pid: int) -> int | None:

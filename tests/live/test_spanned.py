@@ -40,15 +40,6 @@ def links_in(ns: str) -> list[str]:
     return sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines())
 
 
-@pytest.fixture
-def machines(root):
-    """Two stand-in machines (namespaces on a veth underlay) and a Ray node for each."""
-    from testbed.testing.machines import stand_in_machines
-
-    with stand_in_machines(["node-a", "node-b"]) as (address, spaces):
-        yield address, spaces
-
-
 def assert_clean(prefix: str, spaces: list[str]) -> None:
     from testbed.live.ray_common import NODE_DIR
 

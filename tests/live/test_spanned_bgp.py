@@ -22,14 +22,9 @@ BGP = {"hold": "9s", "bfd": {"interval": "50ms", "multiplier": 3}}
 
 
 @pytest.fixture
-def machines(root):
-    """Two stand-in machines (namespaces on a veth underlay) and a Ray node for each."""
+def frr_present() -> None:
     if why := frr.missing():
         pytest.skip(why)
-    from testbed.testing.machines import stand_in_machines
-
-    with stand_in_machines(["node-a", "node-b"]) as (address, spaces):
-        yield address, spaces
 
 
 def nexthops(tb, gateway: str) -> int:
@@ -57,7 +52,9 @@ def wait_nexthops(tb, gateway: str, want: int, timeout: float) -> None:
 
 
 @pytest.mark.timing
-def test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing(machines, tmp_path):
+def test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing(
+    frr_present, machines, tmp_path
+):
     from testbed.experiment.ranks import RankLaunch, RankSpec
     from testbed.experiment.workloads import KINDS
     from testbed.live.ray_common import NODE_DIR

@@ -43,14 +43,6 @@ def scenario() -> dict:
     }  # fmt: skip
 
 
-@pytest.fixture
-def machines(root):
-    from testbed.testing.machines import stand_in_machines
-
-    with stand_in_machines(["node-a", "node-b"]) as (address, spaces):
-        yield address, spaces
-
-
 def run(doc: dict, tmp: Path, name: str, address: str | None) -> tuple[dict, Path, dict]:
     from testbed.config.sweep import load_runs
     from testbed.experiment.sweep import Experiment

@@ -45,14 +45,6 @@ def scenario() -> dict:
 SOON_S = 0.2  # s: an event applied this late is not "at its time" on any host
 
 
-@pytest.fixture
-def machines(root):
-    from testbed.testing.machines import stand_in_machines
-
-    with stand_in_machines(["node-a", "node-b"]) as (address, spaces):
-        yield address, spaces
-
-
 @pytest.mark.timing
 def test_a_schedule_step_and_a_blackhole_act_across_machines_on_the_drivers_clock(
     machines, tmp_path

@@ -86,12 +86,10 @@ def beside_a_workload(tmp_path, address: str) -> None:
 
 
 @pytest.mark.timing
-def test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables(root, tmp_path):
-    from testbed.testing.machines import stand_in_machines
-
-    with stand_in_machines(["node-a", "node-b"]) as (address, _spaces):
-        info, span = run(tmp_path, scenario(f"{RUN_TAG}-spantr"[:32], True), address)
-        beside_a_workload(tmp_path, address)
+def test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables(machines, tmp_path):
+    address, _ = machines
+    info, span = run(tmp_path, scenario(f"{RUN_TAG}-spantr"[:32], True), address)
+    beside_a_workload(tmp_path, address)
     _, one = run(tmp_path, scenario(f"{RUN_TAG}-onetr"[:32], False), None)
     for t in TABLES:
         assert len(span[t]) > 0, t

@@ -33,14 +33,6 @@ SERVICE_CHILD = "sleep 3171"
 RANK_CHILD = "sleep 3172"
 
 
-@pytest.fixture
-def machines(root):
-    from testbed.testing.machines import stand_in_machines
-
-    with stand_in_machines(["node-a", "node-b"]) as (address, spaces):
-        yield address, spaces
-
-
 def run_experiment(doc: dict, path: Path, out: Path, address: str | None) -> Any:
     """`testbed run` of ``doc`` (written to ``path``): the finished experiment."""
     from testbed.config.sweep import load_runs
