@@ -1,29 +1,24 @@
 """The clock origin of a run's dynamics (:class:`OriginClock`): the receiving end of the ranks'
 announcements (traffic.announce: rank 0 sends "iteration K start UNIX MONO" on a UNIX datagram
-socket in a private temporary directory). The origin is the first measured iteration's start
-(``clock: workload``), or the moment the runner sets it (``clock: wall``: the run's start;
-traffic without a workload: the traffic's start). It knows when the workload has ended, so no
-wait lasts forever. The event runner (testbed.experiment.events) and the flows wait on it. Its
-time and waits are a :class:`~testbed.core.clock.Clock` (``source``: the machine's by default), so
-a test can move them by hand; every change is counted, so a wait knows what woke it.
+socket in a private temporary directory: testbed.core.inbox). The origin is the first measured
+iteration's start (``clock: workload``), or the moment the runner sets it (``clock: wall``: the
+run's start; traffic without a workload: the traffic's start). It knows when the workload has
+ended, so no wait lasts forever. The event runner (testbed.experiment.events) and the flows wait on
+it. Its time and waits are a :class:`~testbed.core.clock.Clock` (``source``: the machine's by
+default), so a test can move them by hand; every change is counted, so a wait knows what woke it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import socket
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from testbed.core.clock import SYSTEM, Clock
+from testbed.core.inbox import DatagramInbox
 from traffic.announce import Announcement, parse
 
 WAKE = 0.25  # s: longest sleep between two looks at the clock (an announcement wakes it sooner)
-READ_POLL = 0.1  # s: the announcement reader's receive timeout (how fast close() is noticed)
 
 
 @dataclass(frozen=True)
@@ -49,20 +44,12 @@ class OriginClock:
         self.from_iterations = from_iterations
         self.source = clock
         self.changes = 0  # how many times an announcement, the origin, the end or wake() came
-        # A private directory: a short path (sun_path holds 108 bytes; run directories can be
-        # longer), reachable from every network namespace, removed by close().
-        self.dir = tempfile.mkdtemp(prefix="testbed-events-")
-        self.path = os.path.join(self.dir, "sock")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.settimeout(READ_POLL)
         self.cond = threading.Condition()
         self.origin: Instant | None = None
         self.iterations: dict[int, Instant] = {}
         self.ended = False
-        self._closed = False
-        self._reader = threading.Thread(target=self._read, name="origin-clock", daemon=True)
-        self._reader.start()
+        self.inbox = DatagramInbox(self._received, prefix="testbed-events-", name="origin-clock")
+        self.dir, self.path = self.inbox.dir, self.inbox.path
 
     def __enter__(self) -> OriginClock:
         return self
@@ -80,17 +67,10 @@ class OriginClock:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _read(self) -> None:
-        while not self._closed:
-            try:
-                data = self.sock.recv(256)
-            except TimeoutError:
-                continue
-            except OSError:  # closed under us
-                return
-            got = parse(data)
-            if got is not None:
-                self.announce(got, Instant(got.unix, got.mono))
+    def _received(self, data: bytes) -> None:
+        got = parse(data)
+        if got is not None:
+            self.announce(got, Instant(got.unix, got.mono))
 
     def announce(self, got: Announcement, at: Instant) -> None:
         """Rank 0's announcement ``got``, at ``at`` on this clock (across machines: relayed,
@@ -139,9 +119,5 @@ class OriginClock:
             self.source.wait_for(self.cond, lambda: self.changes != seen, timeout)
 
     def close(self) -> None:
-        self._closed = True
         self.end()
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        self._reader.join(timeout=2 * READ_POLL)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.inbox.close()
