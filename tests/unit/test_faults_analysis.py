@@ -288,6 +288,32 @@ def test_gateway_crash_without_restore_has_no_end() -> None:
     assert not f["survived"]
 
 
+def test_a_diloco_sync_step_is_compared_with_sync_steps_only() -> None:
+    # DiLoCo with a sync every 2 steps: inner steps of 0.02 s (no payload), sync steps of
+    # 0.5 s; step 5 (a sync) meets a 2 s blackhole 0.1 s into it and takes 0.5 + 4.2 s
+    rows, t = [], T0
+    for step in range(10):
+        sync = step % 2 == 1
+        d = (4.7 if step == 5 else 0.5) if sync else 0.02
+        for rank in (0, 1):
+            payload = 1000 if sync else 0
+            rows.append({"run_id": "p000-r0", "rank": rank, "algorithm": "diloco", "step": step,
+                         "start": t, "end": t + d, "payload_bytes": payload})  # fmt: skip
+        if step == 5:
+            fault_at = t + 0.1
+        t += d + 0.01
+    ops = rank_operations(pd.DataFrame(), pd.DataFrame(rows)).assign(results="r")
+    assert set(ops["arm"]) == {"diloco", "diloco/local"}
+    events = _events(
+        [(0, 0, "blackhole", fault_at - T0, "e-w"), (1, 0, "unblackhole", fault_at - T0 + 2, "e-w")]
+    )
+    f = fault_table(events, ops, CTX, {("r", "p000-r0"): {0: "blackhole"}}).iloc[0]
+    # one median over all clear steps (5 inner, 4 sync) would be an inner step's 0.02 s, and
+    # the stall 4.68 s
+    assert f["affected_ops"] == 1 and f["baseline_s"] == pytest.approx(0.5)
+    assert f["stall_s"] == pytest.approx(4.2)
+
+
 def test_operation_table_folds_ranks() -> None:
     ops = _ops([1.0, 1.0], {1: [("ok", 1.0, None, None), ("error", 0.5, "ValueError", "bad")]})
     t = operation_table(ops)
