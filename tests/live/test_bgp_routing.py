@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import flows_over_paths, kill_owner, owner_script, testbed_clean, two_path_scenario
+from helpers import (
+    flows_over_paths,
+    kill_owner,
+    owner_script,
+    testbed_clean,
+    two_path_scenario,
+    unique_name,
+)
 
+from testbed.config.loading import parse_scenario
+from testbed.live.network import Network
 from testbed.net import frr, registry
 from testbed.net.faults import FaultOps
 
@@ -48,9 +58,59 @@ def skip_without_frr():
         pytest.skip(why)
 
 
+@pytest.fixture(scope="module")
+def bgp_networks() -> Iterator[list[Network]]:
+    """The module's networks of ``bgp_paths()``: the last one is shared by the tests that take
+    it as it is (the BFD test heals what it breaks), the teardown test takes it down."""
+    made: list[Network] = []
+    yield made
+    for tb in made:
+        if tb.record is not None:
+            tb.down()
+
+
+@pytest.fixture
+def bgp_network(root, skip_without_frr, bgp_networks: list[Network]) -> Network:
+    """Two paths under BGP with BFD, up; one bring-up (FRR's start and convergence) for the
+    module's tests, a fresh one after a test took it down or left a path out of the routes
+    (a failed test's network is not the next one's)."""
+    if bgp_networks and bgp_networks[-1].record is not None and nexthops(bgp_networks[-1]) != 2:
+        bgp_networks[-1].down()
+    if not bgp_networks or bgp_networks[-1].record is None:
+        tb = Network(parse_scenario(bgp_paths(), "test"), name=unique_name())
+        bgp_networks.append(tb)
+        tb.up()
+    return bgp_networks[-1]
+
+
 @pytest.mark.timing
-def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(make_testbed, skip_without_frr):
-    tb = make_testbed(bgp_paths())
+def test_bfd_leaves_a_blackholed_path_and_bgp_takes_it_back(bgp_network):
+    tb = bgp_network
+    ops = FaultOps(tb.plan)
+    ops.prepare()
+    both = ["east->west/1", "west->east/1"]
+    ops.blackhole(both, on=True)
+    try:
+        # BFD: 3 x 50 ms, then bgpd drops the session's routes and zebra the nexthop
+        moved = wait_nexthops(tb, 1, timeout=5.0)
+        # BFD 3 x 50 ms + bgpd and zebra (~75 ms) = ~0.23 s, polled every 10 ms; RESULTS.md
+        # "Multipath WAN links: failover" moved 0.221-0.231 s: 1 s is ~4x that
+        assert moved < 1.0, moved
+        per_path, _ = flows_over_paths(tb, seconds=2, port=5312)
+        assert per_path["p1-west"] < 100_000 and per_path["p0-west"] > 10_000_000, per_path
+    finally:
+        ops.blackhole(both, on=False)
+    # the session reopens (connect retry 2 s) and the path is announced again
+    back = wait_nexthops(tb, 2, timeout=30.0)
+    # connect retry 2 s + FRR's 1.15 s coalescing ~3.2 s; RESULTS.md "Multipath WAN links:
+    # failover" restored 1.48-3.0 s. 30 s (the poll's own timeout) is ~10x: a liveness bound
+    assert back < 30.0
+
+
+# after the BFD test in this file: the network it healed, whose teardown this test checks
+@pytest.mark.timing
+def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(bgp_network):
+    tb = bgp_network
     rec = tb.record
     pids = frr_pids(rec)
     assert len(pids) == 6  # zebra, bfdd, bgpd in each gateway
@@ -73,30 +133,6 @@ def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(make_testbed, sk
     assert not list(Path("/var/run/frr").glob(f"{rec.prefix}*"))
 
 
-@pytest.mark.timing
-def test_bfd_leaves_a_blackholed_path_and_bgp_takes_it_back(make_testbed, skip_without_frr):
-    tb = make_testbed(bgp_paths())
-    ops = FaultOps(tb.plan)
-    ops.prepare()
-    both = ["east->west/1", "west->east/1"]
-    ops.blackhole(both, on=True)
-    try:
-        # BFD: 3 x 50 ms, then bgpd drops the session's routes and zebra the nexthop
-        moved = wait_nexthops(tb, 1, timeout=5.0)
-        # BFD 3 x 50 ms + bgpd and zebra (~75 ms) = ~0.23 s, polled every 10 ms; RESULTS.md
-        # "Multipath WAN links: failover" moved 0.221-0.231 s: 1 s is ~4x that
-        assert moved < 1.0, moved
-        per_path, _ = flows_over_paths(tb, seconds=2, port=5312)
-        assert per_path["p1-west"] < 100_000 and per_path["p0-west"] > 10_000_000, per_path
-    finally:
-        ops.blackhole(both, on=False)
-    # the session reopens (connect retry 2 s) and the path is announced again
-    back = wait_nexthops(tb, 2, timeout=30.0)
-    # connect retry 2 s + FRR's 1.15 s coalescing ~3.2 s; RESULTS.md "Multipath WAN links:
-    # failover" restored 1.48-3.0 s. 30 s (the poll's own timeout) is ~10x: a liveness bound
-    assert back < 30.0
-
-
 OWNER = """
 import sys, time
 from testbed.config.loading import parse_scenario
@@ -108,8 +144,6 @@ time.sleep(600)
 
 
 def test_a_killed_owner_leaves_what_testbed_clean_removes(root, skip_without_frr):
-    from helpers import unique_name
-
     code = OWNER.format(scenario=bgp_paths(bfd=False), name=unique_name("bgp"))
     with owner_script(code, 60) as (proc, (prefix,)):
         (rec,) = [r for r in registry.records() if r.prefix == prefix]
