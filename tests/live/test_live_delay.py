@@ -13,11 +13,14 @@ import signal
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
-from helpers import scenario
+from helpers import scenario, unique_name
 
+from testbed.config.loading import parse_scenario
 from testbed.live import calibrate
+from testbed.live.network import Network
 from testbed.live.selfcheck import check_direction, probe_rtt
 from testbed.net import netns, registry
 from testbed.plan.compensation import FloorError
@@ -27,6 +30,20 @@ pytestmark = pytest.mark.live
 
 def wan(**link) -> dict:
     return scenario(wan=[{"between": ["east", "west"], "rate": "1gbit", **link}])
+
+
+@pytest.fixture(scope="module")
+def asymmetric() -> Iterator[Network]:
+    """10 ms east->west, 30 ms back: one bring-up for the module's tests of it (the compensation
+    test sets the emulators' delays back to the compensated ones it found)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: network namespaces and qdiscs")
+    data = wan(delay="10ms", reverse={"delay": "30ms"})
+    tb = Network(parse_scenario(data, "test"), name=unique_name()).up()
+    try:
+        yield tb
+    finally:
+        tb.down()
 
 
 @pytest.mark.parametrize("delay_ms", [10, 50])
@@ -44,7 +61,7 @@ def test_rtt_median_within_1ms_of_configured(make_testbed, delay_ms):
 
 
 @pytest.mark.timing
-def test_rtt_compensation_is_applied_and_recorded(make_testbed):
+def test_rtt_compensation_is_applied_and_recorded(asymmetric):
     """After `up` each direction's emulator runs configured - floor (checked exactly), the floor
     is recorded, and the data path carries the compensation once: the idle RTT median rises by
     the summed compensation, within 0.25 ms, when the emulators are set back to the configured
@@ -54,7 +71,7 @@ def test_rtt_compensation_is_applied_and_recorded(make_testbed):
     benchmark's, on a quiet machine (benchmarks/link_fidelity.py); on a busy machine the floor
     measured at bring-up and the one seconds later differ by up to 0.3 ms (a CI run measured
     39.713 ms for 40 ms)."""
-    tb = make_testbed(wan(delay="10ms", reverse={"delay": "30ms"}))
+    tb = asymmetric
     comps = {c.direction: c for c in tb.compensation}
     assert set(comps) == {"east->west", "west->east"}
     for name, conf in (("east->west", 0.010), ("west->east", 0.030)):
@@ -113,8 +130,8 @@ def test_delay_below_the_floor_is_refused(make_testbed):
 
 
 @pytest.mark.timing
-def test_asymmetric_delays_are_honoured_per_direction(make_testbed):
-    tb = make_testbed(wan(delay="10ms", reverse={"delay": "30ms"}))
+def test_asymmetric_delays_are_honoured_per_direction(asymmetric):
+    tb = asymmetric
     r = probe_rtt(tb, "east-h0", "west-h0", count=60, interval=0.01)
     # 1 ms as the RTT test above (rtt_within_tolerance's floor), per direction: one-way stamps on
     # one shared clock (ns), median of 60; the compensated floor's residual is <= 0.3 ms one way.
