@@ -61,7 +61,9 @@ class SpannedTarget(EventTarget):
 
     def call(self, per: dict[str, list[Action]], prepare: bool = False) -> str:
         """Each machine's actions at the due time (now for ``prepare``), side by side; their
-        operations as text. The latest application goes to ``applied``."""
+        operations as text. The latest application goes to ``applied``, its ``apply_s`` from
+        the earliest machine's start (a part applied on time on one machine acts from then,
+        while another machine's is late)."""
         tb = self.spanned
         clock = tb.clock
         assert clock is not None and tb.ray is not None, "the testbed is not up"
@@ -73,21 +75,20 @@ class SpannedTarget(EventTarget):
             for m, actions in per.items()
         ]
         got = tb.ray.get(refs)
-        latest: Applied | None = None
+        parts = []
         texts = []
         for m, (text, t0, t1) in zip(per, got, strict=True):
             unix, bound = clock.to_driver(m, t1)
-            if latest is None or unix > latest.unix:
-                latest = Applied(unix, bound, t1 - t0)
+            parts.append(Applied(unix, bound, unix - clock.to_driver(m, t0)[0]))
             if text:
                 texts.append(f"{m}: {text}")
-        if latest is not None and not prepare:
-            self.applied.append(latest)
+        if parts and not prepare:
+            self.applied.append(spanning(parts))
         return "; ".join(texts)
 
     def take_applied(self) -> Applied | None:
         got, self.applied = self.applied, []
-        return max(got, key=lambda a: a.unix) if got else None
+        return spanning(got) if got else None
 
     def faults(self) -> SpannedFaults:
         return self._remote_faults
@@ -98,6 +99,14 @@ class SpannedTarget(EventTarget):
             return []
         got = tb.ray.get([a.wan_fault_drops.remote() for a in tb.agents.values()])
         return [row for part in got for row in part]
+
+
+def spanning(parts: Sequence[Applied]) -> Applied:
+    """One action of several parts (machines, calls) as a whole: applied when the last part
+    was (within that part's bound), and taking from the earliest part's start."""
+    last = max(parts, key=lambda a: a.unix)
+    start = min(a.unix - a.apply_s for a in parts)
+    return Applied(last.unix, last.bound_s, last.unix - start)
 
 
 class SpannedFaults:
