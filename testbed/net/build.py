@@ -1,12 +1,12 @@
 """Realize a NetworkPlan in the kernel and tear it down: the only module that builds topology.
 
 Building runs the rendered ``ip`` batch in the initial namespace (namespaces, veth pairs); then,
-side by side, one ``tc`` batch per namespace with qdiscs, the ``/etc/netns/<ns>/hosts`` files that
-``ip netns exec`` mounts (a thread), and each namespace's links, addresses and routes as
-rtnetlink requests (:mod:`testbed.net.rtnl`, a worker thread: no process per namespace) followed
-by its sysctls. Teardown stops the testbed's processes (recorded pids, and any process living in
-its namespaces), deletes its namespaces (which removes every veth, bridge, qdisc and iptables
-rule inside them) and its files.
+side by side, one ``tc`` batch per namespace with qdiscs, the ``/etc/netns/<ns>/hosts`` and
+``resolv.conf`` files that ``ip netns exec`` mounts (a thread), and each namespace's links,
+addresses and routes as rtnetlink requests (:mod:`testbed.net.rtnl`, a worker thread: no process
+per namespace) followed by its sysctls. Teardown stops the testbed's processes (recorded pids,
+and any process living in its namespaces), deletes its namespaces (which removes every veth,
+bridge, qdisc and iptables rule inside them) and its files.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 ETC_NETNS = Path("/etc/netns")
 INIT_ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 ALLOWED_CC_BACKUP = "allowed_congestion.orig"
+# No namespace reaches a name server (the initial namespace's is on no emulated path): without
+# this file a lookup of a name not in hosts waits out the resolver's timeout (5 s: flent looks
+# up one.one.one.one before each ping runner); with no server listed it fails at once.
+RESOLV_CONF = "# the testbed's network reaches no name server: its names are in /etc/hosts\n"
 
 
 def ensure_congestion_allowed(wanted: tuple[str, ...], feats: KernelFeatures) -> None:
@@ -76,23 +80,25 @@ def restore_congestion_allowed() -> None:
 
 
 def write_hosts_files(plan: NetworkPlan) -> None:
-    """One hosts file for the testbed, hard-linked into every namespace's directory: a link is
-    one system call, a new file three (164 namespaces at 8 clusters x 16 hosts)."""
-    text = plan.hosts_file()
-    first: str | None = None
+    """One hosts file and one resolv.conf (:data:`RESOLV_CONF`) for the testbed, hard-linked
+    into every namespace's directory: a link is one system call, a new file three (164
+    namespaces at 8 clusters x 16 hosts)."""
+    files = {"hosts": plan.hosts_file(), "resolv.conf": RESOLV_CONF}
+    first: dict[str, str] = {}
     for ns in plan.namespaces:
         d = os.path.join(ETC_NETNS, ns.name)
         os.makedirs(d, exist_ok=True)
-        path = os.path.join(d, "hosts")
-        if first is not None:
-            try:
-                os.link(first, path)
-                continue
-            except OSError:  # a stale file of a crashed run: write this one anew
-                pass
-        with open(path, "w") as f:
-            f.write(text)
-        first = first or path
+        for name, text in files.items():
+            path = os.path.join(d, name)
+            if name in first:
+                try:
+                    os.link(first[name], path)
+                    continue
+                except OSError:  # a stale file of a crashed run: write this one anew
+                    pass
+            with open(path, "w") as f:
+                f.write(text)
+            first.setdefault(name, path)
 
 
 def build(

@@ -29,11 +29,12 @@ FLENT = str(Path(sys.executable).with_name("flent"))
 
 
 def iperf3_goodput(tb: Network, src: str, dst: str, seconds: int, omit: int = 0) -> float:
-    """One iperf3 TCP flow's goodput at the receiver (bit/s), the first ``omit`` s left out."""
+    """One iperf3 TCP flow's goodput at the receiver (bit/s) over ``seconds``, after the first
+    ``omit`` s left out (iperf3 runs ``-O`` on top of ``-t``: the flow lasts both)."""
     argv = ["iperf3", "-s", "-1", "-p", str(PORT), "--forceflush"]
     server = tb.popen(dst, argv, stdout=subprocess.PIPE, text=True)
     with procs.ready(server, f"iperf3 server on {dst}", "Server listening", substring=True):
-        client = ["iperf3", "-c", dst, "-p", str(PORT), "-t", str(seconds + omit), "-J"]
+        client = ["iperf3", "-c", dst, "-p", str(PORT), "-t", str(seconds), "-J"]
         r = tb.run(src, [*client, "-O", str(omit)], timeout=seconds + omit + 30)
     data = json.loads(r.stdout)
     assert "error" not in data, data["error"]
@@ -83,11 +84,15 @@ def irtt(tb: Network, src: str, dst: str, out: Path, seconds: int = 3) -> dict[s
     return {k: stats[v]["median"] / 1e6 for k, v in keys.items()}
 
 
-def flent(tb: Network, src: str, dst: str, test: str, out: Path, seconds: int = 5) -> dict:
+def flent(
+    tb: Network, src: str, dst: str, test: str, out: Path, seconds: int = 5, delay: int = 1
+) -> dict:
     """A flent test from ``src`` to ``dst`` (its servers must run); its data file (gzip JSON).
-    Raises ``AssertionError`` with flent's ``ERROR:`` lines when it failed."""
-    argv = [FLENT, test, "-H", tb.hosts[dst], "-l", str(seconds), "-s", "0.2", "-d", "1"]
-    r = tb.run(src, [*argv, "-D", str(out)], timeout=seconds + 60)
+    ``delay``: flent's ``-d``, the seconds its tests with loaders (udp_flood, rrul) measure
+    before and after the load. Raises ``AssertionError`` with flent's ``ERROR:`` lines when it
+    failed."""
+    argv = [FLENT, test, "-H", tb.hosts[dst], "-l", str(seconds), "-s", "0.2", "-d", str(delay)]
+    r = tb.run(src, [*argv, "-D", str(out)], timeout=seconds + 2 * delay + 60)
     errors = [line for line in (r.stdout + r.stderr).splitlines() if "ERROR:" in line]
     assert not errors, errors
     (path,) = glob.glob(str(out / f"{test}-*.flent.gz"))

@@ -132,10 +132,11 @@ def test_backend_tclink_is_mininets_own_link(mininet, make_testbed):
     assert tb.backend.name == "tclink"
     qdiscs = tb.run("east-gw", ["tc", "qdisc", "show", "dev", "w-west"]).stdout
     assert "htb 5:" in qdiscs, qdiscs  # Mininet's handle, not the project's
-    rate = iperf3_goodput(tb, "east-h0", "west-h0", 4)
+    rate = iperf3_goodput(tb, "east-h0", "west-h0", 3)
     # lower: 1 - SELFCHECK_TOLERANCE of the ceiling (rate x GOODPUT_FACTOR = 9.56 Mbit/s); upper:
-    # the rate, 1.046 x the ceiling (TCLink's HTB counts frames too). Bytes over 4 s (0.13
-    # Mbit/s); RESULTS.md "Engines", plain Mininet: 97.4-100% of the ceiling.
+    # the rate, 1.046 x the ceiling (TCLink's HTB counts frames too). Bytes over 3 s (64 KiB =
+    # 0.17 Mbit/s, 1.8% of the ceiling: the 7.4% below the lowest reading are 4 steps; slow
+    # start at a sub-ms RTT is over in ms); RESULTS.md "Engines", plain Mininet: 97.4-100%.
     assert 0.9 * 10e6 * GOODPUT_FACTOR <= rate <= 10e6, rate
 
 
