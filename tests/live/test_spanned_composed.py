@@ -85,15 +85,13 @@ def test_a_placed_scenario_with_everything_reports_like_one_machine(machines, tm
     assert len(pd.read_parquet(out / "flows_goodput.parquet")) > 0
     # the fault as the runner judged it: survived on both, its stall within the band that
     # scenarios/wan-faults.yaml expects of a blackhole (0.8-1.2 x the TLP + RTO series + slow
-    # start); a busy host read 1.22 across machines and 0.94 on one
+    # start), the sync step it meets against the run's sync steps (not DiLoCo's inner steps).
+    # 16 runs at load 25-42 read 0.84-1.21 across machines and 1.05-1.24 on one: alike, their
+    # spread the sync steps' own time on a loaded host (benchmarks/RESULTS.md, term by term)
     assert s_across["fault_survived"] == s_one["fault_survived"] == 1
-    assert 0.8 <= s_one["fault_stall_over_predicted"] <= 1.2, s_one
+    stall = s_across["fault_stall_over_predicted"], s_one["fault_stall_over_predicted"]
+    assert all(0.8 <= r <= 1.2 for r in stall), stall
     # DiLoCo's bytes per step: its parameters every H steps, the same across machines and on
     # one; 10%: the goal's bound
     wan = s_across["wan_bytes_per_step"], s_one["wan_bytes_per_step"]
     assert wan[1] > 0 and abs(wan[0] - wan[1]) <= 0.10 * wan[1], wan
-    stall = s_across["fault_stall_over_predicted"]
-    if not 0.8 <= stall <= 1.2:
-        # a known miss, not yet explained: across machines the stall read 1.21 (this test
-        # alone on a quiet host) and 1.22-1.23 (loaded) against 0.94 on one machine
-        pytest.xfail(f"across machines the blackhole's stall is {stall:.2f}x its prediction")
