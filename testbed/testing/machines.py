@@ -9,7 +9,7 @@ namespace that stands for it (testbed.live.spanned makes its cables there).
 
 ``StandInMachines`` is the same pair kept for several users one after the other (the tests share
 one pair: starting Ray's processes is the slow part): ``leftovers()`` says what a user left on
-them, ``alive()`` whether Ray's processes still run.
+them, ``dead()`` which of Ray's processes no longer run.
 """
 
 from __future__ import annotations
@@ -71,13 +71,14 @@ class StandInMachines:
             raise
         return self
 
-    def alive(self) -> bool:
-        """Whether every process of the cluster's nodes still runs."""
+    def dead(self) -> list[str]:
+        """The cluster's processes that no longer run (their kind: raylet, gcs_server, ...)."""
         c = self._cluster
         if c is None or c.head_node is None:
-            return False
+            return ["the cluster"]
         nodes = [c.head_node, *c.worker_nodes]
-        return len(nodes) == 1 + len(self.names) and not any(n.dead_processes() for n in nodes)
+        gone = [f"node {i}" for i in range(len(nodes), 1 + len(self.names))]
+        return gone + [kind for n in nodes for kind, _ in n.dead_processes()]
 
     def leftovers(self) -> list[str]:
         """What is on the stand-ins beyond their own underlay (a cable's device, a lost

@@ -25,7 +25,8 @@ class SharedStandIns:
     def get(self):  # -> testbed.testing.machines.StandInMachines
         from testbed.testing.machines import StandInMachines
 
-        if self.current is not None and not self.current.alive():
+        if self.current is not None and (dead := self.current.dead()):
+            print(f"stand-in machines replaced: {', '.join(dead)} no longer running")
             self.close()
         if self.current is None:
             self.current = StandInMachines(STAND_INS).start()

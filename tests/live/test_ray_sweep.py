@@ -67,9 +67,20 @@ def test_a_sweep_on_two_nodes_gives_the_summary_of_a_local_run(tmp_path, machine
     address, _ = machines  # the shared stand-ins: two nodes of one `testbed` resource each
     data = bulk("raysweep", rates=RATES)
     exp = Experiment(expand(data, "test"), "test", tmp_path / "ray", resume=False)
-    assert run_on_ray(exp, address, selfcheck_seconds=0.5)
     local = Experiment(expand(data, "test"), "test", tmp_path / "local", resume=False)
-    assert local.run(selfcheck_seconds=0.5)
+    # the local reference runs while the sweep does (nothing here is a timing: the summary
+    # without its measured numbers, the files); the sweep's driver in a thread, the local run
+    # in this one (a testbed's SIGTERM handler is the main thread's)
+    on_ray: list[bool] = []
+    driver = threading.Thread(
+        target=lambda: on_ray.append(run_on_ray(exp, address, selfcheck_seconds=0.5))
+    )
+    driver.start()
+    try:
+        assert local.run(selfcheck_seconds=0.5)
+    finally:
+        driver.join(timeout=180)
+    assert not driver.is_alive() and on_ray == [True], exp.manifest["runs"]
     assert summary_rows(exp) == summary_rows(local)
     assert len(summary_rows(exp)) == 4 and {r[2] for r in summary_rows(exp)} == {"ok"}
     runs = json.loads(exp.results.manifest_path.read_text())["runs"]

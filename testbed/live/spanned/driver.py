@@ -234,9 +234,11 @@ class SpannedNetwork:
         stats: list[dict] = []
         if self.clock is not None:
             self.clock.stop()
+        # every machine tears its part down at once (a part's teardown is its own namespaces)
+        downs = {machine: agent.down.remote() for machine, agent in self.agents.items()}
         for machine, agent in self.agents.items():
             try:
-                ray.get(agent.down.remote())
+                ray.get(downs[machine])
                 stats += ray.get(agent.link_stats.remote())
                 self.traced[machine] = ray.get(agent.traced.remote())
             except Exception as exc:  # one machine's failure must not leave the others up
