@@ -124,7 +124,10 @@ def test_a_point_whose_node_dies_is_retried_on_another(tmp_path, cluster, before
     from testbed.distributed.ray_sweep import run_on_ray
 
     c, nodes = cluster
-    data = bulk("raydie", seconds="8s", rates=("50mbit",))
+    # the node dies while its point runs: the test kills it within a poll (0.2 s) of the point's
+    # testbed being up, and the point still has its self-check and 4 s of traffic to go; the
+    # attempt on the other node runs the point whole, so each second here counts twice
+    data = bulk("raydie", seconds="4s", rates=("50mbit",))
     exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
     outcome: list[bool] = []
     first = None

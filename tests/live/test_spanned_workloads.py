@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -88,9 +89,22 @@ def test_a_diloco_run_across_machines_sends_the_wan_bytes_of_one_machine(machine
     emulated = {"workload.model": "llama-3-1b", "workload.compute": {"step": "0.02s"},
                 "workload.scale": "1/1000"}  # fmt: skip
     sweep = {"sweep": {"cases": [{"workload.model": "char-mlp"}, emulated]}}
-    exp = run_experiment(
-        {**training, "placement": PLACEMENT, **sweep}, tmp_path / "t.yaml", tmp_path / "ts", address
+    # the one-machine reference runs while the machines run theirs: what is compared is bytes
+    # per step, not times (in a thread: a testbed's SIGTERM handler is the main thread's)
+    reference: list[dict] = []
+    alone_run = threading.Thread(
+        target=lambda: reference.append(
+            run_scenario(training, tmp_path / "t1.yaml", tmp_path / "t1", None)
+        )
     )
+    alone_run.start()
+    try:
+        exp = run_experiment(
+            {**training, "placement": PLACEMENT, **sweep}, tmp_path / "t.yaml", tmp_path / "ts",
+            address,
+        )  # fmt: skip
+    finally:
+        alone_run.join(timeout=180)
     runs = list(exp.manifest["runs"].values())
     assert [r["status"] for r in runs] == ["ok", "ok"], [r.get("reason") for r in runs]
     for run in runs:
@@ -101,7 +115,8 @@ def test_a_diloco_run_across_machines_sends_the_wan_bytes_of_one_machine(machine
     for run_dir in (exp.results.path / "runs").iterdir():  # each rank's log came back
         assert sorted(p.name for p in run_dir.glob("rank-*.log")) == ["rank-0.log", "rank-1.log"]
 
-    alone = run_scenario(training, tmp_path / "t1.yaml", tmp_path / "t1", None)
+    assert not alone_run.is_alive() and len(reference) == 1, "the one-machine run did not end"
+    (alone,) = reference
     assert alone["status"] == "ok", alone.get("reason")
     (one,) = alone["_summary"]
     across, emulated_run = sorted(exp.summaries, key=lambda row: row["compute"] != "real")
