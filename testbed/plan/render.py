@@ -23,12 +23,20 @@ from testbed.core.frames import FRAME_BYTES
 from testbed.plan.model import FabricPort, Impairment, NetworkPlan, Shaper, WanDirection
 from testbed.plan.sizing import htb_burst, htb_quantum
 
+# The interface index of each veth end: VETH_INDEX + 2i and the next for the plan's veth i.
+# Indexes count per namespace, so two ends made in fresh namespaces may get the same one; the
+# kernel then takes the end for a device of its own (its link is itself) and puts the carrier
+# change of a port brought up again (a link down's or a gateway crash's end) on its slow path:
+# up to 1 s without a queue on that port, every packet through it dropped meanwhile.
+VETH_INDEX = 1000
+
 
 def root_batch(plan: NetworkPlan) -> list[str]:
     lines = [f"netns add {ns.name}" for ns in plan.namespaces]
     lines += [
-        f"link add {v.if_a} netns {v.ns_a} type veth peer name {v.if_b} netns {v.ns_b}"
-        for v in plan.veths
+        f"link add {v.if_a} netns {v.ns_a} index {VETH_INDEX + 2 * i} type veth "
+        f"peer name {v.if_b} netns {v.ns_b} index {VETH_INDEX + 2 * i + 1}"
+        for i, v in enumerate(plan.veths)
     ]
     return lines
 

@@ -733,7 +733,9 @@ def test_reorder_without_delay_warns() -> None:
 
 # --- render: iproute2 batches -----------------------------------------------------------------
 
-VETH = re.compile(r"link add (\S+) netns (\S+) type veth peer name (\S+) netns (\S+)")
+VETH = re.compile(
+    r"link add (\S+) netns (\S+) index (\d+) type veth peer name (\S+) netns (\S+) index (\d+)"
+)
 
 
 def test_root_batch_creates_everything_inside_namespaces(
@@ -746,11 +748,16 @@ def test_root_batch_creates_everything_inside_namespaces(
     links = lines[len(adds) :]
     assert lines[: len(adds)] == [f"netns add {ns}" for ns in adds]  # namespaces first
     assert len(links) == len(plan.veths)
+    indexes = []
     for line, veth in zip(links, plan.veths, strict=True):
         m = VETH.fullmatch(line)
         assert m, line
-        assert m.groups() == (veth.if_a, veth.ns_a, veth.if_b, veth.ns_b)
-        assert {m[2], m[4]} <= set(adds)
+        assert (m[1], m[2], m[4], m[5]) == (veth.if_a, veth.ns_a, veth.if_b, veth.ns_b)
+        assert {m[2], m[5]} <= set(adds)
+        indexes += [int(m[3]), int(m[6])]
+    # every end's index its own: never its peer's (the kernel would take the pair for one
+    # device and bring a port's carrier back up to 1 s late)
+    assert len(set(indexes)) == len(indexes)
 
 
 def test_ip_batches_carry_addresses_and_routes() -> None:
