@@ -130,11 +130,20 @@ class SpannedFaults:
     def reset(self, link: str, on: bool) -> str:
         return self._all(("reset", (link, on)))
 
+    # A port coming back: every machine's ports up first, then the pinned entries of their
+    # peers deleted (a peer on one machine whose entry goes while the port on another is still
+    # down asks for its address into the dead port, and asks again only a second later).
     def link(self, link: str, up: bool) -> str:
-        return self._all(("link", (link, up)))
+        done = [self._all(("link", (link, up)))]
+        if up:
+            done.append(self._all(("unpin_link", (link,))))
+        return "; ".join(d for d in done if d)
 
     def gateway(self, cluster: str, up: bool) -> str:
-        return self._all(("gateway", (cluster, up)))
+        done = [self._all(("gateway", (cluster, up)))]
+        if up:
+            done.append(self._all(("unpin_gateway", (cluster,))))
+        return "; ".join(d for d in done if d)
 
 
 class AnnouncementRelay:

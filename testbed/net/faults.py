@@ -207,8 +207,10 @@ class FaultOps:
         gate = f"(iptables -t {table} {shown})"
         return (f"{installed}; " if installed else "") + f"{_apply(ops)} {gate}"
 
-    def link(self, link: str, up: bool) -> str:
-        """Both gateways' WAN ports of ``link`` administratively down, or up with their routes."""
+    def link(self, link: str, up: bool, unpin: bool = True) -> str:
+        """Both gateways' WAN ports of ``link`` administratively down, or up with their routes
+        (and their peers' pinned entries deleted, unless ``unpin`` is False: across machines
+        that comes after every machine's ports are up, :meth:`unpin_link`)."""
         ends = self._link(link).ends
         ops: dict[str, list[IpOp]] = {}
         if not up:
@@ -218,18 +220,22 @@ class FaultOps:
                 ops[ns] = [LinkUp(port), *(_route_op(r) for r in self.routes_through(ns, port))]
             else:
                 ops[ns] = [LinkDown(port)]
-        if up:
+        if up and unpin:
             self._pin(ops, ends, False)
         return _apply(self._mine(ops))
 
-    def gateway(self, cluster: str, up: bool) -> str:
+    def unpin_link(self, link: str) -> str:
+        """The second half of ``link(link, up=True, unpin=False)``: the peers' pinned entries of
+        its ports deleted."""
+        ops: dict[str, list[IpOp]] = {}
+        self._pin(ops, self._link(link).ends, False)
+        return _apply(self._mine(ops))
+
+    def gateway(self, cluster: str, up: bool, unpin: bool = True) -> str:
         """All ports of ``cluster``'s gateway down (it stops forwarding, its queues are lost),
-        or up with its routes."""
-        if cluster not in self.gateways:
-            known = ", ".join(self.gateways)
-            raise NetError(f"gateway: no cluster {cluster!r} (clusters: {known})")
-        ns = self.gateways[cluster].ns
-        ports = self.ports(ns)
+        or up with its routes (and its peers' pinned entries deleted unless ``unpin`` is False:
+        :meth:`unpin_gateway`)."""
+        ns, ports = self._gateway_ports(cluster)
         ops: dict[str, list[IpOp]] = {}
         if not up:
             self._pin(ops, [(ns, p) for p in ports], True)
@@ -238,9 +244,23 @@ class FaultOps:
             ops[ns] = [*(LinkUp(p) for p in ports), *routes]
         else:
             ops[ns] = [LinkDown(p) for p in ports]
-        if up:
+        if up and unpin:
             self._pin(ops, [(ns, p) for p in ports], False)
         return _apply(self._mine(ops))
+
+    def unpin_gateway(self, cluster: str) -> str:
+        """The second half of ``gateway(cluster, up=True, unpin=False)``."""
+        ns, ports = self._gateway_ports(cluster)
+        ops: dict[str, list[IpOp]] = {}
+        self._pin(ops, [(ns, p) for p in ports], False)
+        return _apply(self._mine(ops))
+
+    def _gateway_ports(self, cluster: str) -> tuple[str, list[str]]:
+        if cluster not in self.gateways:
+            known = ", ".join(self.gateways)
+            raise NetError(f"gateway: no cluster {cluster!r} (clusters: {known})")
+        ns = self.gateways[cluster].ns
+        return ns, self.ports(ns)
 
     def _pin(self, ops: dict[str, list[IpOp]], ports: Sequence[tuple[str, str]], on: bool) -> None:
         """While ``ports`` are down, their peers hold a permanent neighbour entry for the

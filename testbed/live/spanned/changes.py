@@ -61,9 +61,13 @@ class MachineChanges:
         if name == "reset":
             return self.faults.reset(args[0], on=args[1])
         if name == "link":
-            return self.faults.link(args[0], up=args[1])
+            return self.faults.link(args[0], up=args[1], unpin=False)
+        if name == "unpin_link":
+            return self.faults.unpin_link(args[0])
         if name == "gateway":
-            return self.faults.gateway(args[0], up=args[1])
+            return self.faults.gateway(args[0], up=args[1], unpin=False)
+        if name == "unpin_gateway":
+            return self.faults.unpin_gateway(args[0])
         raise ValueError(f"unknown WAN action {name!r}")
 
     def fault_drops(self) -> list[dict[str, Any]]:
