@@ -8,7 +8,6 @@ The spec, its output rows and the exit status: ``HELP`` (``--help`` prints it af
 from __future__ import annotations
 
 import json
-import sys
 from typing import IO, Any
 
 from testbed.core.stats import quantile
@@ -21,6 +20,7 @@ from traffic.entry import (
     SETUP,
     STARTING,
     exit_on_error,
+    leave,
     log,
     rank_args,
     rank_start,
@@ -69,8 +69,9 @@ is goes to ``{out_dir}/rank-{R}.state`` (traffic.entry's protocol: ``starting``,
 ``running`` once joined, ``done``), which the launcher reads.
 
 Exit status: 0 all results correct; 3 some result wrong (the run is finished first, each wrong
-combination named on stderr); 1 any exception (traceback on stderr prefixed ``rank R (host):``;
-the process leaves with ``os._exit`` so a hung gloo thread cannot keep it alive).
+combination named on stderr); 1 any exception (traceback on stderr prefixed ``rank R (host):``).
+Either way the process leaves with ``os._exit`` (traffic.entry's ``leave``): a hung gloo thread
+cannot keep it alive, and a finished rank skips tearing torch down.
 ``SIGUSR1`` dumps every thread's stack to stderr (for hangs).
 """
 
@@ -209,4 +210,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import IO, Any
 
@@ -22,6 +21,7 @@ from traffic.entry import (
     STARTING,
     exit_on_error,
     failure_fields,
+    leave,
     log,
     rank_args,
     rank_start,
@@ -59,8 +59,8 @@ closed pair) is written as ``{"rank", ..., "step", "start", "end", "outcome": "e
 Progress goes to stderr; where the rank is goes to ``{out_dir}/rank-{R}.state``
 (traffic.entry's protocol: ``starting``, ``setup``, ``running`` with the step, ``done``).
 Exit status: 0 done; 1 any exception (traceback on stderr prefixed ``rank R (host):``, the steps
-measured so far are kept; the process leaves with ``os._exit`` so a hung gloo thread cannot keep
-it alive).
+measured so far are kept). Either way the process leaves with ``os._exit`` (traffic.entry's
+``leave``): a hung gloo thread cannot keep it alive, and a finished rank skips tearing torch down.
 """
 
 INJECT_ENV = "TESTBED_INJECT_FAULT"
@@ -154,4 +154,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
