@@ -56,8 +56,9 @@ def test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine(
     run_faults(tmp_path, paths=True)
 
 
-# measured 386 s on 2 cores at a load average of 32 (five runs: four sweep points and the bulk
-# flows alone; the two tests it replaces ran nine runs, 87 s together in the last clean suite)
+# measured 300 s on 2 cores at a load average of 17-26, 386 s at 32 (five runs: four sweep
+# points and the bulk flows alone, 30 self-checked directions); the two tests it replaces (nine
+# runs, 28 directions) took 337 s together at 20-25 on the same host
 @pytest.mark.timeout(900)
 def test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet(
     root, tmp_path
