@@ -112,19 +112,28 @@ PROBER = textwrap.dedent(
         print(json.dumps({"metric": "tcp", "value": v, "t": t, "t_end": t_end}))
     """
 )
-PROBE_SECONDS = 14.5
 
-# fault -> when (s on the wall clock from the run's start; the prober sends from ~1.5 s on).
-# Each is 1 s, apart by >= 1 s so that the probes answer again between them.
-FAULT_TIMES = {
-    "blackhole": 4.5,
-    "link_down": 6.0,
-    "flap": 7.5,  # 2 x (300 ms down, 300 ms up): to 8.7 s
-    "burst_loss": 9.5,
-    "partition": 11.0,
-    "gateway_crash": 12.5,
-    "reset": 14.0,
-}
+
+def fault_times(hold: float = 1.0) -> dict[str, float]:
+    """Fault -> when (s on the wall clock from the run's start; the prober sends from ~1.5 s
+    on). Each fault lasts ``hold`` s but the flap (2 x (300 ms down, 300 ms up)) and the burst
+    loss (1 s: its statistics, in check_faults_run), the next 0.5 s after it ends (0.8 s after
+    the flap) so that the probes answer again between them."""
+    t = {"blackhole": 4.5}
+    t["link_down"] = t["blackhole"] + hold + 0.5
+    t["flap"] = t["link_down"] + hold + 0.5
+    t["burst_loss"] = t["flap"] + 2.0
+    t["partition"] = t["burst_loss"] + 1.5
+    t["gateway_crash"] = t["partition"] + hold + 0.5
+    t["reset"] = t["gateway_crash"] + hold + 0.5
+    return t
+
+
+FAULT_TIMES = fault_times()  # 4.5, 6, 7.5, 9.5, 11, 12.5, 14 s
+# A fault of 0.6 s on one machine (events apply within ms there): ~10 rounds of probes inside
+# each (from 5 ms after it applied to 60 ms before its undoing began), every one of which must
+# be lost (or, for a link down on paths, answered by path 0)
+HOLD_ONE_MACHINE = 0.6
 SCHEDULE_AT = 3.0  # the delay step, once the traffic's queue has drained
 
 
@@ -143,13 +152,18 @@ def wan(paths: bool, **dynamics: Any) -> list[dict[str, Any]]:
     return [{"between": ["east", "west"], "paths": [first, second]}]
 
 
-def faults_scenario(tmp: Path, engine: str, paths: bool, routing: dict[str, Any]) -> dict:
+def faults_scenario(
+    tmp: Path, engine: str, paths: bool, routing: dict[str, Any], hold: float = 1.0
+) -> dict:
     """The probing command workload beside bulk and DCQCN cross-traffic, a schedule step, every
-    fault kind, and tcp_info / queues / pcap tracing (module docstring). Writes the prober into
-    ``tmp``."""
+    fault kind (each ``hold`` s but the flap and the burst loss: fault_times), and tcp_info /
+    queues / pcap tracing (module docstring). Writes the prober into ``tmp``."""
     (tmp / "prober.py").write_text(PROBER)
     link = link_name(paths)
-    t = {k: f"{v}s" for k, v in FAULT_TIMES.items()}
+    times = fault_times(hold)
+    t = {k: f"{round(v * 1000)}ms" for k, v in times.items()}
+    held = f"{round(hold * 1000)}ms"
+    probe_seconds = times["reset"] + 0.5
     data = {
         "name": f"{RUN_TAG}-cf"[:32],
         "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
@@ -157,7 +171,7 @@ def faults_scenario(tmp: Path, engine: str, paths: bool, routing: dict[str, Any]
         "routing": routing,
         "workload": {
             "kind": "command",
-            "argv": ["python", "prober.py", "{rank}", "west-h0", str(PROBE_SECONDS)],
+            "argv": ["python", "prober.py", "{rank}", "west-h0", str(probe_seconds)],
             "metrics": "json-lines",
             "timeout": "60s",
         },
@@ -172,8 +186,8 @@ def faults_scenario(tmp: Path, engine: str, paths: bool, routing: dict[str, Any]
             {"kind": "dcqcn", "from": "west-h0", "to": "east-h0", "start": "0s", "duration": "1s"},
         ],
         "faults": [
-            {"kind": "blackhole", "link": link, "at": t["blackhole"], "duration": "1s"},
-            {"kind": "link_down", "link": link, "at": t["link_down"], "duration": "1s"},
+            {"kind": "blackhole", "link": link, "at": t["blackhole"], "duration": held},
+            {"kind": "link_down", "link": link, "at": t["link_down"], "duration": held},
             {
                 "kind": "flap",
                 "link": link,
@@ -194,13 +208,13 @@ def faults_scenario(tmp: Path, engine: str, paths: bool, routing: dict[str, Any]
                 "kind": "partition",
                 "groups": [["east"], ["west"]],
                 "at": t["partition"],
-                "duration": "1s",
+                "duration": held,
             },
             {
                 "kind": "gateway_crash",
                 "cluster": "west",
                 "at": t["gateway_crash"],
-                "restore_after": "1s",
+                "restore_after": held,
             },
             {"kind": "reset", "link": link, "at": t["reset"]},
         ],

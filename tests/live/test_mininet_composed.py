@@ -13,6 +13,7 @@ import json
 
 import pytest
 from composed import (
+    HOLD_ONE_MACHINE,
     bulk_alone,
     check_bulk_alone,
     check_faults_run,
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.live
 def run_faults(tmp_path, paths: bool) -> None:
     skip_without_mininet()
     routing = {"mode": "static", "ecmp": {"hash": "l4"}}
-    data = faults_scenario(tmp_path, "mininet", paths=paths, routing=routing)
+    data = faults_scenario(tmp_path, "mininet", paths, routing, hold=HOLD_ONE_MACHINE)
     source = str(tmp_path / "scenario.yaml")
     exp = Experiment(expand(data, source), source, tmp_path / "out", resume=False)
     assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]["p000-r0"]["reason"]
@@ -42,14 +43,16 @@ def run_faults(tmp_path, paths: bool) -> None:
     check_faults_run(analysis.load(exp.results.path), paths=paths)
 
 
-# measured 24-30 s on 2 cores, 50 s beside another run
+# measured 24-30 s on 2 cores, 50 s beside another run (14.5 s of probing); 37 s at a load
+# average of 24 with 12.9 s of probing (faults of 0.6 s)
 @pytest.mark.timeout(240)
 @pytest.mark.timing
 def test_every_fault_traffic_and_trace_on_the_mininet_engine(root, tmp_path):
     run_faults(tmp_path, paths=False)
 
 
-# measured 38 s on 2 cores at a load average of 14, 50 s beside another run
+# measured 38 s on 2 cores at a load average of 14, 50 s beside another run (14.5 s of
+# probing); 48 s at 24 with 12.9 s of probing (faults of 0.6 s)
 @pytest.mark.timeout(240)
 @pytest.mark.timing
 def test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine(root, tmp_path):
