@@ -681,6 +681,110 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_mininet_composed.py",
         "test_bgp_with_bfd_on_a_link_of_one_path_on_the_mininet_engine",
     ),
+    ("preset", "native", "across", "single"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_a_preset_link_across_machines",
+    ),
+    ("reset", "native", "across", "single"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_a_preset_link_across_machines",
+    ),
+    ("flap", "native", "across", "single"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_a_preset_link_across_machines",
+    ),
+    ("burst_loss", "native", "across", "single"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_a_preset_link_across_machines",
+    ),
+    ("partition", "native", "across", "single"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_a_preset_link_across_machines",
+    ),
+    ("gateway_crash", "native", "across", "single"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_a_preset_link_across_machines",
+    ),
+    ("command (a user's program)", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("bulk cross-traffic beside a workload", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("dcqcn cross-traffic beside a workload", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("schedule", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("blackhole", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("link_down", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("reset", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("flap", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("burst_loss", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("partition", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("gateway_crash", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("tcp_info", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("queues", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("pcap", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("static", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("static, unequal path weights", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("ecmp (L3 or L4 hash)", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("preset", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
+    ),
+    ("training (an emulated model)", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_a_training_beside_traffic_with_a_trace_and_a_preset_on_two_paths_across_machines",
+    ),
+    ("trace", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_a_training_beside_traffic_with_a_trace_and_a_preset_on_two_paths_across_machines",
+    ),
 }
 TESTS = {key: f"tests/live/{file}::{name}" for key, (file, name) in _LIVE_TESTS.items()}
 
