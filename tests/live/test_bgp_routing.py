@@ -167,10 +167,14 @@ def test_a_run_records_routing_events_and_the_failover(tmp_path, skip_without_fr
     from testbed.config.sweep import expand
     from testbed.experiment.sweep import Experiment
 
+    # Two ranks, one host per cluster (a torch import each): their ring crosses the WAN both
+    # ways, 4 MiB each way per all-reduce, where four ranks' ring sent 6 MiB: 30 iterations keep
+    # the 20 iterations' bytes, so the workload still outlasts the blackhole and the restore.
     data = bgp_paths() | {
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
         "workload": {
             "kind": "collectives", "collectives": ["all_reduce"], "algorithms": ["flat"],
-            "sizes": ["4MiB"], "warmup": 1, "iterations": 20, "timeout": "30s",
+            "sizes": ["4MiB"], "warmup": 1, "iterations": 30, "timeout": "30s",
         },
         "faults": [{"kind": "blackhole", "link": "east-west/1",
                     "after": {"iteration": 1, "offset": "100ms"}, "duration": "2s"}],
