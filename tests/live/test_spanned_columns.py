@@ -68,8 +68,8 @@ def check_preset(res: Any, direction: str) -> None:
     assert abs(row["delay_configured_s"] - 0.005) < 1e-9, row
 
 
-# measured (call) at a load average of 22-32 on 2 cores: 38-42 s, 31-52 s, 30-58 s; the
-# shared stand-in machines' start (once a session) 20-36 s
+# measured (call) on 2 cores: 29 s, 37 s and 26 s at a load average of 6-11; 38-42 s, 31-52 s
+# and 30-58 s at 22-32. The shared stand-in machines' start (once a session): 12 s, 20-36 s
 @pytest.mark.timeout(240)
 @pytest.mark.timing
 def test_every_fault_traffic_and_trace_on_a_preset_link_across_machines(machines, tmp_path):
