@@ -59,8 +59,10 @@ def machines(root: None, shared_stand_ins: SharedStandIns) -> Iterator[tuple[str
     left = pair.leftovers()
     parts = [r for r in registry.records() if r.machine in STAND_INS]
     if left or parts:
+        # what each record says of itself, while its owner (an agent) may still run
+        left += [f"record {r.key} ({r.name}, {r.phase}, owner {r.owner_pid} "
+                 f"{'alive' if r.live() else 'gone'})" for r in parts]  # fmt: skip
         shared_stand_ins.close()  # Ray's processes first: no part has a live owner after
         for rec in parts:
             build.destroy(rec)
-        left += [f"record {r.key}" for r in parts]
         pytest.fail(f"the test left this on the shared stand-in machines: {left}")
