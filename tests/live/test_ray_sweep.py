@@ -59,7 +59,8 @@ def summary_rows(exp: Experiment) -> list[tuple]:
     )
 
 
-# measured 42-43 s in full-suite runs on 2 cores: 4x and more for a busy host
+# measured 34 s in the Ray phase at load 5-10 on 2 cores, 55-61 s at load 23-25 (42-43 s with
+# the local reference after the sweep, on a quiet host): 4x and more for a busy host
 @pytest.mark.timeout(240)
 def test_a_sweep_on_two_nodes_gives_the_summary_of_a_local_run(tmp_path, machines):
     from testbed.distributed.ray_sweep import run_on_ray
