@@ -627,55 +627,55 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
     ),
     ("training (a real model)", "mininet", "one", "single"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
     ),
     ("training (an emulated model)", "mininet", "one", "single"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
     ),
     ("dcqcn flows", "mininet", "one", "single"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
     ),
     ("bulk traffic alone", "mininet", "one", "single"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
     ),
     ("trace", "mininet", "one", "single"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
     ),
     ("preset", "mininet", "one", "single"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine",
     ),
     ("collectives", "mininet", "one", "multipath"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
     ),
     ("training (a real model)", "mininet", "one", "multipath"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
     ),
     ("training (an emulated model)", "mininet", "one", "multipath"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
     ),
     ("dcqcn flows", "mininet", "one", "multipath"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
     ),
     ("bulk traffic alone", "mininet", "one", "multipath"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
     ),
     ("trace", "mininet", "one", "multipath"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
     ),
     ("preset", "mininet", "one", "multipath"): (
         "test_mininet_composed.py",
-        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet",
+        "test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet",
     ),
     ("bgp (FRR, BFD)", "mininet", "one", "single"): (
         "test_mininet_composed.py",

@@ -386,14 +386,10 @@ WORKLOADS = {
 }  # fmt: skip
 
 
-def workloads_scenario(
-    tmp: Path, engine: str, paths: bool, kinds: tuple[str, ...], single_too: bool = False
-) -> dict:
+def workloads_scenario(tmp: Path, engine: str, paths: bool, kinds: tuple[str, ...]) -> dict:
     """A sweep of one case per workload of ``kinds`` (WORKLOADS) on one scenario: bulk
     cross-traffic, a preset with a trace (on a link of two paths the preset on both, the trace
-    on path 0, an l4 hash), tcp_info and queue tracing. ``single_too``: a third cluster, north,
-    behind a link of one path from east with the same preset and trace, so that one run carries
-    both columns (its traffic, flows and ranks cross both links). Writes the trace into ``tmp``."""
+    on path 0, an l4 hash), tcp_info and queue tracing. Writes the trace into ``tmp``."""
     rows = "".join(f"{k}s,{r}mbit\n" for k, r in enumerate(TRACE_MBIT))
     (tmp / "rates.csv").write_text("t,rate\n" + rows)
     trace = {"file": "rates.csv", "format": "csv", "bin": "1s", "loop": False}
@@ -402,65 +398,32 @@ def workloads_scenario(
         link = {"between": ["east", "west"], "paths": [{**preset, "trace": trace}, preset]}
     else:
         link = {"between": ["east", "west"], **preset, "trace": trace}
-    links = [link]
-    clusters = {"east": {"hosts": 1}, "west": {"hosts": 1}}
-    if single_too:
-        links.append({"between": ["east", "north"], **preset, "trace": trace})
-        clusters["north"] = {"hosts": 1}
-    peers = peer_hosts(single_too)
-    workloads = {k: with_peers(WORKLOADS[k], peers) for k in kinds}
     data = {
         "name": f"{RUN_TAG}-cw"[:32],
-        "clusters": clusters,
-        "wan": links,
+        "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}},
+        "wan": [link],
         "routing": {"ecmp": {"hash": "l4"}},
-        "workload": workloads[kinds[0]],
+        "workload": WORKLOADS[kinds[0]],
         "traffic": [
-            {"kind": "bulk", "from": "east-h0", "to": p, "start": "0s", "duration": "2s"}
-            for p in peers
+            {"kind": "bulk", "from": "east-h0", "to": "west-h0", "start": "0s", "duration": "2s"}
         ],
         "trace": {"tcp_info": "100ms", "queues": "50ms"},
-        "sweep": {"cases": [{"workload": workloads[k]} for k in kinds]},
+        "sweep": {"cases": [{"workload": WORKLOADS[k]} for k in kinds]},
     }
     if engine != "native":
         data["engine"] = engine
     return data
 
 
-def peer_hosts(single_too: bool) -> list[str]:
-    """The hosts east-h0 sends to in ``workloads_scenario``: across each of its links."""
-    return ["west-h0", "north-h0"] if single_too else ["west-h0"]
-
-
-def with_peers(workload: dict[str, Any], peers: list[str]) -> dict[str, Any]:
-    """A DCQCN workload with a flow from east-h0 to each of ``peers``; any other as it is."""
-    if workload["kind"] != "dcqcn":
-        return workload
-    return {**workload, "flows": [{"from": "east-h0", "to": p} for p in peers]}
-
-
-def _directions(paths: bool, single_too: bool) -> tuple[list[str], list[str]]:
-    """The directions ``workloads_scenario`` traces (the trace's) and plans with its preset."""
-    traced = ["east->west/0" if paths else "east->west"]
-    preset = ["east->west/1" if paths else "east->west"]
-    if single_too:
-        traced.append("east->north")
-        preset.append("east->north")
-    return traced, preset
-
-
-def check_workloads_run(
-    res: Any, kinds: tuple[str, ...], paths: bool, single_too: bool = False
-) -> None:
+def check_workloads_run(res: Any, kinds: tuple[str, ...], paths: bool) -> None:
     """The evidence of every feature of ``workloads_scenario`` in its loaded results: each case's
     workload completed, the bulk flow beside it, the trace's rates applied in order on the
-    traced direction, the preset's rate and delay on its direction, tcp_info and queue samples
-    (with ``single_too`` on each link: each its own flows, trace and preset)."""
+    traced direction, the preset's rate and delay on its direction, tcp_info and queue samples."""
     assert (res.runs["status"] == "ok").all(), res.runs[["run_id", "status", "reason"]]
     runs = [f"p{i:03d}-r0" for i in range(len(kinds))]
     assert sorted(res.runs["run_id"]) == runs
-    traced, presets = _directions(paths, single_too)
-    peers = peer_hosts(single_too)
+    traced = "east->west/0" if paths else "east->west"
+    preset = "east->west/1" if paths else "east->west"
     ev = res.events.drop_duplicates(["run_id", "event"])
     for run, kind in zip(runs, kinds, strict=True):
         workload = WORKLOADS[kind]
@@ -468,42 +431,32 @@ def check_workloads_run(
             steps = res.training[res.training["run_id"] == run]
             assert set(steps["outcome"]) == {"ok"}, steps
             assert steps["step"].nunique() == workload["steps"], steps["step"].unique()
-            assert steps["rank"].nunique() == len(peers) + 1, steps["rank"].unique()
             emulated = set(steps["compute_kind"]) == {"emulated"}
             assert emulated == (kind == "emulated"), set(steps["compute_kind"])
         elif kind == "dcqcn":
             rows = res.dcqcn[res.dcqcn["run_id"] == run]
             assert sorted(rows["kind"].unique()) >= ["end", "start"], rows
-            for peer in peers:  # each flow, across its link
-                ends = rows[(rows["kind"] == "end") & (rows["to"] == peer)]
-                assert len(ends) == 1 and ends["sent"].iloc[0] > 0, (peer, rows)
-        else:  # collectives: each rank's operations
+            assert rows.loc[rows["kind"] == "end", "sent"].iloc[0] > 0, rows
+        else:  # collectives
             ops = res.collectives[res.collectives["run_id"] == run]
-            ranks = len(peers) + 1
-            assert len(ops) == workload["iterations"] * ranks, ops
-            assert set(ops["outcome"]) == {"ok"}, ops
-        # the trace: its bins' rates in order, applied on the traced directions alone (a run
+            assert len(ops) == workload["iterations"] * 2 and set(ops["outcome"]) == {"ok"}, ops
+        # the trace: its bins' rates in order, applied on the traced direction alone (a run
         # shorter than the trace ends it early)
         sets = ev[(ev["run_id"] == run) & (ev["source"] == "trace")].sort_values("applied_unix")
         assert len(sets) and set(sets["status"]) == {"applied"}, sets
-        assert set(sets["direction"]) == set(traced), sets["direction"]
-        for direction in traced:
-            on = sets[sets["direction"] == direction]
-            rates = [r / 1e6 for r in on["rate_bps"]]
-            assert rates == list(TRACE_MBIT[: len(rates)]), (direction, rates)
+        assert set(sets["direction"]) == {traced}, sets["direction"]
+        rates = [r / 1e6 for r in sets["rate_bps"]]
+        assert rates == list(TRACE_MBIT[: len(rates)]), rates
         # the preset: its rate and loss (the uplink's) planned, the delay written over it
-        for direction in presets:
-            (row,) = res.links[
-                (res.links["run_id"] == run) & (res.links["direction"] == direction)
-            ].to_dict("records")
-            assert abs(row["capacity_configured_bps"] - PRESET_CAPACITY) < 1, row
-            assert abs(row["delay_configured_s"] - 0.005) < 1e-9, row
-        # the bulk cross-traffic (each flow), and both traces sampled
-        g = res.flows_goodput[res.flows_goodput["run_id"] == run]
-        for peer in peers:
-            assert g.loc[g["to"] == peer, "bytes"].sum() > 0, (run, peer)
+        (row,) = res.links[
+            (res.links["run_id"] == run) & (res.links["direction"] == preset)
+        ].to_dict("records")
+        assert abs(row["capacity_configured_bps"] - PRESET_CAPACITY) < 1, row
+        assert abs(row["delay_configured_s"] - 0.005) < 1e-9, row
+        # the bulk cross-traffic, and both traces sampled
+        assert res.flows_goodput.loc[res.flows_goodput["run_id"] == run, "bytes"].sum() > 0, run
         assert (res.tcp["run_id"] == run).any(), run
-        assert set(traced) <= set(res.queues.loc[res.queues["run_id"] == run, "direction"]), run
+        assert traced in set(res.queues.loc[res.queues["run_id"] == run, "direction"]), run
 
 
 def bulk_alone(data: dict[str, Any]) -> dict[str, Any]:
@@ -514,12 +467,10 @@ def bulk_alone(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_bulk_alone(res: Any, paths: bool, single_too: bool = False) -> None:
+def check_bulk_alone(res: Any, paths: bool) -> None:
     assert (res.runs["status"] == "ok").all(), res.runs[["status", "reason"]]
     g = res.flows_goodput
-    for peer in peer_hosts(single_too):  # each flow: 2 s in 100 ms samples
-        mine = g[g["to"] == peer]
-        assert len(mine) >= 10 and mine["bytes"].sum() > 0, (peer, g)
+    assert len(g) >= 10 and g["bytes"].sum() > 0, g  # 2 s in 100 ms samples
     sets = res.events[res.events["source"] == "trace"]
     assert len(sets) and set(sets["status"]) == {"applied"}, sets
-    assert set(sets["direction"]) == set(_directions(paths, single_too)[0]), sets["direction"]
+    assert set(sets["direction"]) == {"east->west/0" if paths else "east->west"}

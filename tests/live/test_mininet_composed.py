@@ -2,10 +2,10 @@
 each one scenario with many features at once (tests/composed.py), each feature's evidence
 asserted in the results: a command workload probing the WAN beside bulk and DCQCN
 cross-traffic, a schedule step, every fault kind (on two paths those of a link on path 1) and
-tcp_info / queues / pcap tracing, static routing (two paths: unequal weights, an l4 hash); one
-sweep of every workload (collectives, training of a real and of an emulated model, DCQCN flows)
-on three clusters, across a link of two paths and a link of one, beside bulk cross-traffic with
-a trace and a preset on each, then the bulk flows alone; BGP with BFD on a link of one path."""
+tcp_info / queues / pcap tracing, static routing (two paths: unequal weights, an l4 hash); a
+sweep of every workload (collectives on two paths, training of a real and of an emulated model,
+DCQCN flows) beside bulk cross-traffic with a trace and a preset, then the bulk flow alone; BGP
+with BFD on a link of one path."""
 
 from __future__ import annotations
 
@@ -59,28 +59,35 @@ def test_every_fault_traffic_and_trace_on_one_path_of_two_on_the_mininet_engine(
     run_faults(tmp_path, paths=True)
 
 
-# measured 300 s on 2 cores at a load average of 17-26, 386 s at 32 (five runs: four sweep
-# points and the bulk flows alone, 30 self-checked directions); the two tests it replaces (nine
-# runs, 28 directions) took 337 s together at 20-25 on the same host
-@pytest.mark.timeout(900)
-def test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_one_path_and_two_on_mininet(
-    root, tmp_path
-):
-    # one sweep for both columns: east-west of two paths and east-north of one, each with the
-    # preset and the trace, every workload's ranks and flows across both; then the bulk flows
-    # alone
+def run_workloads(tmp_path, paths: bool, kinds: tuple[str, ...]) -> None:
+    """The workloads' sweep, then the same scenario's bulk flow alone."""
     skip_without_mininet()
-    kinds = ("collectives", "real", "emulated", "dcqcn")
-    data = workloads_scenario(tmp_path, "mininet", paths=True, kinds=kinds, single_too=True)
+    data = workloads_scenario(tmp_path, "mininet", paths=paths, kinds=kinds)
     source = str(tmp_path / "scenario.yaml")
     exp = Experiment(expand(data, source), source, tmp_path / "out", resume=False)
     assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]
     assert {r["engine"] for r in exp.manifest["runs"].values()} == {"mininet"}
-    check_workloads_run(analysis.load(exp.results.path), kinds, paths=True, single_too=True)
+    check_workloads_run(analysis.load(exp.results.path), kinds, paths=paths)
     alone = bulk_alone(data)
     exp = Experiment(expand(alone, source), source, tmp_path / "alone", resume=False)
     assert exp.run(selfcheck_seconds=0.5), exp.manifest["runs"]
-    check_bulk_alone(analysis.load(exp.results.path), paths=True, single_too=True)
+    check_bulk_alone(analysis.load(exp.results.path), paths=paths)
+
+
+# measured 67 s on 2 cores at a load average of 5 (four runs), 145-211 s at 15-37
+@pytest.mark.timeout(600)
+def test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_the_mininet_engine(
+    root, tmp_path
+):
+    run_workloads(tmp_path, paths=False, kinds=("real", "emulated", "dcqcn"))
+
+
+# measured 92 s on 2 cores at a load average of 3 (five runs), 205-529 s at 15-37
+@pytest.mark.timeout(600)
+def test_every_workload_and_bulk_alone_with_a_trace_and_a_preset_on_two_paths_on_mininet(
+    root, tmp_path
+):
+    run_workloads(tmp_path, paths=True, kinds=("collectives", "real", "emulated", "dcqcn"))
 
 
 def test_bgp_with_bfd_on_a_link_of_one_path_on_the_mininet_engine(root, make_testbed):
