@@ -23,6 +23,7 @@ import contextlib
 import importlib.util
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -37,14 +38,19 @@ from typing import Any
 from testbed.core.clock import SYSTEM, Clock
 from testbed.core.errors import TestbedError
 from testbed.live.host_processes import signal_group
+from testbed.live.network import Network
 from testbed.live.processes import rank_env
 from testbed.live.protocol import HostProcess, LiveNetwork
 from testbed.net import procs
 from testbed.plan.ranks import RankSlot
 from traffic.entry import has_joined, read_state, rows_path, state_path
+from traffic.zygote import Zygote
 
 POLL = 0.05  # seconds between two looks at the ranks
 STACK_WAIT = 1.0  # seconds a stopped rank gets to write its SIGUSR1 stack dump
+# The rank modules start from one rank server that imported torch once (traffic.zygote), on the
+# one-machine network, instead of one ``ip netns exec python -m MODULE`` per rank.
+PREFORK = os.environ.get("TESTBED_PREFORK", "0") == "1"
 STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", re.M)
 
 # Why a rank was stopped (RankLaunch.stopped): its deadline passed ("timeout"), the setup
@@ -272,6 +278,7 @@ class RankLaunch:
         self.started: float | None = None  # when the wait began, on ``clock``
         self.times: dict[int, RankTimes] = {}
         self.fired: Stop | None = None
+        self.zygote: Zygote | None = None  # the rank server, while the ranks run (PREFORK)
 
     @property
     def codes(self) -> dict[int, int | None]:
@@ -316,7 +323,9 @@ class RankLaunch:
         for slot in self.ranks:  # a state left by an earlier launch here is not this one's
             state_path(self.run_dir, slot.rank).unlink(missing_ok=True)
         try:
-            if self.processes is None:
+            if self.processes is None and self._prefork():
+                self._start_forked()
+            elif self.processes is None:
                 for slot in self.ranks:
                     with open(self.log_path(slot.rank), "w") as log:
                         self.procs[slot.rank] = self.tb.popen(
@@ -334,6 +343,32 @@ class RankLaunch:
         finally:
             self.stop_all("stopped")
             self._end_groups()
+            if self.zygote is not None:
+                self.zygote.close()
+
+    def _prefork(self) -> bool:
+        """Whether the rank modules start from the rank server (:mod:`traffic.zygote`): when
+        ``PREFORK`` says so and the network is the one-machine one (its namespaces are here)."""
+        return PREFORK and isinstance(self.tb, Network) and self.tb.record is not None
+
+    def _start_forked(self) -> None:
+        """Every rank forked from one rank server that imported torch once, each recorded by
+        pid in the network's record (as ``popen`` records its processes)."""
+        assert isinstance(self.tb, Network) and self.tb.record is not None
+        env = rank_env()
+        self.zygote = Zygote(env, self.run_dir / "rank-server.log")
+        self.tb.record.add_process(self.zygote.pid, "rank server")
+        spec = str(self.run_dir / "spec.json")
+        for slot in self.ranks:
+            proc = self.zygote.start(
+                self.tb.namespace(slot.host),
+                self.module,
+                ["--spec", spec, "--rank", str(slot.rank)],
+                env,
+                self.log_path(slot.rank),
+            )
+            self.tb.record.add_process(proc.pid, f"rank {slot.rank}")
+            self.procs[slot.rank] = proc
 
     def _start(self, p: LaunchProcess) -> None:
         """Start one described process: its log truncated, then opened for appending by both
