@@ -309,6 +309,18 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_fault_mechanisms.py",
         "test_reset_gives_an_established_sender_econnreset_within_1s",
     ),
+    ("preset", "native", "one", "single"): (
+        "test_events_runner.py",
+        "test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text",
+    ),
+    ("flap", "native", "one", "single"): (
+        "test_events_runner.py",
+        "test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text",
+    ),
+    ("bgp (FRR, BFD)", "native", "one", "single"): (
+        "test_bgp_routing.py",
+        "test_bgp_with_bfd_on_a_link_of_one_path",
+    ),
     ("burst_loss", "native", "one", "single"): (
         "test_fault_mechanisms.py",
         "test_burst_loss_on_the_delay_line_matches_gilbert_elliott",
@@ -778,6 +790,14 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines",
     ),
     ("training (an emulated model)", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_a_training_beside_traffic_with_a_trace_and_a_preset_on_two_paths_across_machines",
+    ),
+    ("dcqcn flows", "native", "across", "multipath"): (
+        "test_spanned_columns.py",
+        "test_a_training_beside_traffic_with_a_trace_and_a_preset_on_two_paths_across_machines",
+    ),
+    ("bulk traffic alone", "native", "across", "multipath"): (
         "test_spanned_columns.py",
         "test_a_training_beside_traffic_with_a_trace_and_a_preset_on_two_paths_across_machines",
     ),

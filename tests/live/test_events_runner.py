@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from composed import PRESET, PRESET_CAPACITY
 from helpers import RUN_TAG, scenario
 
 from testbed.config.sweep import expand
@@ -120,17 +121,35 @@ def test_iterations_are_announced_and_a_set_moves_the_collective(root, tmp_path,
 def test_a_blackhole_longer_than_the_timeout_fails_the_run_with_gloos_text(root, tmp_path):
     timeout = 3.0
     data = workload_scenario("ev-pg", "2ms", iterations=200, timeout=f"{timeout:g}s")
+    # the link on a preset (its rate, queue and loss; the 2 ms written over its delay), and a
+    # flap (twice 100 ms down, 100 ms up) in iteration 0 that the collective rides out: its
+    # op 0 took 0.73 s where op 1 took 0.04 s (measured on 2 cores, load ~4), the flap's cost
+    data["wan"] = [{"between": ["east", "west"], "preset": PRESET, "delay": "2ms"}]
     data["faults"] = [
-        {"kind": "blackhole", "link": "east-west", "after": {"iteration": 2}, "duration": "60s"}
-    ]
+        {"kind": "flap", "link": "east-west", "after": {"iteration": 0},
+         "down": "100ms", "up": "100ms", "count": 2},
+        {"kind": "blackhole", "link": "east-west", "after": {"iteration": 2}, "duration": "60s"},
+    ]  # fmt: skip
     exp = Experiment(expand(data, "test"), "test", tmp_path, resume=False)
     assert not exp.run(selfcheck_seconds=0.5)
     run = exp.manifest["runs"]["p000-r0"]
     assert run["status"] == "failed"
     assert "Timed out waiting" in run["reason"], run["reason"]
     path = exp.results.path
+    links = pd.read_parquet(path / "links.parquet")
+    (row,) = links[links["direction"] == "east->west"].to_dict("records")
+    assert abs(row["capacity_configured_bps"] - PRESET_CAPACITY) < 1, row
+    assert abs(row["delay_configured_s"] - 0.002) < 1e-9, row
     ev = pd.read_parquet(path / "events.parquet")
-    on = ev[ev["status"] == "applied"].iloc[0]
+    flap = ev[ev["fault"] == 0].drop_duplicates("event").sort_values("applied_unix")
+    assert list(flap["action"]) == ["link_down", "link_up"] * 2, flap
+    assert set(flap["status"]) == {"applied"}, flap[["action", "status", "error"]]
+    # each down held 100 ms: the ups begin 100 ms after the downs were scheduled (the
+    # scheduled times are exact; 1 ms is float rounding)
+    gaps = [round(d, 3) for d in flap["scheduled_unix"].diff().iloc[1:]]
+    assert gaps == [0.1, 0.1, 0.1], flap["scheduled_unix"]
+    hole = ev[ev["fault"] == 1]
+    on = hole[hole["status"] == "applied"].iloc[0]
     assert on["action"] == "blackhole" and on["error"] is None
     # undone at the end (nothing left in force for teardown)
     assert list(ev[ev["status"] == "undone"]["action"]) == ["unblackhole"]
