@@ -112,8 +112,9 @@ def assert_dynamics_across(run: dict, out: Path, summary: list[dict]) -> None:
     # the blackhole as it was applied (up to SOON_S after its scheduled time) stalls the
     # all-reduce until it is lifted: no iteration ends inside it, and the first to end after
     # it began was stalled across its end. That iteration was in flight when the blackhole came
-    # or (when the blackhole fell in the ~40 ms between two iterations, or came late after one
-    # ended) began inside it; an iteration spanning the scheduled window need not exist
+    # or (when the blackhole fell in the gap between two iterations, a round trip: 40 ms
+    # after the step, or came late after one ended) began inside it; an iteration spanning
+    # the scheduled window need not exist
     end = rank0["start"] + rank0["seconds"]
     on = events.loc[events["action"] == "blackhole", "applied_unix"].max()
     off = events.loc[events["action"] == "unblackhole", "applied_unix"].min()
