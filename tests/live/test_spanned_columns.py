@@ -94,10 +94,10 @@ def test_every_fault_traffic_and_trace_on_one_path_of_two_across_machines(machin
     check_preset(res, "east->west/1")
 
 
-# measured (call) on 2 cores at a load average of 3-4: 54.5 s, of which the emulated model's
-# point 19 s, the DCQCN point 18.4 s and the bulk flow alone 16.3 s (each point's bring-up over
-# the two machines and its self-check are ~13 s of it); the emulated point alone took 18 s in
-# a clean suite
+# measured (call) on 2 cores at a load average of 3-4: 54.5 s and 55.0 s; in the first the
+# emulated model's point took 19 s, the DCQCN point 18.4 s and the bulk flow alone 16.3 s (each
+# point's bring-up over the two machines and its self-check ~13 s of it); the emulated point
+# alone took 18 s in a clean suite
 @pytest.mark.timeout(360)
 def test_a_training_beside_traffic_with_a_trace_and_a_preset_on_two_paths_across_machines(
     machines, tmp_path
