@@ -417,6 +417,10 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_mininet_engine.py",
         "test_bgp_with_bfd_runs_on_the_mininet_engine",
     ),
+    ("bgp (FRR, BFD)", "native", "across", "single"): (
+        "test_spanned_bgp.py",
+        "test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing",
+    ),
     ("bgp (FRR, BFD)", "native", "across", "multipath"): (
         "test_spanned_bgp.py",
         "test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing",

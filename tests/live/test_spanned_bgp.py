@@ -1,8 +1,10 @@
 """Live test of ``routing.mode: bgp`` across two machines (stand-ins on one kernel,
 testbed.testing.machines): each machine's agent runs FRR in its gateway, the eBGP and BFD
 sessions of both paths of the link cross the VXLAN cables, every route is learned over both
-paths, an all-reduce runs, BFD leaves a path blackholed across the cables and BGP takes it back, the
-routing events of both machines land in one table, and nothing of FRR is left after teardown."""
+paths; a third cluster (north, on node-b) joined to east by a link of one path has its session,
+its BFD and its routes on both gateways of that link; an all-reduce over all three clusters runs,
+BFD leaves a path blackholed across the cables and BGP takes it back, the routing events of both
+machines land in one table, and nothing of FRR is left after teardown."""
 
 from __future__ import annotations
 
@@ -27,10 +29,24 @@ def frr_present() -> None:
         pytest.skip(why)
 
 
-def nexthops(tb, gateway: str) -> int:
-    """Nexthops of the gateway's BGP route to the other cluster (0: none), read on its machine."""
+def bgp_routes(tb, gateway: str) -> dict[str, int]:
+    """The gateway's routes installed by FRR (destination: its nexthops), read on its machine."""
     r = tb.run(gateway, ["ip", "-j", "route", "show", "proto", "bgp"])
-    return max((len(x.get("nexthops") or [x]) for x in json.loads(r.stdout or "[]")), default=0)
+    return {x["dst"]: len(x.get("nexthops") or [x]) for x in json.loads(r.stdout or "[]")}
+
+
+def nexthops(tb, gateway: str) -> int:
+    """The most nexthops of the gateway's BGP routes to the other clusters (0: none): the route
+    over the two-path link (a route over the link of one path has one)."""
+    return max(bgp_routes(tb, gateway).values(), default=0)
+
+
+def bfd_peers(tb, part, gateway: str) -> list[tuple[str, str]]:
+    """(peer, status) of the gateway's BFD sessions, from its bfdd through its machine's agent."""
+    d = frr.gateway_dir(part, gateway)
+    got = tb.run(gateway, ["vtysh", "--vty_socket", str(d), "-c", "show bfd peers json"])
+    assert got.returncode == 0, got.stdout + got.stderr
+    return sorted((p["peer"], p["status"]) for p in json.loads(got.stdout))
 
 
 def blackhole_path_1(tb, on: bool) -> None:
@@ -63,7 +79,10 @@ def test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing(
 
     address, _ = machines
     doc = two_path_scenario({"mode": "bgp", "ecmp": {"hash": "l4"}, "bgp": BGP})
-    doc["placement"] = {"machines": {"east": "node-a", "west": "node-b"}}
+    # north, on node-b, joined to east by a link of one path (its session crosses the cables)
+    doc["clusters"]["north"] = {"hosts": 1}
+    doc["wan"].append({"between": ["east", "north"], "rate": "100mbit", "delay": "5ms"})
+    doc["placement"] = {"machines": {"east": "node-a", "west": "node-b", "north": "node-b"}}
     tb = SpannedNetwork(parse_scenario(doc, "test"), name=unique_name("spanbgp"), address=address)
     tb.up()  # returns once both machines' kernels hold every route and every BFD session is up
     pids: list[tuple[int, int | None]] = []
@@ -74,21 +93,32 @@ def test_bgp_with_bfd_across_two_machines_routes_fails_over_and_leaves_nothing(
                    parts.items()}  # fmt: skip
         assert daemons == {
             "node-a": ["frr bfdd east-gw", "frr bgpd east-gw", "frr zebra east-gw"],
-            "node-b": ["frr bfdd west-gw", "frr bgpd west-gw", "frr zebra west-gw"],
+            "node-b": sorted(
+                f"frr {d} {g}-gw" for d in ("bfdd", "bgpd", "zebra") for g in ("west", "north")
+            ),
         }
         pids += [(p, s) for r in parts.values() for p, s, w in r.processes if w.startswith("frr ")]
-        # BFD up on both paths' sessions, which cross the cables from node-a's wires
-        d = frr.gateway_dir(parts["node-a"], "east-gw")
-        got = tb.run("east-gw", ["vtysh", "--vty_socket", str(d), "-c", "show bfd peers json"])
-        peers = json.loads(got.stdout)
-        assert sorted((p["peer"], p["status"]) for p in peers) == [
+        # BFD up on both paths' sessions and on the link of one path's, which cross the cables
+        # from node-a's wires; north's end of its session up on node-b
+        speakers = {s.gateway: s for s in tb.plan.bgp.speakers}
+        (to_north,) = [n for n in speakers["east-gw"].neighbors if n.link == "east-north"]
+        assert bfd_peers(tb, parts["node-a"], "east-gw") == sorted([
             (f"10.{slot}.128.13", "up"),
             (f"10.{slot}.128.5", "up"),
-        ], got.stdout + got.stderr
-        assert nexthops(tb, "east-gw") == 2 and nexthops(tb, "west-gw") == 2
+            (to_north.address, "up"),
+        ])  # fmt: skip
+        assert bfd_peers(tb, parts["node-b"], "north-gw") == [(to_north.local, "up")]
+        # every route installed by FRR: over both paths between east and west, over the one
+        # path between east and north (both of its gateways), and west's to north through east
+        net = {g.removesuffix("-gw"): s.network for g, s in speakers.items()}
+        assert bgp_routes(tb, "east-gw") == {net["west"]: 2, net["north"]: 1}
+        assert bgp_routes(tb, "north-gw") == {net["east"]: 1, net["west"]: 1}
+        assert bgp_routes(tb, "west-gw") == {net["east"]: 2, net["north"]: 2}
         with tb.routing_events(tmp_path) as routing:
-            # a real all-reduce across the machines over the learned routes, checked by each rank
+            # a real all-reduce across the machines over the learned routes, checked by each rank:
+            # north's rank's traffic crosses the link of one path
             ranks = place_ranks(tb.plan, 1, "interleaved")
+            assert "north-h0" in {r.host for r in ranks}, ranks
             keys = {"collectives": ["all_reduce"], "algorithms": ["flat"], "sizes": [1 << 20],
                     "dtype": "float32", "warmup": 1, "iterations": 3}  # fmt: skip
             master = tb.plan.host(ranks[0].host).address
