@@ -50,6 +50,7 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
+from testbed.core.errors import TestbedError
 from testbed.core.nsenter import enter
 
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "traffic.train_rank", "traffic.rank")
@@ -198,7 +199,9 @@ def serve() -> int:
     """The server's loop (see the module doc)."""
     out = sys.stdout
     server = _Server(out)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the ranks and the launcher
+    # Ctrl-C and SIGTERM are for the ranks and the launcher: the server ends with its stdin
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         import importlib
 
@@ -248,7 +251,17 @@ def serve() -> int:
 
 
 # -- the launcher's side -------------------------------------------------------------------------
-class ZygoteError(RuntimeError):
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot); None once it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+class ZygoteError(TestbedError):
     """The server could not start, or could not start a child."""
 
 
@@ -259,6 +272,7 @@ class ZygoteProcess:
         self.zygote = zygote
         self.pid = pid
         self.args = [f"zygote child {pid}"]
+        self.start_time = _start_time(pid)  # tells the child from a later owner of its pid
 
     @property
     def returncode(self) -> int | None:
@@ -281,15 +295,25 @@ class ZygoteProcess:
         return self.zygote.codes[self.pid]
 
     def _orphan_wait(self, left: float | None) -> None:
-        """The server is gone: the child's end can only be seen by its pid's absence."""
-        if not Path(f"/proc/{self.pid}").exists():
+        """The server is gone (killed): the child's end can only be seen by its pid's absence
+        (its exit code is lost: -SIGKILL stands for it)."""
+        if not self._orphan_alive():
             self.zygote.codes.setdefault(self.pid, -signal.SIGKILL)
             return
         self.zygote.cond.wait(min(0.05, left) if left is not None else 0.05)
 
+    def _orphan_alive(self) -> bool:
+        return self.start_time is not None and _start_time(self.pid) == self.start_time
+
     def send_signal(self, signum: int, /) -> None:
-        if self.returncode is None:
-            self.zygote.request({"op": "signal", "pid": self.pid, "sig": int(signum)})
+        if self.returncode is not None:
+            return
+        sent = not self.zygote.gone and self.zygote.request(
+            {"op": "signal", "pid": self.pid, "sig": int(signum)}
+        )
+        if not sent and self._orphan_alive():  # nobody reaps it here: its start time guards the pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -359,11 +383,16 @@ class Zygote:
         if self.ready is None or not self.ready.get("ready"):
             raise ZygoteError(f"the rank server failed: {(self.ready or {}).get('error', 'gone')}")
 
-    def request(self, doc: dict[str, Any]) -> None:
+    def request(self, doc: dict[str, Any]) -> bool:
+        """Send ``doc``; whether it went (not to a server that is gone)."""
         assert self.proc.stdin is not None
-        with self._write, contextlib.suppress(BrokenPipeError, ValueError):
-            self.proc.stdin.write((json.dumps(doc) + "\n").encode())
-            self.proc.stdin.flush()
+        with self._write:
+            try:
+                self.proc.stdin.write((json.dumps(doc) + "\n").encode())
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                return False
+        return True
 
     def start(
         self,

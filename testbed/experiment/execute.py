@@ -17,6 +17,7 @@ from analysis.model import Link, Topology
 from testbed.config.scenario import Trace
 from testbed.config.sweep import RunSpec
 from testbed.core.errors import TestbedError, UnsupportedError
+from testbed.experiment import ranks as ranks_mod
 from testbed.experiment.dynamics import RunDynamics
 from testbed.experiment.results import RunResult
 from testbed.experiment.session import RankSession, rank_detail, read_rank_rows
@@ -131,8 +132,13 @@ def execute(
         tb = SpannedNetwork(sc, name=name, address=ray_address or "auto")
     else:
         tb = Network(sc, name=name)
+    # the rank server imports torch beside the bring-up and the self-check (closed with the run)
+    local_ranks = sc.placement is None and rank_workload is not None
+    server = None
+    if ranks_mod.PREFORK and local_ranks and kind_of(rank_workload).runs_rank_module:
+        server = ranks_mod.rank_server(run_dir)
     try:
-        with tb:
+        with contextlib.closing(server) if server else contextlib.nullcontext(), tb:
             assert tb.plan is not None, "up() built the plan"
             result.info["backend"] = tb.backend.name if tb.backend else None
             result.info["engine"] = tb.engine.name
@@ -166,7 +172,7 @@ def execute(
                 described = kind.processes(workload, tb.plan, ranks, run_dir, source)
                 session = RankSession(
                     tb, ranks, run_dir, kind.rank_module, workload.timeout, keys,
-                    processes=described,
+                    processes=described, server=server,
                 )  # fmt: skip
                 traces = run_traces(tb, sc.trace, run_dir, [r.host for r in ranks])
                 with CpuMonitor() as cpu, traces, routing or contextlib.nullcontext(), dynamics:

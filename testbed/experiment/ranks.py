@@ -2,7 +2,8 @@
 
 This module owns the rank spec (:class:`RankSpec`, the ``spec.json`` every rank reads: where the
 master is, the world, the placement, plus the workload's own keys) and :class:`RankLaunch`: one
-``python -m <module> --spec spec.json --rank R`` process per rank inside its host, or the
+``python -m <module> --spec spec.json --rank R`` process per rank inside its host (on one
+machine forked from a rank server that imported torch once, :mod:`traffic.zygote`), or the
 processes a workload kind gives (:class:`LaunchProcess`: host, argv, environment, log; a user's
 own program), each recorded by pid (so teardown stops it; its port and environment from
 :mod:`testbed.live.processes`), its output in its log (``rank-R.log``), watched until every
@@ -49,8 +50,10 @@ from traffic.zygote import Zygote
 POLL = 0.05  # seconds between two looks at the ranks
 STACK_WAIT = 1.0  # seconds a stopped rank gets to write its SIGUSR1 stack dump
 # The rank modules start from one rank server that imported torch once (traffic.zygote), on the
-# one-machine network, instead of one ``ip netns exec python -m MODULE`` per rank.
-PREFORK = os.environ.get("TESTBED_PREFORK", "0") == "1"
+# one-machine network, instead of one ``ip netns exec python -m MODULE`` per rank (a start of 4
+# ranks: 2.5 s to joined where it took 3.2-6.0 s, half the CPU; benchmarks/rank_start.py).
+# TESTBED_PREFORK=0 starts one process per rank again.
+PREFORK = os.environ.get("TESTBED_PREFORK", "1") != "0"
 STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", re.M)
 
 # Why a rank was stopped (RankLaunch.stopped): its deadline passed ("timeout"), the setup
@@ -209,6 +212,13 @@ def require_torch() -> None:
         )
 
 
+def rank_server(run_dir: Path) -> Zygote:
+    """A rank server (:mod:`traffic.zygote`) with the rank environment, its own errors in the run
+    directory's ``rank-server.log``; it imports torch from now on. Started before the network's
+    bring-up, the imports run beside it (an idle server ends with its launcher's pipe)."""
+    return Zygote(rank_env(), run_dir / "rank-server.log")
+
+
 # -- the launch --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LaunchProcess:
@@ -256,6 +266,7 @@ class RankLaunch:
         state: Callable[[int], Any] | None = None,
         joined: Callable[[int], bool] | None = None,
         clock: Clock = SYSTEM,
+        server: Zygote | None = None,
     ) -> None:
         self.tb = tb
         self.ranks = ranks
@@ -278,7 +289,9 @@ class RankLaunch:
         self.started: float | None = None  # when the wait began, on ``clock``
         self.times: dict[int, RankTimes] = {}
         self.fired: Stop | None = None
-        self.zygote: Zygote | None = None  # the rank server, while the ranks run (PREFORK)
+        # the rank server, while the ranks run (PREFORK); ``server``: one started earlier, its
+        # imports beside the bring-up (:func:`rank_server`), the launch's to use and close
+        self.zygote: Zygote | None = server
 
     @property
     def codes(self) -> dict[int, int | None]:
@@ -345,6 +358,7 @@ class RankLaunch:
             self._end_groups()
             if self.zygote is not None:
                 self.zygote.close()
+                self.zygote = None
 
     def _prefork(self) -> bool:
         """Whether the rank modules start from the rank server (:mod:`traffic.zygote`): when
@@ -356,7 +370,8 @@ class RankLaunch:
         pid in the network's record (as ``popen`` records its processes)."""
         assert isinstance(self.tb, Network) and self.tb.record is not None
         env = rank_env()
-        self.zygote = Zygote(env, self.run_dir / "rank-server.log")
+        if self.zygote is None:
+            self.zygote = rank_server(self.run_dir)
         self.tb.record.add_process(self.zygote.pid, "rank server")
         spec = str(self.run_dir / "spec.json")
         for slot in self.ranks:

@@ -32,6 +32,7 @@ from testbed.plan.timeline import Timeline
 from testbed.trace.queues import QdiscSampler, QdiscTarget
 from testbed.trace.run_traces import COUNTER_PERIOD
 from traffic.exit_codes import EXIT_WRONG
+from traffic.zygote import Zygote
 
 # s: until every rank has joined (torch's import, then the join's own timeout,
 # traffic.context.SETUP_TIMEOUT_S = 120 s, whatever the operations' timeout).
@@ -63,7 +64,7 @@ class RankSession:
     ``wan_counters``, ``wan_counters`` gets the WAN bottlenecks' byte counters sampled during
     the launch. ``processes``: the workload kind's own processes for this spec and network (a
     user's program; :class:`testbed.experiment.ranks.LaunchProcess`) instead of ``module`` per
-    rank.
+    rank. ``server``: a rank server started earlier (:func:`testbed.experiment.ranks.rank_server`).
     :meth:`run` once; then the read-back methods."""
 
     def __init__(
@@ -78,6 +79,7 @@ class RankSession:
         timeline: Timeline | None = None,
         wan_counters: bool = False,
         processes: Callable[[RankSpec, LiveNetwork], list[LaunchProcess]] | None = None,
+        server: Zygote | None = None,
     ) -> None:
         assert tb.plan is not None, "the network is not up"
         self.tb = tb
@@ -86,7 +88,9 @@ class RankSession:
         master = next(h for h in tb.plan.hosts if h.name == ranks[0].host)
         self.spec = RankSpec.build(tb, master.address, ranks, run_dir, torch_timeout, **keys)
         described = processes(self.spec, tb) if processes is not None else None
-        self.launch = RankLaunch(tb, ranks, self.spec, run_dir, module, processes=described)
+        self.launch = RankLaunch(
+            tb, ranks, self.spec, run_dir, module, processes=described, server=server
+        )
         self.timeline = timeline
         self.counting = wan_counters
         self.events: list[dict[str, Any]] = []

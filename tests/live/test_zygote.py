@@ -92,3 +92,22 @@ def test_signals_reach_the_child_and_its_end_comes_back(make_testbed, zygote, tm
     other = z.start(ns, "zprobe", ["sleep"], env, tmp_path / "kill.log")
     other.kill()
     assert other.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_child_that_cannot_enter_its_host_fails_with_the_reason_in_its_log(zygote, tmp_path):
+    z, env = zygote
+    log = tmp_path / "missing.log"
+    child = z.start("no-such-namespace-z", "zprobe", ["0"], env, log)
+    assert child.wait(timeout=30) == 1
+    assert "no-such-namespace-z" in log.read_text()
+
+
+def test_a_child_outlives_a_killed_server_and_is_still_stopped(make_testbed, zygote, tmp_path):
+    z, env = zygote
+    tb = make_testbed(SMALL)
+    child = z.start(tb.namespace(sorted(tb.hosts)[0]), "zprobe", ["sleep"], env, tmp_path / "o.log")
+    z.proc.kill()
+    z.proc.wait()
+    assert child.poll() is None
+    child.kill()  # straight to the pid now (its start time tells it from a later owner)
+    assert child.wait(timeout=10) == -signal.SIGKILL

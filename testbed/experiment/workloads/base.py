@@ -82,6 +82,12 @@ class WorkloadKind:
         ``python -m <rank_module> --spec spec.json --rank R`` on every rank."""
         return None
 
+    @property
+    def runs_rank_module(self) -> bool:
+        """Whether ``python -m <rank_module>`` runs each rank: the kind describes no processes
+        of its own (:meth:`processes` not overridden)."""
+        return type(self).processes is WorkloadKind.processes
+
     def deadlines(self, workload: Any) -> Deadlines:
         """The launch's deadlines. By default ``workload.timeout`` bounds every operation (the
         ranks' process group timeout), not the run: the ranks are stopped when they make no
