@@ -265,6 +265,10 @@ _LIVE_TESTS: dict[tuple[str, str, str, str], tuple[str, str]] = {
         "test_spanned_composed.py",
         "test_a_placed_scenario_with_everything_reports_like_one_machine",
     ),
+    ("training (a real model)", "native", "across", "multipath"): (
+        "test_spanned_composed.py",
+        "test_a_placed_scenario_with_everything_reports_like_one_machine",
+    ),
     ("collectives", "mininet", "one", "single"): (
         "test_mininet_engine.py",
         "test_a_run_on_the_mininet_engine_records_it",

@@ -1,7 +1,8 @@
 """Live test of everything at once across machines: three clusters on two stand-in machines
-(east on node-a; west and north on node-b: two WAN links, each across the machines), a trace
-replayed on one link, a blackhole on the other, tcp_info tracing, a bulk flow and a DiLoCo
-training, run through the runner across the machines and on one machine; the two report alike."""
+(east on node-a; west and north on node-b: two WAN links, each across the machines, east-north
+of two paths), a trace replayed on the link of one path, a blackhole on every path of the other,
+tcp_info tracing, a bulk flow and a DiLoCo training of a real model over both links, run through
+the runner across the machines and on one machine; the two report alike."""
 
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ def scenario() -> dict:
         "clusters": {"east": {"hosts": 1}, "west": {"hosts": 1}, "north": {"hosts": 1}},
         "wan": [
             {"between": ["east", "west"], "rate": "100mbit", "delay": "10ms", "trace": trace},
-            {"between": ["east", "north"], "rate": "100mbit", "delay": "10ms"},
+            # two equal paths of east-west's rate and delay: a flow sees its path (the hash's
+            # pick) as the link of one path, and the blackhole below takes both
+            {"between": ["east", "north"],
+             "paths": [{"rate": "100mbit", "delay": "10ms"} for _ in range(2)]},
         ],
         "faults": [{"kind": "blackhole", "link": "east-north",
                     "after": {"iteration": 4, "offset": "50ms"}, "duration": "1s"}],
@@ -75,6 +79,7 @@ def test_a_placed_scenario_with_everything_reports_like_one_machine(machines, tm
     for path in (out, out1):
         links = pd.read_parquet(path / "links.parquet")
         assert links["ok"].all(), links[["direction", "problem"]]
+        assert {"east->north/0", "east->north/1", "east->west"} <= set(links["direction"])
     # the trace's bins, the blackhole's start and end: applied on both
     for path in (out, out1):
         events = pd.read_parquet(path / "events.parquet")
