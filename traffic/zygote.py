@@ -54,6 +54,7 @@ from testbed.core.errors import TestbedError
 from testbed.core.nsenter import enter
 
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "traffic.train_rank", "traffic.rank")
+IMPORT_NICENESS = 19  # the server's priority while it imports (the lowest)
 
 CLONE_NEWNS = 0x00020000
 MS_REC = 0x4000
@@ -202,6 +203,10 @@ def serve() -> int:
     # Ctrl-C and SIGTERM are for the ranks and the launcher: the server ends with its stdin
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The imports run beside the network's bring-up and self-check (whose delay lines and
+    # probes need the CPU at once): at the lowest priority, which the ranks do not inherit.
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, IMPORT_NICENESS)
     try:
         import importlib
 
@@ -209,6 +214,11 @@ def serve() -> int:
             importlib.import_module(name)
     except BaseException as e:
         server.say({"error": f"importing {name}: {e!r}"})
+        return 1
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, base)  # back up: root only, as the testbed runs
+    except PermissionError:
+        server.say({"error": "cannot restore the priority after the imports (not root)"})
         return 1
     if threads() != 1:
         server.say({"error": f"{threads()} threads after the imports (OMP_NUM_THREADS unset?)"})
@@ -372,7 +382,10 @@ class Zygote:
             self.cond.notify_all()
 
     def wait_ready(self, timeout: float) -> None:
-        """Until the imports are done; ZygoteError if they failed or took longer."""
+        """Until the imports are done; ZygoteError if they failed or took longer. The ranks
+        wait on them now: the server's imports leave their lowest priority (the launcher's own)."""
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, os.getpriority(os.PRIO_PROCESS, 0))
         end = time.monotonic() + timeout
         with self.cond:
             while self.ready is None and not self.gone:
