@@ -142,7 +142,7 @@ def _one_fault(
             by_rto = len(pred.probes) > (1 if ctx.pto_s is not None else 0)
             done = t0 - float(affected["start"].iloc[0])
             ss = (
-                slow_start_loss(row["baseline_s"] - done, ctx.rate_bps, ctx.rtt_s)
+                slow_start_loss(row["baseline_s"] - done, ctx.rate_bps, ctx.outage_rtt(start, stop))
                 if by_rto
                 else 0.0
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -250,6 +250,22 @@ class RunContext:
     pto_s: float | None = None  # Linux's tail loss probe timeout (tlp_timeout); None: no TLP
     rate_bps: float | None = None  # the WAN bottleneck's rate (None: no slow-start term)
     rtt_s: float = 0.0  # the configured round trip (propagation only: an RTO empties the queue)
+    # the WAN data sockets' tcp_info rows (None: not traced): which ones an outage stalled
+    sockets: pd.DataFrame | None = field(default=None, compare=False, repr=False)
+
+    def outage_rtt(self, start: float, end: float) -> float:
+        """The round trip of the slow start after an outage from ``start`` to ``end``: the
+        slowest data connection it stalled (the largest min RTT among the sockets whose
+        retransmissions rose during it: the operation ends when that one has caught up; a ring's
+        connection may cross two WAN links), else the configured one."""
+        t = self.sockets
+        if t is None or t.empty or not {"time", "retransmits", "min_rtt_ms"} <= set(t):
+            return self.rtt_s
+        during = t[(t["time"] >= start) & (t["time"] <= end)]
+        stalled = during[during["retransmits"] > 0]
+        if stalled.empty or stalled["min_rtt_ms"].isna().all():
+            return self.rtt_s
+        return max(self.rtt_s, float(stalled["min_rtt_ms"].max()) / 1e3)
 
 
 def tcp_timers(
@@ -282,7 +298,7 @@ def run_timers(
     """The RunContext of a run: its TCP timers (:func:`tcp_timers`, with Linux's TLP), its
     tcp_retries2, its operation timeout and, for the slow start after an outage, the WAN rate."""
     rto0, srtt = tcp_timers(rtt_s, tcp, before)
-    return RunContext(rto0, retries2, timeout, tlp_timeout(srtt, rto0), rate_bps, rtt_s)
+    return RunContext(rto0, retries2, timeout, tlp_timeout(srtt, rto0), rate_bps, rtt_s, tcp)
 
 
 def slow_start_loss(remaining_s: float, rate_bps: float, rtt_s: float) -> float:

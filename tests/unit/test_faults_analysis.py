@@ -612,3 +612,21 @@ def test_drops_by_fault_beside_the_queues_own() -> None:
     assert got["queue_dropped_packets"] == 4  # over the run: last - first sample
     assert drop_table(manifests, pd.DataFrame()).iloc[0]["queue_dropped_packets"] is None
     assert drop_table({}, queues).empty
+
+
+def test_the_slow_start_after_an_outage_runs_on_the_slowest_connection_it_stalled():
+    # a ring's north-west connection crosses two WAN links (40 ms), east-north one (20 ms); a
+    # connection that did not retransmit during the outage (60 ms) was not stalled by it
+    rows = [
+        {"time": t, "host": h, "peer_host": p, "retransmits": r, "min_rtt_ms": m}
+        for t in (9.5, 10.5, 11.5)
+        for h, p, m, r in (
+            ("east-h0", "north-h0", 20.0, 3),
+            ("north-h0", "west-h0", 40.0, 3),
+            ("west-h0", "south-h0", 60.0, 0),
+        )
+    ]
+    ctx = RunContext(rto0_s=0.2, rate_bps=1e8, rtt_s=0.02, sockets=pd.DataFrame(rows))
+    assert ctx.outage_rtt(10.0, 12.0) == pytest.approx(0.040)
+    assert ctx.outage_rtt(20.0, 21.0) == 0.02  # nothing sampled during it: the configured RTT
+    assert RunContext(rto0_s=0.2, rtt_s=0.02).outage_rtt(10.0, 12.0) == 0.02  # not traced
