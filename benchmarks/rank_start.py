@@ -25,7 +25,6 @@ CPU to joined) halved.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import threading
@@ -35,6 +34,7 @@ from typing import Any
 
 from benchmarks._results import section
 from testbed.config.loading import parse_scenario
+from testbed.core.procstat import cpu_seconds
 from testbed.experiment import ranks as rank_launch
 from testbed.experiment.session import RankSession
 from testbed.experiment.workloads import kind_of
@@ -43,7 +43,6 @@ from testbed.plan.ranks import place_ranks
 from traffic.entry import has_joined
 
 GOAL = 0.5
-TICK = os.sysconf("SC_CLK_TCK")
 WAN = [{"between": ["east", "west"], "rate": "1gbit", "delay": "2ms"}]
 SCENARIOS: dict[str, dict[str, Any]] = {
     "training (ddp)": {
@@ -71,16 +70,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         },
     },
 }
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of ``pid`` (None: gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class CpuUntilJoined(threading.Thread):

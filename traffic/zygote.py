@@ -52,6 +52,7 @@ from typing import IO, Any
 
 from testbed.core.errors import TestbedError
 from testbed.core.nsenter import enter
+from testbed.core.procstat import start_time
 
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "traffic.train_rank", "traffic.rank")
 IMPORT_NICENESS = 19  # the server's priority while it imports (the lowest)
@@ -261,16 +262,6 @@ def serve() -> int:
 
 
 # -- the launcher's side -------------------------------------------------------------------------
-def _start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot); None once it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
-
-
 class ZygoteError(TestbedError):
     """The server could not start, or could not start a child."""
 
@@ -282,7 +273,7 @@ class ZygoteProcess:
         self.zygote = zygote
         self.pid = pid
         self.args = [f"zygote child {pid}"]
-        self.start_time = _start_time(pid)  # tells the child from a later owner of its pid
+        self.start_time = start_time(pid)  # tells the child from a later owner of its pid
 
     @property
     def returncode(self) -> int | None:
@@ -313,7 +304,7 @@ class ZygoteProcess:
         self.zygote.cond.wait(min(0.05, left) if left is not None else 0.05)
 
     def _orphan_alive(self) -> bool:
-        return self.start_time is not None and _start_time(self.pid) == self.start_time
+        return self.start_time is not None and start_time(self.pid) == self.start_time
 
     def send_signal(self, signum: int, /) -> None:
         if self.returncode is not None:

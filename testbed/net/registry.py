@@ -22,6 +22,7 @@ from pathlib import Path
 from testbed.core import files
 from testbed.core.errors import RegistryError
 from testbed.core.files import atomic_write_text
+from testbed.core.procstat import start_time
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 PREFIX_STEM = "mctb"
@@ -31,33 +32,12 @@ SLOTS = range(64, 192)  # 10.<slot>.0.0/16 per testbed
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """``/proc/<pid>/stat``'s fields after the command name (state first), None: no process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses: split after the last ')'.
-    return stat.rsplit(")", 1)[1].split()
-
-
 def process_start(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot, or None if it does not exist or has
     exited. An exited process stays a zombie until its parent reaps it, and a delay line whose
     `testbed up` has gone is reaped by PID 1 whenever that gets to it (a second and more in
     some containers): teardown must not wait for that."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):  # gone, zombie, dead
-        return None
-    return int(fields[19])
-
-
-def ancestors(pid: int) -> list[int]:
-    """``pid``'s parent, its parent's, ... up to PID 1 (empty: no such process)."""
-    chain = []
-    while (fields := _stat_fields(pid)) is not None and (pid := int(fields[1])) > 0:
-        chain.append(pid)
-    return chain
+    return start_time(pid)
 
 
 def process_alive(pid: int, start: int | None) -> bool:

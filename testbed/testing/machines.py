@@ -84,7 +84,7 @@ class StandInMachines:
         """Whether ``pid`` is one of this pair's Ray processes or descends from one (an agent is
         a worker its node's raylet started): a record on the stand-ins whose owner runs
         elsewhere is another user's (another test session's pair has the same names)."""
-        from testbed.net.registry import ancestors
+        from testbed.core.procstat import ancestors
 
         c = self._cluster
         nodes = [] if c is None or c.head_node is None else [c.head_node, *c.worker_nodes]

@@ -154,7 +154,7 @@ def test_an_exited_process_is_not_alive_before_it_is_reaped() -> None:
 
 
 def test_ancestors_walk_from_the_parent_to_pid_1():
-    from testbed.net.registry import ancestors
+    from testbed.core.procstat import ancestors
 
     chain = ancestors(os.getpid())
     assert chain[0] == os.getppid() and chain[-1] == 1, chain
