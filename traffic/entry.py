@@ -84,8 +84,7 @@ def exit_on_error(label: str, out: IO[str] | None, code: int) -> NoReturn:
     with contextlib.suppress(Exception):
         if out is not None:
             out.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    leave(code)
 
 
 def leave(code: int) -> NoReturn:

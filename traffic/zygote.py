@@ -37,7 +37,6 @@ child as a :class:`ZygoteProcess`, which has the shape of a Popen that the rank 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import selectors
@@ -51,50 +50,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.core.errors import TestbedError
-from testbed.core.nsenter import enter
+from testbed.core.nsenter import enter_host
 from testbed.core.procstat import start_time
 
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "traffic.train_rank", "traffic.rank")
 IMPORT_NICENESS = 19  # the server's priority while it imports (the lowest)
-
-CLONE_NEWNS = 0x00020000
-MS_REC = 0x4000
-MS_SLAVE = 1 << 19
-MS_BIND = 0x1000
-MS_RDONLY = 1
-MNT_DETACH = 2
-NETNS_ETC = Path("/etc/netns")
-
-
-# -- the child: enter the host as ``ip netns exec`` does -----------------------------------------
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(ret: int, what: str) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def enter_host(ns: str) -> None:
-    """Move this (single-threaded) process into network namespace ``ns`` the way iproute2's
-    ``ip netns exec`` does: setns, a private mount namespace with ``/`` a recursive slave,
-    ``/sys`` remounted (so /sys/class/net shows the namespace's devices), and every file of
-    ``/etc/netns/NS`` bound over ``/etc`` (hosts, resolv.conf)."""
-    libc = _libc()
-    enter(ns)
-    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _check(libc.mount(b"", b"/", b"none", MS_SLAVE | MS_REC, None), "mount / rslave")
-    _check(libc.umount2(b"/sys", MNT_DETACH), "umount /sys")
-    if libc.mount(ns.encode(), b"/sys", b"sysfs", 0, None) != 0:  # as ip: read-only if refused
-        _check(libc.mount(ns.encode(), b"/sys", b"sysfs", MS_RDONLY, None), "mount /sys")
-    etc = NETNS_ETC / ns
-    if etc.is_dir():
-        for entry in sorted(etc.iterdir()):
-            target = Path("/etc") / entry.name
-            ret = libc.mount(str(entry).encode(), str(target).encode(), b"none", MS_BIND, None)
-            _check(ret, f"bind {entry} over {target}")
 
 
 def _child(req: dict[str, Any], log: int, keep: int) -> int:
@@ -330,7 +290,6 @@ class Zygote:
     it reaped what it started, or at once if nothing runs)."""
 
     def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
-        self.env = env
         self.codes: dict[int, int] = {}
         self.cond = threading.Condition()
         self.replies: dict[int, dict[str, Any]] = {}

@@ -134,15 +134,15 @@ class SpannedFaults:
     # peers deleted (a peer on one machine whose entry goes while the port on another is still
     # down asks for its address into the dead port, and asks again only a second later).
     def link(self, link: str, up: bool) -> str:
-        done = [self._all(("link", (link, up)))]
-        if up:
-            done.append(self._all(("unpin_link", (link,))))
-        return "; ".join(d for d in done if d)
+        return self._ports("link", link, up)
 
     def gateway(self, cluster: str, up: bool) -> str:
-        done = [self._all(("gateway", (cluster, up)))]
+        return self._ports("gateway", cluster, up)
+
+    def _ports(self, action: str, name: str, up: bool) -> str:
+        done = [self._all((action, (name, up)))]
         if up:
-            done.append(self._all(("unpin_gateway", (cluster,))))
+            done.append(self._all((f"unpin_{action}", (name,))))
         return "; ".join(d for d in done if d)
 
 

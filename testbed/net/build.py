@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.core.errors import NetError, UnsupportedError
+from testbed.core.nsenter import ETC_NETNS
 from testbed.net import cables, netns, registry
 from testbed.net.batches import start_batches, wait_batches
 from testbed.net.registry import Record
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from testbed.net.probe import KernelFeatures
     from testbed.plan.model import NetworkPlan
 
-ETC_NETNS = Path("/etc/netns")
 INIT_ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 ALLOWED_CC_BACKUP = "allowed_congestion.orig"
 # No namespace reaches a name server (the initial namespace's is on no emulated path): without

@@ -71,12 +71,16 @@ class StandInMachines:
             raise
         return self
 
+    def _nodes(self) -> list[Any]:
+        """The cluster's Ray nodes, head first (none before start or after close)."""
+        c = self._cluster
+        return [] if c is None or c.head_node is None else [c.head_node, *c.worker_nodes]
+
     def dead(self) -> list[str]:
         """The cluster's processes that no longer run (their kind: raylet, gcs_server, ...)."""
-        c = self._cluster
-        if c is None or c.head_node is None:
+        nodes = self._nodes()
+        if not nodes:
             return ["the cluster"]
-        nodes = [c.head_node, *c.worker_nodes]
         gone = [f"node {i}" for i in range(len(nodes), 1 + len(self.names))]
         return gone + [kind for n in nodes for kind, _ in n.dead_processes()]
 
@@ -86,8 +90,7 @@ class StandInMachines:
         elsewhere is another user's (another test session's pair has the same names)."""
         from testbed.core.procstat import ancestors
 
-        c = self._cluster
-        nodes = [] if c is None or c.head_node is None else [c.head_node, *c.worker_nodes]
+        nodes = self._nodes()
         ours = {i.process.pid for n in nodes for infos in n.all_processes.values() for i in infos}
         return bool(ours & {pid, *ancestors(pid)})
 
