@@ -218,8 +218,15 @@ def test_torchft_diloco_example_keeps_the_healthy_group_training_through_a_parti
     # both trained together before the partition (each outer step synced between the two)
     assert (east[east["time"] < begin]["participants"] == 2).any()
     assert (west[west["time"] < begin]["participants"] == 2).any()
-    # east kept training through it, alone: every step, and outer steps while west was cut off
-    assert list(east["step"]) == list(range(1, outer_steps * sync_every + 1))
+    # east kept training through it, alone: every inner step, one sync every sync_every steps,
+    # and outer steps while west was cut off. A sync may raise the outer step by more than one:
+    # a group that joins the quorum behind the other heals from it and takes its step (torchft's
+    # Manager sets its step to the quorum's max_step), so east need not run all
+    # outer_steps x sync_every inner steps (a run on a loaded host: 110 of 120, west ahead)
+    steps = list(east["step"])
+    assert steps == list(range(1, len(steps) + 1))
+    rose = east["outer_step"].diff().fillna(east["outer_step"].iloc[0]) > 0
+    assert list(east[rose]["step"]) == list(range(sync_every, len(steps) + 1, sync_every))
     during = east[(east["time"] >= begin) & (east["time"] <= end)]
     assert not during.empty and (during["participants"] == 1).any()
     assert east["outer_step"].iloc[-1] == outer_steps

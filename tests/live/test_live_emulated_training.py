@@ -130,7 +130,7 @@ def test_hierarchical_cu_follows_diloco_with_the_clusters_as_replicas(root, tmp_
         "hier",
         "32mbit",
         algorithm="hierarchical",
-        steps=15,
+        steps=30,
         diloco={"inner_steps": 5, "dtype": "bf16"},
     )
     data["clusters"] = {"east": {"hosts": 2}, "west": {"hosts": 2}}
@@ -140,7 +140,7 @@ def test_hierarchical_cu_follows_diloco_with_the_clusters_as_replicas(root, tmp_
     assert ok, {k: r["reason"] for k, r in runs.items() if r["status"] != "ok"}
     (s,) = exp.manifest["summary"]
     print({k: s.get(k) for k in sorted(s)})
-    assert s["compute"] == "emulated" and s["steps"] == 15
+    assert s["compute"] == "emulated" and s["steps"] == 30
     # the cluster's 2 MB every step and the leaders' 2 MB every 5 steps (48 tensors rounded)
     assert s["payload_bytes_per_step"] == pytest.approx(2e6 + 2e6 / 5, abs=100)
     # only the leaders cross the WAN: each direction carries their 2 MB once per 5 steps (plus
@@ -151,11 +151,15 @@ def test_hierarchical_cu_follows_diloco_with_the_clusters_as_replicas(root, tmp_
     )
     # Bound from the measurement's resolution and spread. Above the model: the shaper's 67 KB
     # bucket passes 3.3% of each 2 MB sync at line rate (CU 1.7% higher), plus 1 ms of sleep
-    # resolution per step (1%): +3%. Below: what the paper model leaves out, measured on this
-    # shared VM (CPU flag set, two runs): the slowest rank's steps without a sync 5.3-7.6 ms
-    # over their compute (the in-cluster exchange's tail after the backward, waits overrunning)
-    # and each sync 15 ms over the leaders' all-reduce (the broadcast in the cluster): -4.2% of
-    # CU at H = 5 (measured 0.466 against 0.486), and its run-to-run spread (0.7 points): -6%.
-    # At load 17 it read 0.415 (saturated host: the timing plugin's rerun, then xfail).
+    # resolution per step (1%): +3%. Below: what the paper model leaves out. The slowest rank's
+    # steps without a sync run 5-8 ms over their compute (the in-cluster exchange's tail after
+    # the backward) and each sync 15 ms over the leaders' all-reduce (the broadcast in the
+    # cluster); and a sync whose 2 MB lose a packet at the 128 KiB bottleneck buffer (cubic
+    # probing past it: 0-5 drops a sync in the queue counters) takes 35-115 ms longer (a queue's
+    # round trip of recovery; a TLP when the drop is near the end). At 15 steps (2 settled sync
+    # periods) those drops spread the ratio by sd 2.6% (13 quiet runs: -8.7% to -1.1%), hence 30
+    # steps (5 periods): 14 runs read 0.462-0.479 against 0.486 (-4.9% to -1.4%, mean -3.4%,
+    # sd 1.1%; 10 on a quiet host, 4 beside a busy core). Mean - 4 sd: -8%.
+    # With both cores busy it read 0.439 (saturated host: the timing plugin's rerun, then xfail).
     for model in (paper, ab):
-        assert -0.06 <= cu / model - 1 <= 0.03, (cu, model)
+        assert -0.08 <= cu / model - 1 <= 0.03, (cu, model)

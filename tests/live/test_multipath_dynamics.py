@@ -111,14 +111,18 @@ def test_a_trace_on_one_path_sets_its_rate_while_the_hash_spreads_flows(make_tes
     data["backend"] = "userspace"  # whose line holds a traced direction's queue, and counts it
     # path 0's HTB leaf is gone (its line shapes it); path 1's is read by tc
     samples, events, tb = run_sampled(make_testbed, data, tmp_path, ports=("p1-west",))
-    applied = sorted((r["event"], r["applied_unix"]) for r in events if r["status"] == "applied")
+    # each set takes effect somewhere inside its operation: a bin starts at its operation's end
+    # (applied_unix) and ends where the next one's operation began (applied_unix - apply_s)
+    applied = sorted(
+        (r["event"], r["applied_unix"], r["apply_s"]) for r in events if r["status"] == "applied"
+    )
     assert [r["direction"] for r in events] == ["east->west/0"] * len(levels), events
     # A traced direction keeps its queue in the delay line (a zero-rate bin holds it), so
     # path 0's counter is its line's: departed bytes, stamped by the line itself.
     line = [r for r in tb.backend.queue_trace() if r["direction"] == "east->west/0"]
     assert line, "no samples of path 0 line"
-    starts = [t for _, t in applied]
-    ends = [*starts[1:], starts[-1] + 1.0]
+    starts = [t for _, t, _ in applied]
+    ends = [*(t - took for _, t, took in applied[1:]), starts[-1] + 1.0]
     # the bulk flows' processes start at the origin too (python, a few hundred ms each on a
     # busy host): a bin is measured once bytes flow on the path
     flowing = next(r["time"] for r in line if r["bytes"] > 0)
@@ -169,21 +173,24 @@ def test_a_schedule_step_on_one_path_changes_that_path_only(make_testbed, tmp_pa
     samples, events, tb = run_sampled(make_testbed, data, tmp_path)
     # the step names path 0 (both its directions); nothing acts on path 1
     assert sorted(r["direction"] for r in events) == ["east->west/0", "west->east/0"], events
-    at = next(r["applied_unix"] for r in events)
+    # the step on p0-west (east->west/0) takes effect somewhere inside its operation: "before"
+    # ends where the operation began, "after" starts from where it ended
+    (step,) = (r for r in events if r["direction"] == "east->west/0")
+    at, began = step["applied_unix"], step["applied_unix"] - step["apply_s"]
     shown0 = tb.run("east-gw", ["tc", "class", "show", "dev", "p0-west"]).stdout
     shown1 = tb.run("east-gw", ["tc", "class", "show", "dev", "p1-west"]).stdout
     assert "rate 20Mbit" in shown0 and "rate 100Mbit" in shown1, (shown0, shown1)
     burst0, burst1 = (int(re.search(r"burst (\d+)b", t)[1]) for t in (shown0, shown1))
     # 1 s before the step (the flows' processes start within the first 1.5 s on a busy host)
     # and from 0.3 s after it (path 0's queue of 1 BDP drains at 20 Mbit/s in 0.1 s) on
-    before0, span, slack = rate_between(samples, "p0-west", at - 1.0, at)
+    before0, span, slack = rate_between(samples, "p0-west", began - 1.0, began)
     lo, hi = htb_bound(100e6, span, slack, burst0)
     assert lo <= before0 <= hi, (before0, lo, hi)
     after0, span, slack = rate_between(samples, "p0-west", at + 0.3, at + 1.3)
     lo, hi = htb_bound(20e6, span, slack, burst0)
     assert lo <= after0 <= hi, (before0, after0, lo, hi)
     # path 1 keeps its rate through the step
-    before1, span, slack = rate_between(samples, "p1-west", at - 1.0, at)
+    before1, span, slack = rate_between(samples, "p1-west", began - 1.0, began)
     lo, hi = htb_bound(100e6, span, slack, burst1)
     assert lo <= before1 <= hi, (before1, lo, hi)
     after1, span, slack = rate_between(samples, "p1-west", at + 0.3, at + 1.3)
