@@ -133,9 +133,10 @@ def execute(
     else:
         tb = Network(sc, name=name)
     # the rank server imports torch beside the bring-up and the self-check (closed with the run)
-    local_ranks = sc.placement is None and rank_workload is not None
     server = None
-    if ranks_mod.PREFORK and local_ranks and kind_of(rank_workload).runs_rank_module:
+    if rank_workload is not None and ranks_mod.forks_ranks(
+        sc.placement is None, kind_of(rank_workload).runs_rank_module
+    ):
         server = ranks_mod.rank_server(run_dir)
     try:
         with contextlib.closing(server) if server else contextlib.nullcontext(), tb:

@@ -54,6 +54,15 @@ STACK_WAIT = 1.0  # seconds a stopped rank gets to write its SIGUSR1 stack dump
 # ranks: 2.5 s to joined where it took 3.2-6.0 s, half the CPU; benchmarks/rank_start.py).
 # TESTBED_PREFORK=0 starts one process per rank again.
 PREFORK = os.environ.get("TESTBED_PREFORK", "1") != "0"
+
+
+def forks_ranks(local: bool, rank_module: bool) -> bool:
+    """Whether a launch's ranks start from the rank server: ``PREFORK``, its network's
+    namespaces on this machine (``local``) and the ranks the project's own rank module
+    (``rank_module``; a user's program starts as its command says)."""
+    return PREFORK and local and rank_module
+
+
 STACK_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", re.M)
 
 # Why a rank was stopped (RankLaunch.stopped): its deadline passed ("timeout"), the setup
@@ -336,7 +345,8 @@ class RankLaunch:
         for slot in self.ranks:  # a state left by an earlier launch here is not this one's
             state_path(self.run_dir, slot.rank).unlink(missing_ok=True)
         try:
-            if self.processes is None and self._prefork():
+            local = isinstance(self.tb, Network) and self.tb.record is not None
+            if forks_ranks(local, self.processes is None):
                 self._start_forked()
             elif self.processes is None:
                 for slot in self.ranks:
@@ -359,11 +369,6 @@ class RankLaunch:
             if self.zygote is not None:
                 self.zygote.close()
                 self.zygote = None
-
-    def _prefork(self) -> bool:
-        """Whether the rank modules start from the rank server (:mod:`traffic.zygote`): when
-        ``PREFORK`` says so and the network is the one-machine one (its namespaces are here)."""
-        return PREFORK and isinstance(self.tb, Network) and self.tb.record is not None
 
     def _start_forked(self) -> None:
         """Every rank forked from one rank server that imported torch once, each recorded by

@@ -110,18 +110,19 @@ def assert_dynamics_across(run: dict, out: Path, summary: list[dict]) -> None:
     # half the rate ratio, what the RTT terms and MTU 1450 leave of it at the least
     assert after > 2.5 * before, (before, after, rank0[["start", "seconds"]])
     # the blackhole as it was applied (up to SOON_S after its scheduled time) stalls the
-    # all-reduce until it is lifted: no iteration ends inside it, and the first to end after
-    # it began was stalled across its end. That iteration was in flight when the blackhole came
-    # or (when the blackhole fell in the gap between two iterations, a round trip: 40 ms
-    # after the step, or came late after one ended) began inside it; an iteration spanning
-    # the scheduled window need not exist
+    # all-reduce until it is lifted: no iteration ends inside it, nor begins inside it (each
+    # timed run follows a world barrier, which crosses the WAN too; a barrier's last message
+    # sent before the blackhole lands up to one way later: 20 ms after the step). The blackhole
+    # may fall in the loop's gap: a run read it 15 ms after an iteration ended, the barrier's
+    # retransmissions backed off past it and past the link_down after it, and the next
+    # iteration began 2.5 s after the link_up; so no iteration need span it
     end = rank0["start"] + rank0["seconds"]
     on = events.loc[events["action"] == "blackhole", "applied_unix"].max()
     off = events.loc[events["action"] == "unblackhole", "applied_unix"].min()
-    inside = rank0[(end > on) & (end < off)]
+    inside = rank0[
+        ((end > on) & (end < off)) | ((rank0["start"] > on + 0.02) & (rank0["start"] < off))
+    ]
     assert inside.empty, (on, off, rank0[["start", "seconds"]])
-    stalled = rank0[end > on].iloc[0]
-    assert stalled["start"] < off < stalled["start"] + stalled["seconds"], (on, off, stalled)
     assert rows["correct"].all()
     faults = pd.DataFrame(summary)
     assert (faults["fault_survived"] == 1).all(), faults.filter(like="fault")
