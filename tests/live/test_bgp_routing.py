@@ -133,7 +133,17 @@ def test_frr_routes_over_every_path_with_bfd_and_leaves_nothing(bgp_network):
     pids = frr_pids(rec)
     assert len(pids) == 6  # zebra, bfdd, bgpd in each gateway
     d = frr.gateway_dir(rec, "east-gw")
-    peers = json.loads(frr.vtysh(tb.namespace("east-gw"), d, "show bfd peers json"))
+    # Both BFD sessions up. The network may be the one the failover test healed: its BGP session
+    # came back (nexthops 2) but a BFD session that was down sends one packet a second (RFC 5880
+    # 6.8.3: not Up, at least 1 s between packets), so Down -> Init -> Up takes up to about 2 s
+    # after the path returns, in either order with BGP's (a loaded run read "init" at once).
+    # 5 s is 2.5x that: a liveness bound.
+    deadline = time.monotonic() + 5.0
+    while True:
+        peers = json.loads(frr.vtysh(tb.namespace("east-gw"), d, "show bfd peers json"))
+        if all(p["status"] == "up" for p in peers) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert sorted((p["peer"], p["status"], p["transmit-interval"]) for p in peers) == [
         (f"10.{rec.slot}.128.13", "up", 50),
         (f"10.{rec.slot}.128.5", "up", 50),
