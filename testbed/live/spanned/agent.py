@@ -53,7 +53,8 @@ class MachineAgent:
         self.servers: dict[int, subprocess.Popen] = {}
         self.procs: dict[int, tuple[subprocess.Popen, str]] = {}  # pid -> (it, driver's dir)
         self.dirs: dict[str, Path] = {}  # the driver's directory -> this machine's copy
-        self.synced: dict[str, dict[str, int]] = {}  # ... -> file -> bytes sent (-1: not sent)
+        # ... -> file -> bytes the driver has (a file it shipped: its length here)
+        self.synced: dict[str, dict[str, int]] = {}
         self.readers: dict[int, LineReader] = {}  # pid -> the reader of its stdout's lines
         self.hosts: dict[int, str] = {}  # pid -> the host it runs in
         self.groups: set[int] = set()  # the pids that lead a process group
@@ -175,8 +176,10 @@ class MachineAgent:
         assert self.tb is not None and self.tb.record is not None
         local = self.workdir(remote_dir)
         for name, data in files.items():
-            (local / name).write_bytes(data.replace(remote_dir.encode(), str(local).encode()))
-            self.synced[remote_dir][name] = -1  # the driver's own: never sent back
+            here_data = data.replace(remote_dir.encode(), str(local).encode())
+            (local / name).write_bytes(here_data)
+            # the driver's own: only what a process appends to it later goes back
+            self.synced[remote_dir][name] = len(here_data)
         here = str(local)
         full = {k: v for k, v in os.environ.items() if k not in dropped}
         full |= {k: v.replace(remote_dir, here) for k, v in env.items()}
@@ -228,7 +231,7 @@ class MachineAgent:
         for path in sorted(root.rglob("*")):  # a process's output directory (DCQCN's) too
             name = path.relative_to(root).as_posix()
             done = sent.get(name, 0)
-            if done < 0 or not path.is_file():
+            if not path.is_file():
                 continue
             with open(path, "rb") as f:
                 f.seek(done)

@@ -324,8 +324,13 @@ class SpannedNetwork:
         outputs.add(log.name)
         sent = self.shipped.setdefault((self.machine_of(host), run_dir), {})
         files = {}
-        for p in sorted(run_dir.iterdir()):  # its inputs: what is new or changed since
-            if not p.is_file() or p.name in outputs or (st := p.stat()).st_size >= SHIP_MAX:
+        # its inputs: what is new or changed since. Not an empty file: another thread may have
+        # just opened it as the log of a process it is about to start (a traffic sender beside
+        # the ranks), which that machine must neither truncate nor take for an input
+        for p in sorted(run_dir.iterdir()):
+            if not p.is_file() or p.name in outputs:
+                continue
+            if not 0 < (st := p.stat()).st_size < SHIP_MAX:
                 continue
             if sent.get(p.name) != (st.st_mtime_ns, st.st_size):
                 sent[p.name] = (st.st_mtime_ns, st.st_size)
