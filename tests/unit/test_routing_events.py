@@ -100,6 +100,23 @@ def test_failover_times_from_bfd_and_the_fib_of_both_gateways():
     )
 
 
+def test_a_bgp_down_that_bfd_caused_counts_as_bfds_detection():
+    # bgpd and bfdd stamp their own logs: the notification BFD's down caused may come first
+    # (66 us before it in a run); a BGP hold timer's expiry alone is BGP's
+    r = routing(
+        (100.120344, "west-gw", "bgp", "down", "east-west/1", None),
+        (100.120410, "west-gw", "bfd", "down", "east-west/1", None),
+    )
+    (row,) = failover_table(events(), r).to_dict("records")
+    assert row["detected_by"] == "bfd" and row["detect_s"] == pytest.approx(0.120344)
+    hold = routing(
+        (109.0, "west-gw", "bgp", "down", "east-west/1", None),
+        (109.5, "west-gw", "bfd", "down", "east-west/1", None),
+    )
+    (row,) = failover_table(events(), hold).to_dict("records")
+    assert row["detected_by"] == "bgp"
+
+
 def test_static_routing_never_moves_and_a_whole_link_fault_has_no_failover():
     (row,) = failover_table(events(), routing()).to_dict("records")
     assert row["detected_by"] is None or pd.isna(row["detected_by"])
