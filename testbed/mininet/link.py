@@ -36,6 +36,7 @@ from testbed.net.engines import Engine
 from testbed.net.registry import Record
 from testbed.plan.bridged import END_PORTS, bridged_link_plan
 from testbed.plan.model import NetworkPlan
+from testbed.plan.render import VETH_INDEX
 
 # TCLink's keywords and the project's own, per direction
 DIRECTION_KEYWORDS = (
@@ -164,6 +165,11 @@ class _Session:
                 cls.record = None
 
 
+# The interface indexes of the veths between Mininet's nodes and the wires, two a veth, counted
+# per process from above the plan's own (testbed.plan.render.VETH_INDEX + 2 per plan veth).
+_WIRE_VETH_INDEXES = itertools.count(VETH_INDEX + 20000)
+
+
 class _WireEngine(Engine):
     """Makes a bridged link's wire (the native way) and the veths from its two nodes into it."""
 
@@ -179,8 +185,11 @@ class _WireEngine(Engine):
             options = (f" address {mac}" if mac else "") + (
                 f" gso_max_segs {self.gso_max_segs}" if self.gso_max_segs else ""
             )
-            lines.append(f"link add {name}{options} netns {pid} type veth peer name {port} "
-                         f"netns {wire}")  # fmt: skip
+            # each end its own index, as the plan's veths (testbed.plan.render.VETH_INDEX): an
+            # end whose index equals its peer's has its carrier back on the kernel's slow path
+            node_index, wire_index = next(_WIRE_VETH_INDEXES), next(_WIRE_VETH_INDEXES)
+            lines.append(f"link add {name}{options} netns {pid} index {node_index} type veth "
+                         f"peer name {port} netns {wire} index {wire_index}")  # fmt: skip
         run_batches([(["ip"], lines)])
 
 
