@@ -183,10 +183,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = (Path(args.out) / f"launch-{tb.name}-{stamp}").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    # the launch begins for the user here: an event applied once this line is out is its own,
+    # though the processes start a moment later (a loaded host took long enough that a change
+    # applied between the two fell outside the launch's event log)
+    since = time.time()
     out.print(f"logs: {escape(run_dir)}", highlight=False, soft_wrap=True)
     try:
         with Follower(run_dir, args.follow, lambda t: out.print(t, soft_wrap=True)):
-            problems, info = launch(tb, workload, run_dir)
+            problems, info = launch(tb, workload, run_dir, since)
     except KeyboardInterrupt:
         out.print(f"interrupted; its processes are stopped, their logs in {escape(run_dir)}")
         return 130

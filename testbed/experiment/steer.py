@@ -536,15 +536,21 @@ def events_during(tb: Network, start: float, end: float, path: Path) -> int:
 
 # -- a command on the live testbed ---------------------------------------------------------------
 def launch_session(
-    tb: Network, workload: Any, run_dir: Path, *, wan_counters: bool = False
+    tb: Network,
+    workload: Any,
+    run_dir: Path,
+    *,
+    wan_counters: bool = False,
+    since: float | None = None,
 ) -> tuple[RankSession, list[str]]:
     """The command kind's launcher on the live testbed ``tb``: ``workload`` (a CommandWorkload,
     ``cwd`` relative to the current directory) on its ranks or hosts, logs in ``run_dir``, with
     the testbed's events applied while it ran (``events.jsonl``, when there were any). The
     finished RankSession (codes, times, logs; with ``wan_counters``, the WAN bottlenecks' byte
     counters sampled while it ran) and the problems that failed it (the first failure first, as
-    the run's status names them; empty: every process exited 0)."""
-    started = time.time()
+    the run's status names them; empty: every process exited 0). ``since`` (unix s; default
+    now): where its event window begins, when a user was told earlier that it started."""
+    started = time.time() if since is None else since
     from testbed.experiment.session import RankSession, rank_detail, read_rank_rows
     from testbed.experiment.workloads.command import KIND
     from testbed.plan.ranks import place_ranks
@@ -570,9 +576,11 @@ def launch_session(
     return session, details
 
 
-def launch(tb: Network, workload: Any, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
+def launch(
+    tb: Network, workload: Any, run_dir: Path, since: float | None = None
+) -> tuple[list[str], dict[str, Any]]:
     """:func:`launch_session`'s problems and the kind's run info (a row per process)."""
     from testbed.experiment.workloads.command import KIND
 
-    session, details = launch_session(tb, workload, run_dir)
+    session, details = launch_session(tb, workload, run_dir, since=since)
     return details, KIND.run_info(session)
