@@ -85,6 +85,9 @@ def beside_a_workload(tmp_path, address: str) -> None:
     assert ports - {5300, 5301}, ports
 
 
+# measured (call) in three clean suites on 2 cores: 39-42 s; the shared stand-in machines'
+# start (once a session) 12-36 s; a saturated host's rerun doubles it
+@pytest.mark.timeout(240)
 @pytest.mark.timing
 def test_traces_and_cross_traffic_across_machines_land_in_one_machines_tables(machines, tmp_path):
     address, _ = machines
