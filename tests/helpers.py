@@ -230,6 +230,21 @@ def root_namespace_state() -> dict:
     }
 
 
+def veths_sharing_their_peers_index(namespaces: list[str]) -> list[dict[str, Any]]:
+    """The veth ends in ``namespaces`` whose interface index equals their peer's (the kernel
+    then takes the end for a device of its own and brings its carrier back on its slow path,
+    up to 1 s with no queue: plan.render.VETH_INDEX)."""
+    out = []
+    for ns in namespaces:
+        r = subprocess.run(["ip", "-n", ns, "-j", "-d", "link", "show"], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+        for link in json.loads(r.stdout):
+            kind = link.get("linkinfo", {}).get("info_kind")
+            if kind == "veth" and link.get("link_index") == link["ifindex"]:
+                out.append({"ns": ns, **link})
+    return out
+
+
 def wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
     seen = []
     deadline = time.monotonic() + timeout

@@ -85,10 +85,12 @@ class MininetEngine(Engine):
 
     def create(self, plan: NetworkPlan, rec: Record) -> None:
         # Network.up ran check() before claiming the registry: Mininet's tools are there
-        from mininet.link import TCLink
+        from mininet.link import Link, TCLink
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import Node
+
+        from testbed.plan.render import veth_batch
 
         setLogLevel("warning")
         # build=False and no topo: nodes and links are made as they are added; no controller,
@@ -100,14 +102,22 @@ class MininetEngine(Engine):
         rec.add_processes([(n.pid, f"mininet node {n.name}") for n in self.nodes.values()])
         # named, so that `ip netns exec`, `tc -n` and the rtnetlink worker find them
         run_batches([(["ip"], [f"netns attach {ns} {n.pid}" for ns, n in self.nodes.items()])])
+        # The veths are the native build's (one batch, each end its own interface index);
+        # Mininet's links then take them as made. Mininet makes a pair without indexes, so two
+        # ends in fresh namespaces often shared one, and a port brought up again (a link down's
+        # or a gateway crash's end) had no queue for up to 1 s: its ARP replies were dropped
+        # and nothing crossed it (plan.render.VETH_INDEX says why).
+        run_batches([(["ip"], veth_batch(plan))])
+        made = {base: type(f"Made{base.__name__}", (base,), {"makeIntfPair": _already_made})
+                for base in (Link, TCLink)}  # fmt: skip
         for v in plan.veths:
             a, b = self.nodes[v.ns_a], self.nodes[v.ns_b]
             params = self.tclinks.get((v.ns_a, v.if_a))  # backend tclink: a WAN sending side
             if params is None:
-                self.net.addLink(a, b, intfName1=v.if_a, intfName2=v.if_b)
+                self.net.addLink(a, b, intfName1=v.if_a, intfName2=v.if_b, cls=made[Link])
             else:
                 self.net.addLink(
-                    a, b, intfName1=v.if_a, intfName2=v.if_b, cls=TCLink, params1=params,
+                    a, b, intfName1=v.if_a, intfName2=v.if_b, cls=made[TCLink], params1=params,
                     params2={},
                 )  # fmt: skip
         # Mininet's own view of the addresses (its CLI puts a node's IP for its name)
@@ -132,6 +142,11 @@ class MininetEngine(Engine):
     def node(self, host: str) -> Any:
         """The Mininet node of a plan label (``east-h0``)."""
         return next(n for n in self.nodes.values() if n.name == node_name(host))
+
+
+@classmethod
+def _already_made(cls: type, *args: Any, **kwargs: Any) -> None:
+    """A Mininet link's ``makeIntfPair`` for a veth pair that exists already."""
 
 
 ENGINES: dict[str, type[Engine]] = {"native": Engine, "mininet": MininetEngine}

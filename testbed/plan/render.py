@@ -32,13 +32,16 @@ VETH_INDEX = 1000
 
 
 def root_batch(plan: NetworkPlan) -> list[str]:
-    lines = [f"netns add {ns.name}" for ns in plan.namespaces]
-    lines += [
+    return [f"netns add {ns.name}" for ns in plan.namespaces] + veth_batch(plan)
+
+
+def veth_batch(plan: NetworkPlan) -> list[str]:
+    """The plan's veth pairs between its (existing, named) namespaces, each end its index."""
+    return [
         f"link add {v.if_a} netns {v.ns_a} index {VETH_INDEX + 2 * i} type veth "
         f"peer name {v.if_b} netns {v.ns_b} index {VETH_INDEX + 2 * i + 1}"
         for i, v in enumerate(plan.veths)
     ]
-    return lines
 
 
 VXLAN_PORT = 4789  # IANA's: a machine's cables share one UDP socket, told apart by VNI

@@ -18,6 +18,7 @@ from helpers import (
     skip_without_mininet,
     two_path_scenario,
     unique_name,
+    veths_sharing_their_peers_index,
 )
 
 from testbed.config.sweep import expand
@@ -66,6 +67,9 @@ def test_the_plan_as_mininet_nodes_with_the_project_links(mininet, make_testbed)
     ]  # fmt: skip
     shells = [pid for pid, _, what in tb.record.processes if what.startswith("mininet node")]
     assert len(shells) == 7
+    # each veth end its own index, as on the native engine (else a port brought up again has
+    # its carrier back on the kernel's slow path: nothing crossed it for up to 1 s)
+    assert not veths_sharing_their_peers_index(tb.record.namespaces)
     prefix = tb.record.prefix
     tb.down()
     assert registry.namespaces_with_prefix(prefix) == []
