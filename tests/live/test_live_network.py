@@ -18,6 +18,7 @@ from helpers import (
     scenario,
     skip_without_mininet,
     unique_name,
+    veths_sharing_their_peers_index,
     wait_for_line,
 )
 
@@ -49,6 +50,9 @@ def test_every_host_reaches_every_other_host_by_name(make_testbed):
     }
     failed = [pair for pair, p in pings.items() if p.wait(timeout=10) != 0]
     assert not failed, f"unreachable pairs: {failed}"
+    # each veth end its own index (else a port brought up again, by a link down's or a
+    # gateway crash's end, has its carrier back on the kernel's slow path: up to 1 s)
+    assert not veths_sharing_their_peers_index(tb.record.namespaces)
 
 
 def test_transit_path_goes_through_the_middle_cluster(make_testbed):
