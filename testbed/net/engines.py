@@ -5,7 +5,8 @@
 * ``mininet``: every namespace is a Mininet node and every veth pair a Mininet ``Link`` with the
   plan's interface names (the veths made by the native batch, with their indexes); each node's
   namespace is then given the plan's name (``ip netns attach``), so everything after it is the
-  native build's, unchanged (docs/mininet.md). Node names are the plan's labels with ``_`` for ``-`` (Mininet's CLI reads ``east-h0`` as ``east``).
+  native build's, unchanged (docs/mininet.md). Node names are the plan's labels with ``_`` for
+  ``-`` (Mininet's CLI reads ``east-h0`` as ``east``).
 
 Mininet is imported only here, and only when the engine is used. Its ``mn`` script,
 ``Mininet.cleanup()`` and ``net.iperf()`` kill processes host-wide by name and are never called;
