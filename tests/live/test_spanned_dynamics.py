@@ -102,7 +102,8 @@ def assert_dynamics_across(run: dict, out: Path, summary: list[dict]) -> None:
 
     # the change and the fault, as the all-reduce saw them (iteration start, unix; seconds)
     rows = pd.read_parquet(out / "collectives.parquet")
-    rank0 = rows[rows["rank"] == 0].sort_values("start")
+    rows = rows.assign(end=rows["start"] + rows["seconds"]).sort_values(["rank", "start"])
+    rank0 = rows[rows["rank"] == 0]
     origin = events.loc[events["action"] == "set", "scheduled_unix"].min() - STEP_AT
     t = rank0["start"] - origin
     before = rank0[(t > 0.3) & (t < STEP_AT)]["seconds"].median()
@@ -121,19 +122,21 @@ def assert_dynamics_across(run: dict, out: Path, summary: list[dict]) -> None:
     # 10.7 ms). The blackhole may fall in the loop's gap: a run read it 15 ms after an
     # iteration ended, the barrier's retransmissions backed off past it and past the link_down
     # after it, and the next iteration began 2.5 s after the link_up; so no iteration need span it
-    end = rank0["start"] + rank0["seconds"]
-    every = rows.assign(end=rows["start"] + rows["seconds"]).sort_values(["rank", "start"])
-    following = every.groupby("rank")["start"].shift(-1)
-    settled = (every["start"] - origin > STEP_AT + 0.3) & (following - origin < FAULT_AT)
-    wake = ((following - every["end"])[settled] - 2 * ONE_WAY_S).max()
-    assert wake >= 0, every[settled]  # a barrier crosses the RTT at least once
+    following = rows.groupby("rank")["start"].shift(-1)
+    settled = (rows["start"] - origin > STEP_AT + 0.3) & (following - origin < FAULT_AT)
+    wake = ((following - rows["end"])[settled] - 2 * ONE_WAY_S).max()
+    assert wake >= 0, rows[settled]  # a barrier crosses the RTT at least once
     on = events.loc[events["action"] == "blackhole", "applied_unix"].max()
     off = events.loc[events["action"] == "unblackhole", "applied_unix"].min()
     landed = on + ONE_WAY_S + wake  # whatever crossed before the blackhole has landed by then
     inside = rank0[
-        ((end > landed) & (end < off)) | ((rank0["start"] > landed) & (rank0["start"] < off))
+        ((rank0["end"] > landed) & (rank0["end"] < off))
+        | ((rank0["start"] > landed) & (rank0["start"] < off))
     ]
-    spans = [(round(s - on, 4), round(e - on, 4)) for s, e in zip(rank0["start"], end, strict=True)]
+    spans = [
+        (round(s - on, 4), round(e - on, 4))
+        for s, e in zip(rank0["start"], rank0["end"], strict=True)
+    ]
     assert inside.empty, (
         f"blackhole lifted +{off - on:.3f} s after applied; in flight until +{landed - on:.4f} s "
         f"(one way {ONE_WAY_S} s, ranks' wake {wake:.4f} s); (start, end) from it: {spans}"
