@@ -17,11 +17,12 @@ their counters (:meth:`FaultOps.fault_drops`) say what each direction's faults d
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from testbed.core.direction import Direction
 from testbed.core.errors import NetError
@@ -32,7 +33,7 @@ from testbed.plan.render import (
     LinkDown,
     LinkGroup,
     LinkUp,
-    NeighDel,
+    NeighLearn,
     NeighPin,
     RouteAdd,
     ip_line,
@@ -98,6 +99,20 @@ class _Link:
     ends: tuple[tuple[str, str], tuple[str, str]]  # (gateway namespace, WAN port) per cluster
 
 
+class _Pair(NamedTuple):
+    """A port (``ns``, ``port``; its address ``ip`` on device ``dev``) and its veth's other
+    end (``peer_ns``, ``peer_if``; its address ``peer_ip`` on ``peer_dev``, or "")."""
+
+    ns: str
+    port: str
+    dev: str
+    ip: str
+    peer_ns: str
+    peer_if: str
+    peer_dev: str
+    peer_ip: str
+
+
 class FaultOps:
     """The fault actions of one testbed (see the module docstring). Thread-compatible: one
     caller at a time (the event runner)."""
@@ -127,6 +142,7 @@ class FaultOps:
         self.active: dict[tuple[str, str], dict[int, int]] = {}
         # (peer namespace, interface, address) -> how many down ports pin it (_pin)
         self.pinned: dict[tuple[str, str, str], int] = {}
+        self.macs: dict[tuple[str, str], str] = {}  # (namespace, interface) -> its MAC
 
     def prepare(self) -> str:
         """Install the fault rules in every wire (one ``iptables-restore`` per wire, side by
@@ -268,15 +284,39 @@ class FaultOps:
         the entry and queues what it sends there for address resolution (up to
         unres_qlen_bytes, ~100 packets), then delivers it all when the port comes back: a
         2 s gateway crash delivered every datagram sent during it at the restore. A dead
-        gateway loses them. Counted per entry, so that overlapping faults end with the last."""
-        for key in self.peers(ports):
+        gateway loses them.
+
+        When a port comes back up, both ends learn each other's MAC (stale entries, which the
+        kernel confirms on use) rather than resolve it: the port's own entries went with its
+        down, and the kernel gives its peer back its queue only later, from its link-watch
+        work, so the peer's reply to the port's first ARP request can be dropped, and the
+        port then holds everything it sends there until it asks again 1 s later (seen: UDP
+        probes answered 780 ms late after a flap). Counted per entry, so that overlapping
+        faults end with the last."""
+        pairs = self.pairs(ports)
+        self._read_macs(pairs)  # once, at the first down: the up is not held up by it
+        for pair in pairs:
+            key = (pair.peer_ns, pair.peer_if, pair.ip)
             n = self.pinned.get(key, 0) + (1 if on else -1)
             self.pinned[key] = max(n, 0)
-            peer_ns, peer_if, ip = key
             if on and n == 1:
-                ops.setdefault(peer_ns, []).append(NeighPin(ip, peer_if))
-            elif not on and n == 0:
-                ops.setdefault(peer_ns, []).append(NeighDel(ip, peer_if))
+                ops.setdefault(pair.peer_ns, []).append(NeighPin(pair.ip, pair.peer_if))
+            elif not on and n == 0 and self._here(pair.ns):  # a veth's ends share a machine
+                mac = self.macs[pair.ns, pair.dev]
+                ops.setdefault(pair.peer_ns, []).append(NeighLearn(pair.ip, pair.peer_if, mac))
+                if pair.peer_ip:
+                    peer_mac = self.macs[pair.peer_ns, pair.peer_dev]
+                    ops.setdefault(pair.ns, []).append(NeighLearn(pair.peer_ip, pair.dev, peer_mac))
+
+    def _read_macs(self, pairs: Sequence[_Pair]) -> None:
+        """The MACs of both ends' address holders of ``pairs`` that are not known yet (read
+        once: a testbed's interfaces keep theirs)."""
+        todo = sorted(
+            {(p.ns, p.dev) for p in pairs} | {(p.peer_ns, p.peer_dev) for p in pairs if p.peer_ip}
+        )
+        todo = [k for k in todo if k not in self.macs and self._here(k[0])]
+        got = netns.run_in([(ns, functools.partial(rtnl.hw_address, dev)) for ns, dev in todo])
+        self.macs.update(zip(todo, got, strict=True))
 
     def _here(self, ns: str) -> bool:
         return self.local is None or ns in self.local
@@ -305,19 +345,31 @@ class FaultOps:
             )
         ]
 
-    def peers(self, ports: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:
-        """(peer namespace, peer interface, address) of each (namespace, port): the veth's
-        other end and the address it reaches through the port (the port's own, or that of
-        the bridge it is in)."""
+    def pairs(self, ports: Sequence[tuple[str, str]]) -> list[_Pair]:
+        """Each (namespace, port) of ``ports`` with its veth's other end: both ends' addresses
+        and the device holding each (the end itself, or the bridge it is in). A port whose
+        peer has no address (a bridge port's peer is a host's; a wire's has one) has
+        ``peer_ip`` "". Ports without a veth peer or an address are left out."""
         addr = {(a.ns, a.ifname): a.cidr.split("/")[0] for a in self.plan.addresses}
         bridge = {(b.ns, p): b.name for b in self.plan.bridges for p in b.ports}
         ends = {(v.ns_a, v.if_a): (v.ns_b, v.if_b) for v in self.plan.veths}
         ends |= {(v.ns_b, v.if_b): (v.ns_a, v.if_a) for v in self.plan.veths}
+
+        def holder(ns: str, dev: str) -> tuple[str, str]:
+            """(the device holding ``dev``'s address, that address or "")."""
+            if (ns, dev) in addr:
+                return dev, addr[ns, dev]
+            master = bridge.get((ns, dev), "")
+            return master, addr.get((ns, master), "")
+
         out = []
         for ns, port in ports:
-            ip = addr.get((ns, port)) or addr.get((ns, bridge.get((ns, port), "")))
-            if (ns, port) in ends and ip:
-                out.append((*ends[ns, port], ip))
+            dev, ip = holder(ns, port)
+            if (ns, port) not in ends or not ip:
+                continue
+            peer_ns, peer_if = ends[ns, port]
+            peer_dev, peer_ip = holder(peer_ns, peer_if)
+            out.append(_Pair(ns, port, dev, ip, peer_ns, peer_if, peer_dev, peer_ip))
         return out
 
     def ports(self, ns: str) -> list[str]:

@@ -16,6 +16,7 @@ times). A refused request raises NetError naming the namespace and the request a
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import os
 import socket
@@ -35,7 +36,7 @@ from testbed.plan.render import (
     LinkDown,
     LinkGroup,
     LinkUp,
-    NeighDel,
+    NeighLearn,
     NeighPin,
     PlugCtl,
     RouteAdd,
@@ -50,8 +51,8 @@ Op = IpOp | TcOp
 
 NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE, RTM_NEWQDISC, RTM_NEWTCLASS = 16, 20, 24, 36, 40
-RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
-NDA_DST, NDA_LLADDR, NUD_PERMANENT = 1, 2, 0x80
+RTM_NEWNEIGH = 28
+NDA_DST, NDA_LLADDR, NUD_STALE, NUD_PERMANENT = 1, 2, 0x04, 0x80
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 IFF_UP = 0x1
 IFLA_MTU = 4
@@ -142,13 +143,11 @@ def _route(
     return head + attrs
 
 
-def _neigh(ip: str, dev: str, mac: str | None) -> bytes:
-    """ndmsg for ``ip`` on ``dev``: permanent with ``mac`` (RTM_NEWNEIGH), or to delete."""
-    head = NDMSG.pack(socket.AF_INET, _index(dev), NUD_PERMANENT if mac else 0, 0, 0)
+def _neigh(ip: str, dev: str, mac: str, state: int) -> bytes:
+    """ndmsg (RTM_NEWNEIGH) for ``ip`` on ``dev`` at ``mac`` in ``state`` (NUD_*)."""
+    head = NDMSG.pack(socket.AF_INET, _index(dev), state, 0, 0)
     attrs = netlink.nla(NDA_DST, ipaddress.IPv4Address(ip).packed)
-    if mac:
-        attrs += netlink.nla(NDA_LLADDR, bytes.fromhex(mac.replace(":", "")))
-    return head + attrs
+    return head + attrs + netlink.nla(NDA_LLADDR, bytes.fromhex(mac.replace(":", "")))
 
 
 _tick_in_usec: float | None = None
@@ -208,6 +207,20 @@ def _index(dev: str) -> int:
         raise OSError(e.errno, f"no interface {dev}") from None
 
 
+SIOCGIFHWADDR = 0x8927
+IFREQ = struct.Struct("16sH6s8x")  # name, then struct sockaddr: family, the address
+
+
+def hw_address(dev: str) -> str:
+    """``dev``'s MAC address in the calling thread's namespace, as ``ip`` prints it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            got = fcntl.ioctl(s, SIOCGIFHWADDR, IFREQ.pack(dev.encode(), 0, b""))
+        except OSError as e:
+            raise OSError(e.errno, f"no interface {dev}") from None
+    return IFREQ.unpack(got)[2].hex(":")
+
+
 def request(op: Op) -> tuple[int, int, bytes]:
     """(message type, flags, body) of ``op``; interface indexes are looked up in the calling
     thread's namespace."""
@@ -237,9 +250,9 @@ def request(op: Op) -> tuple[int, int, bytes]:
         case RouteAdd(dst, via, src, replace, nexthops):
             return RTM_NEWROUTE, REPLACE if replace else CREATE, _route(dst, via, src, nexthops)
         case NeighPin(ip, dev):
-            return RTM_NEWNEIGH, REPLACE, _neigh(ip, dev, DEAD_MAC)
-        case NeighDel(ip, dev):
-            return RTM_DELNEIGH, ACK, _neigh(ip, dev, None)
+            return RTM_NEWNEIGH, REPLACE, _neigh(ip, dev, DEAD_MAC, NUD_PERMANENT)
+        case NeighLearn(ip, dev, mac):
+            return RTM_NEWNEIGH, REPLACE, _neigh(ip, dev, mac, NUD_STALE)
     raise TypeError(f"not an ip operation: {op!r}")
 
 

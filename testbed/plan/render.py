@@ -137,9 +137,14 @@ class NeighPin(NamedTuple):
     dev: str
 
 
-class NeighDel(NamedTuple):
+class NeighLearn(NamedTuple):
+    """A neighbour entry for ``ip`` on ``dev`` with the MAC it has (``mac``), stale: as if
+    learned from a packet, so the kernel confirms it when it next uses it (a port back up:
+    its traffic need not wait for address resolution, faults.FaultOps._pin)."""
+
     ip: str
     dev: str
+    mac: str
 
 
 # Locally administered, never given to an interface here (veths get random ones).
@@ -147,7 +152,7 @@ DEAD_MAC = "02:de:ad:00:00:01"
 
 IpOp = (
     LinkUp | LinkDown | LinkGroup | SetMtu | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
-    | NeighPin | NeighDel
+    | NeighPin | NeighLearn
 )  # fmt: skip
 
 
@@ -218,8 +223,8 @@ def ip_line(op: IpOp) -> str:
             return f"route {verb} {dst} via {via}{src_part}"
         case NeighPin(ip, dev):
             return f"neigh replace {ip} lladdr {DEAD_MAC} nud permanent dev {dev}"
-        case NeighDel(ip, dev):
-            return f"neigh del {ip} dev {dev}"
+        case NeighLearn(ip, dev, mac):
+            return f"neigh replace {ip} lladdr {mac} nud stale dev {dev}"
     raise TypeError(f"not an ip operation: {op!r}")
 
 

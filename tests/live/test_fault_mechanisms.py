@@ -424,6 +424,45 @@ def test_what_is_sent_while_a_gateway_or_link_is_down_is_lost_not_held(line3, do
         tx.close()
 
 
+def _ip_json(ns: str, *args: str) -> list[dict[str, Any]]:
+    out = subprocess.run(["ip", "-n", ns, "-j", *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout or "[]")
+
+
+@pytest.mark.parametrize("down", ["gateway", "link"])
+def test_a_port_back_up_and_its_peer_know_each_others_mac_at_once(line3, down):
+    """When a crashed gateway (or a link that was down) comes back, every port it took down and
+    that port's peer hold each other's MAC as soon as the fault's up returns, so nothing waits
+    for address resolution. The kernel gives the peer its queue back only later (its
+    link-watch work): with the entries left to ARP, the peer's reply to the port's first
+    request could be dropped there, and the port held all it sent that way until it asked
+    again 1 s later (UDP probes answered 780 ms late after a flap)."""
+    ops = FaultOps(line3.plan)
+    if down == "gateway":
+        ns = ops.gateways["mid"].ns
+        ports = [(ns, p) for p in ops.ports(ns)]
+        act = lambda up: ops.gateway("mid", up)  # noqa: E731
+    else:
+        ports = list(ops.links["east-mid"].ends)
+        act = lambda up: ops.link("east-mid", up)  # noqa: E731
+    pairs = ops.pairs(ports)
+    assert pairs and all(p.peer_ip for p in pairs if down == "link"), pairs
+    act(False)
+    act(True)
+    learned = {}
+    for p in pairs:
+        for ns, dev, ip, owner_ns, owner in (
+            (p.peer_ns, p.peer_if, p.ip, p.ns, p.dev),
+            *([(p.ns, p.dev, p.peer_ip, p.peer_ns, p.peer_dev)] if p.peer_ip else []),
+        ):
+            (link,) = _ip_json(owner_ns, "link", "show", "dev", owner)
+            entries = [e for e in _ip_json(ns, "neigh", "show", "dev", dev) if e["dst"] == ip]
+            learned[f"{ns} {dev} {ip}"] = entries
+            assert [e.get("lladdr") for e in entries] == [link["address"]], (ns, dev, ip, entries)
+            assert set(entries[0]["state"]) <= {"STALE", "DELAY", "REACHABLE", "PROBE"}, entries
+    print(f"{down} back up: {learned}")
+
+
 # ------------------------------------------------------------------------- rate and delay
 
 
