@@ -33,6 +33,7 @@ from testbed.plan.render import (
     LinkDown,
     LinkGroup,
     LinkUp,
+    NeighDel,
     NeighLearn,
     NeighPin,
     RouteAdd,
@@ -291,8 +292,9 @@ class FaultOps:
         down, and the kernel gives its peer back its queue only later, from its link-watch
         work, so the peer's reply to the port's first ARP request can be dropped, and the
         port then holds everything it sends there until it asks again 1 s later (seen: UDP
-        probes answered 780 ms late after a flap). Counted per entry, so that overlapping
-        faults end with the last."""
+        probes answered 780 ms late after a flap). Across machines a port's peer on a cable
+        (VXLAN) has no carrier to lose and keeps its queue: its pin is just deleted. Counted
+        per entry, so that overlapping faults end with the last."""
         pairs = self.pairs(ports)
         self._read_macs(pairs)  # once, at the first down: the up is not held up by it
         for pair in pairs:
@@ -301,7 +303,11 @@ class FaultOps:
             self.pinned[key] = max(n, 0)
             if on and n == 1:
                 ops.setdefault(pair.peer_ns, []).append(NeighPin(pair.ip, pair.peer_if))
-            elif not on and n == 0 and self._here(pair.ns):  # a veth's ends share a machine
+            elif not on and n == 0 and not (self._here(pair.ns) and self._here(pair.peer_ns)):
+                # a cable to another machine (VXLAN): its far end keeps its queue, so the
+                # port's address is resolved as usual
+                ops.setdefault(pair.peer_ns, []).append(NeighDel(pair.ip, pair.peer_if))
+            elif not on and n == 0:
                 mac = self.macs[pair.ns, pair.dev]
                 ops.setdefault(pair.peer_ns, []).append(NeighLearn(pair.ip, pair.peer_if, mac))
                 if pair.peer_ip:
@@ -309,12 +315,13 @@ class FaultOps:
                     ops.setdefault(pair.ns, []).append(NeighLearn(pair.peer_ip, pair.dev, peer_mac))
 
     def _read_macs(self, pairs: Sequence[_Pair]) -> None:
-        """The MACs of both ends' address holders of ``pairs`` that are not known yet (read
-        once: a testbed's interfaces keep theirs)."""
+        """The MACs of both ends' address holders of ``pairs`` on this machine that are not
+        known yet (read once: a testbed's interfaces keep theirs)."""
+        both = [p for p in pairs if self._here(p.ns) and self._here(p.peer_ns)]
         todo = sorted(
-            {(p.ns, p.dev) for p in pairs} | {(p.peer_ns, p.peer_dev) for p in pairs if p.peer_ip}
+            {(p.ns, p.dev) for p in both} | {(p.peer_ns, p.peer_dev) for p in both if p.peer_ip}
         )
-        todo = [k for k in todo if k not in self.macs and self._here(k[0])]
+        todo = [k for k in todo if k not in self.macs]
         got = netns.run_in([(ns, functools.partial(rtnl.hw_address, dev)) for ns, dev in todo])
         self.macs.update(zip(todo, got, strict=True))
 

@@ -36,6 +36,7 @@ from testbed.plan.render import (
     LinkDown,
     LinkGroup,
     LinkUp,
+    NeighDel,
     NeighLearn,
     NeighPin,
     PlugCtl,
@@ -51,7 +52,7 @@ Op = IpOp | TcOp
 
 NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE, RTM_NEWQDISC, RTM_NEWTCLASS = 16, 20, 24, 36, 40
-RTM_NEWNEIGH = 28
+RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
 NDA_DST, NDA_LLADDR, NUD_STALE, NUD_PERMANENT = 1, 2, 0x04, 0x80
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 IFF_UP = 0x1
@@ -143,11 +144,14 @@ def _route(
     return head + attrs
 
 
-def _neigh(ip: str, dev: str, mac: str, state: int) -> bytes:
-    """ndmsg (RTM_NEWNEIGH) for ``ip`` on ``dev`` at ``mac`` in ``state`` (NUD_*)."""
+def _neigh(ip: str, dev: str, mac: str | None, state: int = 0) -> bytes:
+    """ndmsg for ``ip`` on ``dev``: at ``mac`` in ``state`` (NUD_*; RTM_NEWNEIGH), or to
+    delete (no ``mac``)."""
     head = NDMSG.pack(socket.AF_INET, _index(dev), state, 0, 0)
     attrs = netlink.nla(NDA_DST, ipaddress.IPv4Address(ip).packed)
-    return head + attrs + netlink.nla(NDA_LLADDR, bytes.fromhex(mac.replace(":", "")))
+    if mac:
+        attrs += netlink.nla(NDA_LLADDR, bytes.fromhex(mac.replace(":", "")))
+    return head + attrs
 
 
 _tick_in_usec: float | None = None
@@ -253,6 +257,8 @@ def request(op: Op) -> tuple[int, int, bytes]:
             return RTM_NEWNEIGH, REPLACE, _neigh(ip, dev, DEAD_MAC, NUD_PERMANENT)
         case NeighLearn(ip, dev, mac):
             return RTM_NEWNEIGH, REPLACE, _neigh(ip, dev, mac, NUD_STALE)
+        case NeighDel(ip, dev):
+            return RTM_DELNEIGH, ACK, _neigh(ip, dev, None)
     raise TypeError(f"not an ip operation: {op!r}")
 
 

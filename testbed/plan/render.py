@@ -137,6 +137,11 @@ class NeighPin(NamedTuple):
     dev: str
 
 
+class NeighDel(NamedTuple):
+    ip: str
+    dev: str
+
+
 class NeighLearn(NamedTuple):
     """A neighbour entry for ``ip`` on ``dev`` with the MAC it has (``mac``), stale: as if
     learned from a packet, so the kernel confirms it when it next uses it (a port back up:
@@ -152,7 +157,7 @@ DEAD_MAC = "02:de:ad:00:00:01"
 
 IpOp = (
     LinkUp | LinkDown | LinkGroup | SetMtu | BridgeAdd | SetMaster | AddrAdd | GsoMaxSegs | RouteAdd
-    | NeighPin | NeighLearn
+    | NeighPin | NeighDel | NeighLearn
 )  # fmt: skip
 
 
@@ -223,6 +228,8 @@ def ip_line(op: IpOp) -> str:
             return f"route {verb} {dst} via {via}{src_part}"
         case NeighPin(ip, dev):
             return f"neigh replace {ip} lladdr {DEAD_MAC} nud permanent dev {dev}"
+        case NeighDel(ip, dev):
+            return f"neigh del {ip} dev {dev}"
         case NeighLearn(ip, dev, mac):
             return f"neigh replace {ip} lladdr {mac} nud stale dev {dev}"
     raise TypeError(f"not an ip operation: {op!r}")

@@ -171,6 +171,31 @@ def test_routes_through_a_port_include_the_clusters_beyond_it() -> None:
     assert [r.dst for r in ops.routes_through(mid_gw, "w-east")] == ["10.65.0.0/24"]
 
 
+def test_a_ports_pair_names_both_ends_addresses_and_their_holders() -> None:
+    """What a port back up and its peer learn of each other (FaultOps._pin): a WAN port's peer
+    is its wire's end; a bridge port's address is its bridge's, its peer a host's interface."""
+    p = plan(("east", "mid", "west"))
+    ops = FaultOps(p)
+    (east, mid) = ops.pairs(ops.links["east-mid"].ends)
+    addr = {(a.ns, a.ifname): a.cidr.split("/")[0] for a in p.addresses}
+    wire = f"{p.prefix}-wan-east-mid"
+    assert (east.ns, east.port, east.dev, east.peer_ns, east.peer_if, east.peer_dev) == (
+        f"{p.prefix}-east-gw",
+        "w-mid",
+        "w-mid",
+        wire,
+        "to-east",
+        "to-east",
+    )
+    assert (east.ip, east.peer_ip) == (addr[east.ns, "w-mid"], addr[wire, "to-east"])
+    assert (mid.port, mid.peer_if) == ("w-east", "to-mid")
+    mid_gw = f"{p.prefix}-mid-gw"
+    lan = [x for x in ops.pairs([(mid_gw, q) for q in ops.ports(mid_gw)]) if x.port == "h0"]
+    assert [(x.dev, x.ip, x.peer_ns, x.peer_dev) for x in lan] == [
+        ("br0", addr[mid_gw, "br0"], f"{p.prefix}-mid-h0", "eth0")
+    ]
+
+
 def test_restore_text_inserts_first_and_deletes_one_copy() -> None:
     assert restore_text("raw", ["PREROUTING -i to-east -j DROP"], True) == (
         "*raw\n-I PREROUTING -i to-east -j DROP\nCOMMIT\n"
