@@ -491,7 +491,7 @@ FAULT_SHOWN = [
     "affected_ops", "op_outcome", "baseline_s", "stall_s", "predicted_stall_s",
     "stall_over_predicted", "predicted_outcome", "recover_s", "survived", "flow_stall_s",
     "flow_predicted_s", "tcp_retransmits",
-    "tcp_rto_max_ms", "tcp_backoff_max", "tcp_ca_states", "verdict",
+    "tcp_rto_max_ms", "tcp_backoff_max", "tcp_ca_states", "rto_spurious", "verdict",
 ]  # fmt: skip
 
 

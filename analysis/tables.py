@@ -592,6 +592,7 @@ HEADERS = {
     "tcp_rto_max_ms": "tcp RTO max ms",
     "tcp_backoff_max": "tcp backoff max",
     "tcp_ca_states": "tcp ca states",
+    "rto_spurious": "RTO spurious",
 }
 
 

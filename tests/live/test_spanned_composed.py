@@ -6,12 +6,15 @@ the runner across the machines and on one machine; the two report alike."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+import analysis
+from analysis import faults
 from testbed.net import registry
 
 pytestmark = pytest.mark.live
@@ -107,5 +110,12 @@ def test_a_placed_scenario_with_everything_reports_like_one_machine(machines, tm
     # north-west one crosses both links (40 ms; the first WAN direction's 20 ms read 1.05-1.24
     # with east-north of two paths, 3 of 6 runs in the band). 18 saved runs of one path
     # re-analysed so: 0.76-1.12, mean 0.97 (load 25-42; one run below the band)
+    # Where a stalled socket's RTO was spurious (the blackhole caught only its ACKs: the kernel
+    # undoes the RTO, and its RTT sample across the outage lengthens its next timeouts; the
+    # verdict flags it) the prediction prices none of it and is a floor: flagged arms read
+    # 0.95, 1.11, 1.36 and 1.48, the other 8 of 12 arms 0.93-1.05
     stall = s_across["fault_stall_over_predicted"], s_one["fault_stall_over_predicted"]
-    assert all(0.8 <= r <= 1.2 for r in stall), stall
+    for ratio, path in zip(stall, (out, out1), strict=True):
+        (fault,) = faults.analyse(analysis.load(path)).faults.to_dict("records")
+        top = math.inf if fault["rto_spurious"] else 1.2
+        assert 0.8 <= ratio <= top, (stall, fault["verdict"])

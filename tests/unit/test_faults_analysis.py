@@ -10,10 +10,12 @@ import pytest
 
 from analysis.events import applied_events, directions_of, fault_windows, lateness_table
 from analysis.faults import (
+    SPURIOUS_RTO,
     drop_table,
     fault_metrics,
     fault_table,
     flow_stalls,
+    spurious_rtos,
     summarize_faults,
     tcp_around_faults,
 )
@@ -477,6 +479,36 @@ def test_tcp_info_around_a_fault() -> None:
     # the window is 2.5 .. 10.5 s: both bumps of the counter are in it
     assert f["tcp_retransmits"] == 6.0 and f["tcp_rto_max_ms"] == 1120.0
     assert "tcp_backoff_max" not in f  # tcp.parquet has no backoff column here
+
+
+def test_an_rtt_sample_across_the_outage_flags_the_rto_spurious() -> None:
+    """A 2 s blackhole: a socket whose srtt rose from 22 to 240 ms after it (a sample of ~1.8 s:
+    the ACK of a segment sent before it) had a spurious RTO; one that rose 20 ms did not."""
+    events = _events(
+        [(0, 0, "blackhole", 3.5, "east-west"), (1, 0, "unblackhole", 5.5, "east-west")]
+    )
+    table = fault_table(events, _ops([1.0, 1.0, 1.0, 5.2, 1.0]), CTX)
+    times = T0 + np.arange(0.0, 12.0, 0.1)
+
+    def socket(rise_ms: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "results": "r",
+                "run_id": "p000-r0",
+                "host": "east-h0",
+                "local": f"10.0.0.1:{int(rise_ms)}",
+                "peer": "10.1.0.1:2",
+                "time": times,
+                "retransmits": np.where(times > T0 + 3.7, 4, 0),
+                "srtt_ms": np.where(times > T0 + 5.8, 22.0 + rise_ms, 22.0),
+            }
+        )
+
+    real = spurious_rtos(table, socket(20.0)).iloc[0]
+    assert real["rto_spurious"] is False and "spurious" not in real["verdict"]
+    # 2 s / 16 = 125 ms: a sample of at least half the outage, at its weight of 1/8
+    undone = spurious_rtos(table, pd.concat([socket(20.0), socket(218.0)])).iloc[0]
+    assert undone["rto_spurious"] is True and undone["verdict"].endswith(SPURIOUS_RTO)
 
 
 def test_partition_and_burst_loss_windows() -> None:
