@@ -303,7 +303,7 @@ class FaultOps:
             self.pinned[key] = max(n, 0)
             if on and n == 1:
                 ops.setdefault(pair.peer_ns, []).append(NeighPin(pair.ip, pair.peer_if))
-            elif not on and n == 0 and not (self._here(pair.ns) and self._here(pair.peer_ns)):
+            elif not on and n == 0 and not self._both_here(pair):
                 # a cable to another machine (VXLAN): its far end keeps its queue, so the
                 # port's address is resolved as usual
                 ops.setdefault(pair.peer_ns, []).append(NeighDel(pair.ip, pair.peer_if))
@@ -317,7 +317,7 @@ class FaultOps:
     def _read_macs(self, pairs: Sequence[_Pair]) -> None:
         """The MACs of both ends' address holders of ``pairs`` on this machine that are not
         known yet (read once: a testbed's interfaces keep theirs)."""
-        both = [p for p in pairs if self._here(p.ns) and self._here(p.peer_ns)]
+        both = [p for p in pairs if self._both_here(p)]
         todo = sorted(
             {(p.ns, p.dev) for p in both} | {(p.peer_ns, p.peer_dev) for p in both if p.peer_ip}
         )
@@ -327,6 +327,10 @@ class FaultOps:
 
     def _here(self, ns: str) -> bool:
         return self.local is None or ns in self.local
+
+    def _both_here(self, pair: _Pair) -> bool:
+        """Both ends of ``pair`` on this machine (a veth; else a cable across machines)."""
+        return self._here(pair.ns) and self._here(pair.peer_ns)
 
     def _mine(self, ops: dict[str, list[IpOp]]) -> dict[str, list[IpOp]]:
         """The requests of this machine's namespaces (every one on a single machine)."""
@@ -354,9 +358,8 @@ class FaultOps:
 
     def pairs(self, ports: Sequence[tuple[str, str]]) -> list[_Pair]:
         """Each (namespace, port) of ``ports`` with its veth's other end: both ends' addresses
-        and the device holding each (the end itself, or the bridge it is in). A port whose
-        peer has no address (a bridge port's peer is a host's; a wire's has one) has
-        ``peer_ip`` "". Ports without a veth peer or an address are left out."""
+        and the device holding each (the end itself, or the bridge it is in); ``peer_ip`` is ""
+        where the peer holds none. Ports without a veth peer or an address are left out."""
         addr = {(a.ns, a.ifname): a.cidr.split("/")[0] for a in self.plan.addresses}
         bridge = {(b.ns, p): b.name for b in self.plan.bridges for p in b.ports}
         ends = {(v.ns_a, v.if_a): (v.ns_b, v.if_b) for v in self.plan.veths}
