@@ -304,11 +304,19 @@ def skip_without_mininet() -> None:
 
 def sent_bytes(tb, port: str) -> int:
     """Bytes the HTB class of east's gateway port ``port`` (a path's bottleneck) has sent."""
+    return class_counters(tb, port)[0]
+
+
+def class_counters(tb, port: str) -> tuple[int, int]:
+    """(bytes sent, bytes queued now) of the HTB class of east's gateway port ``port``."""
     ns = f"{tb.record.prefix}-east-gw"
     out = subprocess.run(
         ["tc", "-s", "-n", ns, "class", "show", "dev", port], capture_output=True, text=True
     ).stdout
-    return int(re.search(r"Sent (\d+) bytes", out).group(1))
+    backlog = re.search(r"backlog (\d+)b", out)
+    return int(re.search(r"Sent (\d+) bytes", out).group(1)), int(
+        backlog.group(1)
+    ) if backlog else 0
 
 
 def flows_over_paths(
