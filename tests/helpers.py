@@ -313,10 +313,9 @@ def class_counters(tb, port: str) -> tuple[int, int]:
     out = subprocess.run(
         ["tc", "-s", "-n", ns, "class", "show", "dev", port], capture_output=True, text=True
     ).stdout
+    sent = int(re.search(r"Sent (\d+) bytes", out).group(1))
     backlog = re.search(r"backlog (\d+)b", out)
-    return int(re.search(r"Sent (\d+) bytes", out).group(1)), int(
-        backlog.group(1)
-    ) if backlog else 0
+    return sent, int(backlog.group(1)) if backlog else 0
 
 
 def flows_over_paths(
