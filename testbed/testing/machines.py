@@ -10,15 +10,22 @@ namespace that stands for it (testbed.live.spanned makes its cables there).
 ``StandInMachines`` is the same pair kept for several users one after the other (the tests share
 one pair: starting Ray's processes is the slow part): ``leftovers()`` says what a user left on
 them, ``dead()`` which of Ray's processes no longer run.
+
+The pair is a testbed of the registry (testbed.net.registry): its namespaces carry its prefix
+and are recorded before they exist, Ray's processes once they run, so a pair whose owner was
+killed (a test session stopped with SIGKILL) is removed by ``testbed clean`` like any testbed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import subprocess
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from testbed.net import build, registry
 
 UNDERLAY_NET = "192.168.251"  # the underlay /30 between the two stand-ins
 
@@ -36,17 +43,25 @@ class StandInMachines:
         if len(names) != 2:
             raise ValueError("stand-in machines come in a pair (one veth between them)")
         self.names = list(names)
-        tag = f"tbm{secrets.token_hex(2)}"
-        self.spaces = [f"{tag}-m{i}" for i in range(len(names))]
+        self.spaces: list[str] = []
+        self.prefix = ""  # its registry prefix, once started
         self.address = ""
         self._cluster: Any = None
+        self._record: registry.Record | None = None
 
     def start(self) -> StandInMachines:
         from ray.cluster_utils import Cluster
 
         from testbed.live.spanned import MACHINE_LABEL, NETNS_LABEL, UNDERLAY_LABEL
 
+        self._record = rec = registry.claim(
+            f"stand-ins-{os.getpid()}-{secrets.token_hex(2)}", scenario="stand-ins"
+        )
+        self.prefix = rec.prefix
         try:
+            self.spaces = [f"{rec.prefix}-m{i}" for i in range(len(self.names))]
+            rec.namespaces = list(self.spaces)
+            rec.save()  # before the first namespace exists
             for ns in self.spaces:
                 _ip("netns", "add", ns)
             _ip("link", "add", "u0", "netns", self.spaces[0], "type", "veth", "peer", "name",
@@ -63,6 +78,12 @@ class StandInMachines:
                           NETNS_LABEL: self.spaces[i]}  # fmt: skip
                 self._cluster.add_node(num_cpus=0, resources={"testbed": 1}, labels=labels)
             self._cluster.wait_for_nodes()
+            nodes = self._nodes()
+            ray_processes = [(i.process.pid, f"ray {kind}") for n in nodes
+                             for kind, infos in n.all_processes.items() for i in infos]  # fmt: skip
+            rec.add_processes(ray_processes)
+            rec.phase = "up"
+            rec.save()
             address = self._cluster.address
             assert address is not None, "initialize_head started the head node"
             self.address = address
@@ -115,8 +136,9 @@ class StandInMachines:
         if self._cluster is not None:
             self._cluster.shutdown()
             self._cluster = None
-        for ns in self.spaces:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if self._record is not None:  # what Ray's shutdown left, then the namespaces
+            build.destroy(self._record)
+            self._record = None
 
 
 @contextlib.contextmanager

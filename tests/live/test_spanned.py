@@ -138,6 +138,34 @@ def test_a_killed_driver_leaves_what_testbed_clean_removes_on_each_machine(machi
         assert_clean(prefix, spaces)
 
 
+STAND_INS_OWNER = """
+import time
+from testbed.testing.machines import StandInMachines
+pair = StandInMachines(["node-x", "node-y"]).start()
+print("READY", pair.prefix, flush=True)
+time.sleep(600)
+"""
+
+
+def test_stand_in_machines_whose_owner_was_killed_are_removed_by_testbed_clean(machines):
+    # (machines: this pair runs beside the session's, as a killed test session's would)
+    with owner_script(STAND_INS_OWNER, 120) as (proc, (prefix,)):
+        (rec,) = [r for r in registry.records() if r.prefix == prefix]
+        assert (
+            len(rec.namespaces) == 2 and registry.namespaces_with_prefix(prefix) == rec.namespaces
+        )
+        kinds = {what for _, _, what in rec.processes}
+        assert {"ray raylet", "ray gcs_server"} <= kinds, rec.processes
+        kill_owner(proc)
+    testbed_clean()
+    assert registry.namespaces_with_prefix(prefix) == []
+    assert not [r for r in registry.records() if r.prefix == prefix]
+    alive = [
+        (pid, what) for pid, start, what in rec.processes if registry.process_alive(pid, start)
+    ]
+    assert alive == [], alive
+
+
 def test_up_without_agents_says_how_to_run_a_placement(make_testbed):
     from testbed.core.errors import UnsupportedError
 
