@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,20 +224,30 @@ def testbed(
         entry.down()
 
 
+def _stop_reason(exc: BaseException) -> str:
+    """Why the session must stop, when ``exc`` is a testbed's answer to SIGTERM (``Terminated``)
+    or a run's to Ctrl-C or SIGTERM (``RunInterrupted``); "" otherwise. Looked up among the
+    modules already imported: neither can be raised before its module is, and this plugin's
+    import stays cheap."""
+    for module, name in (("testbed.live.network", "Terminated"),
+                         ("testbed.experiment.execute", "RunInterrupted")):  # fmt: skip
+        kind = getattr(sys.modules.get(module), name, None)
+        if kind is not None and isinstance(exc, kind):
+            return str(exc) or name
+    return ""
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     outcome = yield
+    if call.excinfo is not None and (stop := _stop_reason(call.excinfo.value)):
+        # SIGTERM (a CI job's timeout) or Ctrl-C while a network was up: it was torn down on
+        # the way out; do not go on building new ones
+        item.session.shouldstop = stop
     in_use = item.stash.get(_IN_USE, None)
     if in_use is None:
         return
     report = outcome.get_result()
-    if call.excinfo is not None:
-        from testbed.live.network import Terminated
-
-        if call.excinfo.errisinstance(Terminated):
-            # SIGTERM (a CI job's timeout): this network is torn down by the fixture; do not
-            # go on building new ones
-            item.session.shouldstop = "terminated by SIGTERM"
     if report.when != "call" or not report.failed:
         return
     rt = in_use.rank_testbed

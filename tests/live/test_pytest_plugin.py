@@ -248,6 +248,36 @@ def test_rank_that_hangs_times_out_and_everything_is_torn_down(root, pytester):
 
 
 @pytest.mark.live
+def test_sigterm_while_a_network_is_up_stops_the_session_after_its_teardown(root, pytester):
+    # a user's own test with a Network (no plugin fixture): SIGTERM, as a CI job's timeout sends
+    pytester.makepyfile(
+        test_stop="""
+        import os, signal
+        from pathlib import Path
+        from testbed.api import Network
+
+        def test_sigterm():
+            with Network.from_file("tiny.yaml", name=f"sigterm-{os.getpid()}") as tb:
+                Path("prefix").write_text(tb.record.prefix)
+                os.kill(os.getpid(), signal.SIGTERM)
+                tb.run("east-h0", ["sleep", "10"])
+
+        def test_next():
+            Path("next-ran").write_text("it must not")
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*Terminated: terminated by SIGTERM*", "*Interrupted: terminated by SIGTERM*"]
+    )
+    assert not (pytester.path / "next-ran").exists()
+    prefix = (pytester.path / "prefix").read_text()
+    assert registry.namespaces_with_prefix(prefix) == []
+    assert not [r for r in registry.records() if r.prefix == prefix]
+
+
+@pytest.mark.live
 def test_skipped_when_the_kernel_lacks_what_the_scenario_needs(root, pytester):
     if kernel.probe().congestion_supported("dctcp"):
         pytest.skip("this kernel has dctcp: nothing to skip here")
