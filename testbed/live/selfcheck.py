@@ -107,6 +107,10 @@ def rtt_within_tolerance(measured: float, configured: float) -> bool:
 # the rate, the TCP probe after it 99.998%). A real leak or shortfall shows on every probe; a
 # late stamp or a stalled sender on one window.
 CAPACITY_PROBES = 2
+# A TCP reading above SELFCHECK_LEAK whose window starts all fell inside a loss repair (data held
+# out of order lands inside the window and reads high) is probed once more: a correct 100 Mbit/s,
+# 40 ms link read 104.3% once beside a second test worker, the capacity probe 100.0%.
+TCP_PROBES = 2
 
 
 def _off(ratio: float) -> float:
@@ -371,18 +375,24 @@ def _check(
     repairing = False
     congestion = ""
     try:
-        with initial_window(tb, src, dst, sizes.initcwnd):
-            result = measure_goodput(
-                tb, src, dst, sizes.tcp_duration, sizes.tcp_warmup, sizes.buffer, sizes.mark_spacing
-            )
-        goodput = result["steady_goodput_bps"]
-        congestion = result["sender"]["congestion"]
-        if goodput is None:
-            problems.append("TCP probe: no data after the warm-up")
-        else:
-            ratio = goodput / good_conf
-            window = result["seconds"] - max(m["t"] for m in result["marks"])
-            repairing = all(m.get("ooo_packets", 0) > 0 for m in result["marks"])
+        for _ in range(TCP_PROBES):
+            with initial_window(tb, src, dst, sizes.initcwnd):
+                result = measure_goodput(
+                    tb, src, dst, sizes.tcp_duration, sizes.tcp_warmup, sizes.buffer,
+                    sizes.mark_spacing,
+                )  # fmt: skip
+            congestion = result["sender"]["congestion"]
+            if result["steady_goodput_bps"] is None:
+                problems.append("TCP probe: no data after the warm-up")
+                break
+            ratio_now = result["steady_goodput_bps"] / good_conf
+            # the reading nearest the ceiling stands (a high one inside a repair is probed again)
+            if ratio is None or _off(ratio_now) < _off(ratio):
+                goodput, ratio = result["steady_goodput_bps"], ratio_now
+                window = result["seconds"] - max(m["t"] for m in result["marks"])
+                repairing = all(m.get("ooo_packets", 0) > 0 for m in result["marks"])
+            if ratio <= SELFCHECK_LEAK or not repairing:
+                break
     except (NetError, ValueError, OSError) as exc:
         problems.append(str(exc))
     if capacity_ratio is not None or not any(p.startswith("capacity probe") for p in problems):
