@@ -60,6 +60,10 @@ def main() -> None:
         line = {"metric": "step_time", "step": step, "value": took, "rank": rank}
         print(json.dumps(line | {"loss": round(loss.item(), 4)}), flush=True)
 
+    # every rank done before any leaves: without it, rank 0 tearing its group down first once
+    # aborted rank 1's own teardown after both had finished all 100 steps ("terminate called
+    # without an active exception", SIGABRT)
+    dist.barrier()
     dist.destroy_process_group()
 
 
