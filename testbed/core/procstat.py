@@ -29,14 +29,6 @@ def start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
-def ancestors(pid: int) -> list[int]:
-    """``pid``'s parent, its parent's, ... up to PID 1 (empty: no such process)."""
-    chain = []
-    while (fields := stat_fields(pid)) is not None and (pid := int(fields[1])) > 0:
-        chain.append(pid)
-    return chain
-
-
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of ``pid`` (None: gone)."""
     fields = stat_fields(pid)

@@ -114,8 +114,9 @@ class Network:
             raise UnsupportedError(f"routing.mode bgp: {why}")
         prefix, slot = self.reserve or (None, None)
         self.record = registry.claim(
-            self.name, self.source, prefix=prefix, slot=slot, machine=part.machine if part else ""
-        )
+            self.name, self.source, prefix=prefix, slot=slot,
+            machine=part.machine if part else "", machine_netns=part.netns or "" if part else "",
+        )  # fmt: skip
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)
             if part is not None:

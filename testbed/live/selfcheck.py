@@ -107,9 +107,11 @@ def rtt_within_tolerance(measured: float, configured: float) -> bool:
 # the rate, the TCP probe after it 99.998%). A real leak or shortfall shows on every probe; a
 # late stamp or a stalled sender on one window.
 CAPACITY_PROBES = 2
-# A TCP reading above SELFCHECK_LEAK whose window starts all fell inside a loss repair (data held
-# out of order lands inside the window and reads high) is probed once more: a correct 100 Mbit/s,
-# 40 ms link read 104.3% once beside a second test worker, the capacity probe 100.0%.
+# A TCP reading above SELFCHECK_LEAK whose connection had received data out of order before
+# every window start (tcpi_rcv_ooopack, a count since the connection began: a loss repaired
+# then, or still being repaired, whose held data lands inside the window and reads high) is probed
+# once more: a correct 100 Mbit/s, 40 ms link read 104.3% once beside a second test worker, the
+# capacity probe 100.0%.
 TCP_PROBES = 2
 
 
@@ -122,9 +124,10 @@ def judge(
     capacity_ratio: float | None, goodput_ratio: float | None, repairing: bool = False
 ) -> list[str]:
     """The flag rule for one direction's capacity and TCP goodput (ratios to their ceilings).
-    ``repairing``: every window start of the TCP probe fell inside a loss repair (out-of-order
-    data already held, which lands inside the window and reads high); such a reading above
-    SELFCHECK_LEAK is a flag, not a leak, when the capacity probe found none."""
+    ``repairing``: the TCP probe's connection had received data out of order before every
+    window start (a loss repair, whose held data lands inside the window and reads high, may
+    have been under way); such a reading above SELFCHECK_LEAK is a flag, not a leak, when the
+    capacity probe found none."""
     problems = []
     if capacity_ratio is None:
         problems.append("capacity probe gave no result")
@@ -138,9 +141,9 @@ def judge(
     if goodput_ratio is not None:
         if goodput_ratio > SELFCHECK_LEAK and repairing and (capacity_ratio or 0) <= SELFCHECK_LEAK:
             problems.append(
-                f"TCP goodput read {goodput_ratio:.1%} of the configured ceiling with every "
-                "window start inside a loss repair (not a leak: the capacity probe read "
-                f"{capacity_ratio or 0:.1%})"
+                f"TCP goodput read {goodput_ratio:.1%} of the configured ceiling with data "
+                "received out of order (a loss repair) before every window start (not a leak: "
+                f"the capacity probe read {capacity_ratio or 0:.1%})"
             )
         elif goodput_ratio > SELFCHECK_LEAK:
             problems.append(f"LEAK: TCP goodput {goodput_ratio:.1%} of the configured ceiling")
@@ -386,7 +389,7 @@ def _check(
                 problems.append("TCP probe: no data after the warm-up")
                 break
             ratio_now = result["steady_goodput_bps"] / good_conf
-            # the reading nearest the ceiling stands (a high one inside a repair is probed again)
+            # the reading nearest the ceiling stands (a high one after a repair is probed again)
             if ratio is None or _off(ratio_now) < _off(ratio):
                 goodput, ratio = result["steady_goodput_bps"], ratio_now
                 window = result["seconds"] - max(m["t"] for m in result["marks"])

@@ -65,6 +65,9 @@ class Record:
     # One machine's part of a topology over several (testbed.live.spanned): its machine name.
     # A part owns exactly its recorded namespaces (another part may share the kernel, in tests).
     machine: str = ""
+    # The namespace that stands for that machine (stand-in machines on one kernel), else "":
+    # two pairs of stand-ins on one kernel have the same machine names, not the same namespaces.
+    machine_netns: str = ""
 
     @property
     def key(self) -> str:
@@ -136,6 +139,7 @@ def claim(
     prefix: str | None = None,
     slot: int | None = None,
     machine: str = "",
+    machine_netns: str = "",
 ) -> Record:
     """Reserve a unique prefix, address slot and name for a new testbed owned by this process.
 
@@ -143,7 +147,8 @@ def claim(
     same prefix and address block on each: the driver picks them, every machine reserves
     them); a RegistryError says which is taken. ``machine``: the record is that machine's part
     of such a topology; parts of one testbed (same name, other machines) may share a registry,
-    as the "machines" of a test on one kernel do."""
+    as the "machines" of a test on one kernel do (``machine_netns``: the namespace that stands
+    for that machine there)."""
     if not NAME.match(name):
         raise RegistryError(
             f"{name!r} is not a valid testbed name; allowed: a-z, 0-9 and '-', at most 48 chars"
@@ -188,7 +193,7 @@ def claim(
         pid = os.getpid()
         rec = Record(
             name, prefix, free[0], pid, process_start(pid), persistent, scenario=scenario,
-            machine=machine,
+            machine=machine, machine_netns=machine_netns,
         )  # fmt: skip
         rec.save()
         return rec

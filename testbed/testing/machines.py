@@ -105,16 +105,6 @@ class StandInMachines:
         gone = [f"node {i}" for i in range(len(nodes), 1 + len(self.names))]
         return gone + [kind for n in nodes for kind, _ in n.dead_processes()]
 
-    def owns(self, pid: int) -> bool:
-        """Whether ``pid`` is one of this pair's Ray processes or descends from one (an agent is
-        a worker its node's raylet started): a record on the stand-ins whose owner runs
-        elsewhere is another user's (another test session's pair has the same names)."""
-        from testbed.core.procstat import ancestors
-
-        nodes = self._nodes()
-        ours = {i.process.pid for n in nodes for infos in n.all_processes.values() for i in infos}
-        return bool(ours & {pid, *ancestors(pid)})
-
     def leftovers(self) -> list[str]:
         """What is on the stand-ins beyond their own underlay (a cable's device, a lost
         namespace): empty once every user's topology is gone."""

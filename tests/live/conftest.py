@@ -57,9 +57,8 @@ def machines(root: None, shared_stand_ins: SharedStandIns) -> Iterator[tuple[str
     yield pair.address, list(pair.spaces)
     ray.shutdown()  # the test's driver: its job, and any actor of it still alive, ends
     left = pair.leftovers()
-    # a part whose owner still runs outside this pair is another session's (same names)
-    parts = [r for r in registry.records()
-             if r.machine in STAND_INS and (not r.live() or pair.owns(r.owner_pid))]  # fmt: skip
+    # parts on another pair (another test session's: the same machine names) are not ours
+    parts = [r for r in registry.records() if r.machine_netns in pair.spaces]
     if left or parts:
         # what each record says of itself, while its owner (an agent) may still run
         left += [f"record {r.key} ({r.name}, {r.phase}, owner {r.owner_pid} "

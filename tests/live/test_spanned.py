@@ -126,7 +126,11 @@ def test_a_killed_driver_leaves_what_testbed_clean_removes_on_each_machine(machi
     code = DRIVER.format(scenario=spanned_scenario(), name=unique_name("spandead"), address=address)
     with owner_script(code, 120) as (proc, (prefix,)):
         parts = [r for r in registry.records() if r.prefix == prefix]
-        assert sorted(r.machine for r in parts) == ["node-a", "node-b"]
+        # each part names the namespace standing for its machine (the fixture tells pairs by it)
+        assert sorted((r.machine, r.machine_netns) for r in parts) == [
+            ("node-a", spaces[0]),
+            ("node-b", spaces[1]),
+        ]
         kill_owner(proc)
         # Ray ends the dead driver's agents: their parts have no live owner any more
         deadline = time.monotonic() + 60

@@ -151,11 +151,3 @@ def test_an_exited_process_is_not_alive_before_it_is_reaped() -> None:
         assert not process_alive(proc.pid, start)
     finally:
         proc.wait()
-
-
-def test_ancestors_walk_from_the_parent_to_pid_1():
-    from testbed.core.procstat import ancestors
-
-    chain = ancestors(os.getpid())
-    assert chain[0] == os.getppid() and chain[-1] == 1, chain
-    assert ancestors(2**22 + 1) == []  # above pid_max: no such process

@@ -76,7 +76,7 @@ def test_a_tcp_over_reading_taken_inside_a_loss_repair_is_flagged_not_a_leak() -
     # 100 Mbit/s, 80 ms RTT: the slow-start overshoot's repair held in-order delivery until
     # after every window start (out-of-order packets at each), reading 101.3%; UDP read 100.0%
     (problem,) = judge(1.0, 1.013, repairing=True)
-    assert not problem.startswith("LEAK") and "loss repair" in problem
+    assert not problem.startswith("LEAK") and "out of order (a loss repair)" in problem
     # a capacity leak still makes the TCP reading one, and clean starts are judged as before
     assert judge(1.02, 1.013, repairing=True)[0].startswith("LEAK")
     assert judge(1.0, 1.013)[0].startswith("LEAK")
