@@ -115,6 +115,19 @@ CAPACITY_PROBES = 2
 TCP_PROBES = 2
 
 
+def out_of_order_before_every_start(marks: list[dict]) -> bool:
+    """Whether the TCP probe's connection had received data out of order before each of its
+    window starts (``marks``: traffic.bulk's, each with tcpi_rcv_ooopack as ``ooo_packets``)."""
+    return bool(marks) and all((m.get("ooo_packets") or 0) > 0 for m in marks)
+
+
+def probe_tcp_again(ratio: float, repairing: bool) -> bool:
+    """Whether a TCP reading (``ratio`` to its ceiling) is probed once more: above SELFCHECK_LEAK
+    with out-of-order data before every window start (``repairing``), a loss repair's held data
+    may have landed inside the window."""
+    return ratio > SELFCHECK_LEAK and repairing
+
+
 def _off(ratio: float) -> float:
     """How far a capacity reading is from the rate, either way (by its log; 0 is farthest)."""
     return abs(math.log(ratio)) if ratio > 0 else math.inf
@@ -393,8 +406,8 @@ def _check(
             if ratio is None or _off(ratio_now) < _off(ratio):
                 goodput, ratio = result["steady_goodput_bps"], ratio_now
                 window = result["seconds"] - max(m["t"] for m in result["marks"])
-                repairing = all(m.get("ooo_packets", 0) > 0 for m in result["marks"])
-            if ratio <= SELFCHECK_LEAK or not repairing:
+                repairing = out_of_order_before_every_start(result["marks"])
+            if not probe_tcp_again(ratio, repairing):
                 break
     except (NetError, ValueError, OSError) as exc:
         problems.append(str(exc))

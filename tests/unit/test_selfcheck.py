@@ -6,7 +6,12 @@ import pytest
 
 from testbed.core.frames import MSS
 from testbed.core.vocab import SELFCHECK_LEAK as LEAK
-from testbed.live.selfcheck import judge, size_probes
+from testbed.live.selfcheck import (
+    judge,
+    out_of_order_before_every_start,
+    probe_tcp_again,
+    size_probes,
+)
 
 
 def test_initial_window_is_one_bdp_of_segments():
@@ -80,3 +85,16 @@ def test_a_tcp_over_reading_taken_inside_a_loss_repair_is_flagged_not_a_leak() -
     # a capacity leak still makes the TCP reading one, and clean starts are judged as before
     assert judge(1.02, 1.013, repairing=True)[0].startswith("LEAK")
     assert judge(1.0, 1.013)[0].startswith("LEAK")
+
+
+def test_a_high_tcp_reading_with_out_of_order_data_before_every_start_is_probed_again() -> None:
+    # traffic.bulk's marks carry tcpi_rcv_ooopack, a count since the connection began
+    repaired = [{"ooo_packets": 3}, {"ooo_packets": 3}, {"ooo_packets": 9}]
+    clean_first = [{"ooo_packets": 0}, {"ooo_packets": 3}]
+    assert out_of_order_before_every_start(repaired)
+    assert not out_of_order_before_every_start(clean_first)  # the first start read in order
+    assert not out_of_order_before_every_start([{"ooo_packets": None}])  # an old kernel: no count
+    assert not out_of_order_before_every_start([])
+    assert probe_tcp_again(1.043, repairing=True)  # the 104.3% a correct link read once
+    assert not probe_tcp_again(1.043, repairing=False)  # a leak: judged at once
+    assert not probe_tcp_again(LEAK, repairing=True)  # within the band: nothing to probe
