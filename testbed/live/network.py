@@ -115,7 +115,7 @@ class Network:
         prefix, slot = self.reserve or (None, None)
         self.record = registry.claim(
             self.name, self.source, prefix=prefix, slot=slot,
-            machine=part.machine if part else "", machine_netns=part.netns or "" if part else "",
+            machine=part.machine if part else "", machine_netns=(part.netns or "") if part else "",
         )  # fmt: skip
         try:
             self.plan = build_plan(self.scenario, self.record.prefix, self.record.slot)

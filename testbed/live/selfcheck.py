@@ -152,7 +152,7 @@ def judge(
     elif capacity_ratio < SELFCHECK_CAPACITY_LOW:
         problems.append(f"capacity {capacity_ratio:.1%} of the configured rate")
     if goodput_ratio is not None:
-        if goodput_ratio > SELFCHECK_LEAK and repairing and (capacity_ratio or 0) <= SELFCHECK_LEAK:
+        if probe_tcp_again(goodput_ratio, repairing) and (capacity_ratio or 0) <= SELFCHECK_LEAK:
             problems.append(
                 f"TCP goodput read {goodput_ratio:.1%} of the configured ceiling with data "
                 "received out of order (a loss repair) before every window start (not a leak: "
