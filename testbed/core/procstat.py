@@ -1,6 +1,7 @@
 """What ``/proc/<pid>/stat`` says of a process: its start time (which tells a process from a later
-owner of its pid), its parent and its CPU time. The one parser of that file: the registry, the
-rank server and the benchmarks read processes through it."""
+owner of its pid), its parent and its CPU time, alone or with its descendants'. The one parser of
+that file: the registry, the rank server, the test suite's timing plugin and the benchmarks read
+processes through it."""
 
 from __future__ import annotations
 
@@ -33,3 +34,26 @@ def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of ``pid`` (None: gone)."""
     fields = stat_fields(pid)
     return None if fields is None else (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) spent by ``root`` and all its descendants so far: the live ones
+    read directly, the exited ones through their reaped times (a parent's cutime/cstime). A
+    descendant that a daemon's double fork gave to init is not counted. 0.0: ``root`` is gone."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(int(entry.name))
+        if fields is None or len(fields) < 15:
+            continue
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        times[pid] = sum(int(x) for x in fields[11:15]) / TICK  # utime stime cutime cstime
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo.extend(children.get(pid, []))
+    return total

@@ -1,9 +1,12 @@
 """Tests for the userspace NFQUEUE delay line (testbed.link.delayline).
 
-The live tests build their own three namespaces ``dlh<hex>-{a,r,b}`` (a -- r -- b, r forwards),
+The live tests build their own three namespaces ``<prefix>-{a,r,b}`` (a -- r -- b, r forwards),
 run ``python -m testbed.link.delayline`` in ``r`` with one queue per direction (NFQUEUE rules on
 r's two ingress interfaces) and measure real packets. Everything they create is removed in
-finalizers, also on failure. The pure parts are tested in tests/unit/test_delayline_parts.py.
+finalizers, also on failure; the prefix and every process they start are in the machine's
+registry of testbeds first, so a test process killed outright (no finalizer runs) leaves
+nothing that ``testbed clean`` does not remove. The pure parts are tested in
+tests/unit/test_delayline_parts.py.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 import pytest
 
 from testbed.link import delayline as dl
+from testbed.net import registry
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -59,8 +63,12 @@ def nsx(ns: str, argv: list[str]) -> list[str]:
 
 @dataclass
 class Topo:
-    prefix: str
+    record: registry.Record
     procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def prefix(self) -> str:
+        return self.record.prefix + "-"
 
     @property
     def a(self) -> str:
@@ -77,6 +85,7 @@ class Topo:
     def spawn(self, ns: str, argv: list[str], **kw: Any) -> subprocess.Popen:
         p = subprocess.Popen(nsx(ns, argv), cwd=REPO, **kw)
         self.procs.append(p)
+        self.record.add_process(p.pid, " ".join(argv[:3]))  # `ip netns exec` execs argv itself
         return p
 
     def build(self) -> None:
@@ -142,10 +151,11 @@ class Topo:
         self.procs.clear()
         for ns in (self.a, self.r, self.b):
             sh(["ip", "netns", "del", ns], check=False)
+        self.record.remove()
 
 
 def make_topo() -> Topo:
-    topo = Topo(prefix=f"dlh{secrets.token_hex(2)}-")
+    topo = Topo(registry.claim(f"delayline-test-{os.getpid()}-{secrets.token_hex(2)}"))
     try:
         topo.build()
     except BaseException:

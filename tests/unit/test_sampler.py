@@ -4,12 +4,16 @@ CPU monitor built on it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from testbed.core.clock import ManualClock
-from testbed.trace.cpu import CpuMonitor, read_cpu_times
+from testbed.core.procstat import TICK, cpu_seconds, tree_cpu_seconds
+from testbed.trace.cpu import CpuMonitor, others_share, read_cpu_times
 from testbed.trace.sampler import PeriodicSampler, next_tick
 
 
@@ -164,3 +168,45 @@ def test_cpu_summary_without_samples():
         "cpu_busy_p95": None,
         "cpu_saturated": False,
     }
+
+
+def test_others_share_is_the_machines_process_time_less_the_trees():
+    # 2 cores over 10 s (20 core-seconds): the machine's processes 13 s, the tree's own 3 s
+    assert others_share((100.0, 500.0, 1000.0), (103.0, 513.0, 1020.0)) == pytest.approx(0.5)
+    # the tree's irq time can make it exceed the machine's process time: never negative
+    assert others_share((0.0, 0.0, 0.0), (2.0, 1.0, 20.0)) == 0.0
+    assert others_share((0.0, 0.0, 5.0), (0.0, 0.0, 5.0)) is None
+
+
+def test_a_monitor_with_an_owner_reports_the_others_share():
+    clock = ManualClock(T0)
+    with CpuMonitor(period=1.0, clock=clock, own=os.getpid()) as cpu:
+        total0 = read_cpu_times()[1]
+        while read_cpu_times()[1] == total0:  # until the kernel's count moved on by a tick
+            pass
+        clock.run_to(T0 + 1.5)
+    share = cpu.summary()["cpu_others_mean"]
+    assert share is not None and 0.0 <= share <= 1.0
+
+
+BURN = "import time\nwhile time.process_time() < 0.2: pass\n"  # 0.2 CPU seconds, then exit
+
+
+def test_tree_cpu_counts_exited_and_live_descendants():
+    """A child that burnt 0.2 CPU seconds and was reaped counts (through this process's cutime),
+    and so does a live one. The kernel reports whole ticks (1/TICK s), rounded down: a reading
+    may lose up to one tick (and the float subtraction a few ulps, hence the rounding)."""
+    before = tree_cpu_seconds(os.getpid())
+    subprocess.run([sys.executable, "-c", BURN], check=True)
+    after_exited = tree_cpu_seconds(os.getpid())
+    assert round(after_exited - before, 9) >= 0.2 - 1 / TICK
+    live = subprocess.Popen(
+        [sys.executable, "-c", BURN + "import sys\nsys.stdin.read()\n"], stdin=subprocess.PIPE
+    )
+    try:
+        while round(cpu_seconds(live.pid) or 0.0, 9) < 0.2 - 1 / TICK:  # the child's own count
+            assert live.poll() is None
+        assert tree_cpu_seconds(os.getpid()) - after_exited >= cpu_seconds(live.pid)
+    finally:
+        live.communicate(b"")
+    assert tree_cpu_seconds(2**22 + 1) == 0.0  # no such process (above pid_max's default)

@@ -4,7 +4,7 @@ an xfail gives."""
 from __future__ import annotations
 
 import pytest
-from timing import ATTEMPTS, decide, saturated_reason
+from timing import ATTEMPTS, decide, host_saturated, others_limit, saturated_reason
 
 
 @pytest.mark.parametrize(
@@ -55,3 +55,23 @@ def test_a_tcg_guest_counts_as_a_saturated_host(monkeypatch) -> None:
     assert saturated_reason({}, emulated=True).startswith("host saturated: emulated CPU (TCG)")
     monkeypatch.setenv("TESTBED_VM_ACCEL", "kvm")
     assert not emulated_cpu()
+
+
+def test_a_host_is_saturated_by_its_samples_or_by_others_beyond_one_core() -> None:
+    one_core = others_limit()
+    assert host_saturated({"cpu_saturated": True})
+    assert not host_saturated({"cpu_saturated": False})
+    assert not host_saturated({"cpu_saturated": False, "cpu_others_mean": None})
+    assert not host_saturated({"cpu_saturated": False, "cpu_others_mean": one_core})
+    assert host_saturated({"cpu_saturated": False, "cpu_others_mean": one_core + 0.01})
+
+
+def test_the_reason_names_the_others_share_when_measured() -> None:
+    summary = {
+        "cpu_busy_mean": 0.89,
+        "cpu_busy_p95": 1.0,
+        "cpu_saturated_share": 0.38,
+        "cpu_saturated": False,
+        "cpu_others_mean": 0.62,
+    }
+    assert saturated_reason(summary).endswith("saturated share 38%, others 62%")
