@@ -10,11 +10,12 @@ phase that measures; setup only builds). ``decide`` is the whole rule:
 - a pass is a pass, on any host;
 - a failure on a host that was not saturated is a failure. A host is saturated when more than
   half of the samples were at or above ``CPU_SATURATED`` (``cpu_saturated``), or when processes
-  other than the test's own (its pytest process and their descendants) kept more than one core's
-  worth of the machine busy over the call (``cpu_others_mean`` above ``others_limit()``): that is
-  beyond the load the flake hunt holds every timing test to (``make test-stress``: stress-ng on
-  one core, which reads 48-49% of 2 cores here), e.g. a second xdist worker's burst on top of it
-  (beside stress-ng and one live-tier worker, 55-65%);
+  other than the test's own (the pytest process running it and its descendants) kept more of
+  the machine busy over the call than one core's worth plus a quiet machine's background
+  (``cpu_others_mean`` above ``others_limit()``): that is beyond the load the flake hunt holds
+  every timing test to (``make test-stress``: stress-ng on one core, which reads 48-50% of 2
+  cores here), e.g. a second xdist worker's burst on top of it (beside stress-ng and one
+  live-tier worker: 55-65%);
 - a failure on a saturated host runs the test once more, with its fixtures made afresh (the
   first attempt's reports are not logged; its failure is kept as a section of the final report);
 - a second failure on a saturated host is an xfail whose reason gives the monitor's numbers;
@@ -44,10 +45,14 @@ ATTEMPTS = 2  # the first, and one more when it failed on a saturated host
 _cpu_key = pytest.StashKey[dict[str, Any]]()
 
 
+BACKGROUND = 0.05  # a quiet machine's others' share: 0-4% of 2 cores over 8 quiet calls
+
+
 def others_limit() -> float:
     """The share of all cores that other processes may keep busy before the host counts as
-    saturated: one core's worth."""
-    return 1.0 / (os.cpu_count() or 1)
+    saturated: one core's worth, plus the quiet machine's own background (``BACKGROUND``), so
+    the flake hunt's one busy core (48-50% of 2 cores) stays below it."""
+    return 1.0 / (os.cpu_count() or 1) + BACKGROUND
 
 
 def host_saturated(summary: dict[str, Any]) -> bool:
