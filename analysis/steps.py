@@ -80,7 +80,9 @@ def wan_step_starts(
                     "cwnd_max": float((inside["cwnd"] * inside["mss"]).max()),
                     "idle_before": float(start - earlier["time"].max()) if len(earlier) else None,
                     "congestion": before.get("algorithm"),
-                    "srtt_ms": float(inside["srtt_ms"].median()),
+                    # the mean, not the median: a window-limited connection's rate runs on
+                    # it (docs/model.md, "Terms and their measured inputs")
+                    "srtt_ms": float(inside["srtt_ms"].mean()),
                     "min_rtt_ms": float(inside["min_rtt_ms"].min()),
                     "sent_bytes": float(inside["bytes_sent"].iloc[-1] - before["bytes_sent"]),
                     "retransmits": float(inside["retransmits"].max() - before["retransmits"]),
@@ -106,7 +108,7 @@ def measured_topology(
     """``topo`` with, per WAN direction, the median over ``steps`` (rows of
     :func:`wan_step_starts`, one point's timed iterations) of the window and ssthresh each step
     started with (:func:`analysis.tcp.window_at_step_start`: the idle restart applied when the
-    idle time exceeded the RTO) and of the connections' srtt; where most steps retransmitted, the
+    idle time exceeded the RTO) and of the connections' srtt (each step's mean); where most steps retransmitted, the
     median peak window of those steps as the window a loss came at (cut by the congestion
     control's beta; none for one without a loss cut, e.g. bbr); ``host_bw`` the copy rate if
     given. A direction no step crossed keeps its unlimited window. tcp_info reports the initial

@@ -43,6 +43,21 @@ def test_cwnd_at_the_first_new_bytes_and_idle_before_each_iteration() -> None:
     assert wan_step_starts(tcp.iloc[:0], coll).empty
 
 
+def test_a_steps_srtt_is_its_samples_mean() -> None:
+    """The window model's rate runs on the mean srtt: a burst's queue makes the samples skewed to
+    the right, and the median would leave it out (docs/model.md)."""
+    tcp = pd.DataFrame(
+        samples("east-h0", "west-h0", [(9.9, 50, 0), (10.1, 50, 100_000), (10.2, 50, 200_000),
+                                       (10.3, 50, 300_000)])
+    )  # fmt: skip
+    tcp["srtt_ms"] = [40.0, 40.0, 40.0, 100.0]
+    coll = pd.DataFrame(
+        [{"run_id": "r", "algorithm": "flat", "size": 1 << 20, "iteration": 0, "rank": 0,
+          "start": 10.05, "seconds": 0.3}]
+    )  # fmt: skip
+    assert wan_step_starts(tcp, coll).iloc[0]["srtt_ms"] == pytest.approx((40 + 40 + 100) / 3)
+
+
 def test_phase_medians_take_the_slowest_leader_not_a_waiting_member() -> None:
     rows = []
     for it, (lead, waiting) in enumerate([(0.10, 0.50), (0.30, 0.70), (0.20, 0.60)]):
