@@ -108,11 +108,12 @@ def measured_topology(
     """``topo`` with, per WAN direction, the median over ``steps`` (rows of
     :func:`wan_step_starts`, one point's timed iterations) of the window and ssthresh each step
     started with (:func:`analysis.tcp.window_at_step_start`: the idle restart applied when the
-    idle time exceeded the RTO) and of the connections' srtt (each step's mean); where most steps retransmitted, the
-    median peak window of those steps as the window a loss came at (cut by the congestion
-    control's beta; none for one without a loss cut, e.g. bbr); ``host_bw`` the copy rate if
-    given. A direction no step crossed keeps its unlimited window. tcp_info reports the initial
-    "infinite" ssthresh as missing: a connection still in its first slow start slow-starts on."""
+    idle time exceeded the RTO) and of the connections' srtt (each step's mean); where most
+    steps retransmitted, the median peak window of those steps as the window a loss came at
+    (cut by the congestion control's beta; none for one without a loss cut, e.g. bbr);
+    ``host_bw`` the copy rate if given. A direction no step crossed keeps its unlimited window.
+    tcp_info reports the initial "infinite" ssthresh as missing: a connection still in its first
+    slow start slow-starts on."""
     links = []
     for lk in topo.links:
         mine = steps[(_cluster(steps["host"]) == lk.src) & (_cluster(steps["peer_host"]) == lk.dst)]
