@@ -44,8 +44,10 @@ def test_deliberately_late(fresh):
 def run_inner(pytester: pytest.Pytester) -> tuple[pytest.RunResult, list[str]]:
     pytester.makeini("[pytest]\nmarkers =\n    timing: asserts on a time or a rate\n")
     pytester.makepyfile(test_inner=INNER)
+    log = pytester.path / "fixtures.log"
+    log.unlink(missing_ok=True)  # one run's fixtures only
     result = pytester.runpytest("-p", "timing", "-p", "no:cacheprovider", "-rx")
-    return result, (pytester.path / "fixtures.log").read_text().split("\n")[:-1]
+    return result, log.read_text().split("\n")[:-1]
 
 
 @pytest.fixture
@@ -76,9 +78,20 @@ def test_a_failure_on_a_saturated_host_is_rerun_then_xfailed(
     assert fixtures == ["setup 1", "teardown 1", "setup 2", "teardown 2"], fixtures
 
 
-@pytest.mark.timing  # the same failure on an idle host; a host busy with others reads as that
+@pytest.mark.timing
 def test_the_same_failure_on_an_idle_host_fails(pytester: pytest.Pytester) -> None:
-    result, fixtures = run_inner(pytester)
+    # The inner test's own monitor decides whether its host was idle, over its own 1.2 s; the
+    # outer call's monitor sees a longer span and can disagree (beside a second xdist worker the
+    # inner read others 57% of the machine, over the limit, where the outer read less). So the
+    # inner's verdict is the one read here: a host it found saturated is measured once more,
+    # then reported as such.
+    for _ in range(2):
+        result, fixtures = run_inner(pytester)
+        busy = [line.strip() for line in result.outlines if "host saturated" in line]
+        if not busy:
+            break
+    else:
+        pytest.xfail(f"the inner test found its host saturated twice: {busy[0]}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*deliberately failing, attempt 1*"])
     assert fixtures == ["setup 1", "teardown 1"], fixtures
